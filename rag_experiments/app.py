@@ -1,0 +1,160 @@
+"""Hydra entry point of ``rag-exp run``: compose the config, build the parts, hand them to the
+runner. This is the only module of the run path that imports Hydra."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from rag_experiments.config.schema import register_configs
+from rag_experiments.data.base import EvalDataset
+from rag_experiments.errors import ConfigError
+
+log = logging.getLogger("rag_experiments")
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CONF_DIR = PROJECT_ROOT / "conf"
+
+SMALL_MODEL_NOTE = (
+    "Answers and judgements come from the embedded SmolLM2-135M model: fine for plumbing and "
+    "demos, not trustworthy for decisions. Use llm=ollama/openai (or judge=…) with a real model."
+)
+
+
+def _register() -> None:
+    register_configs()
+    if not OmegaConf.has_resolver("rx.root"):
+        OmegaConf.register_new_resolver("rx.root", lambda: str(PROJECT_ROOT))
+
+
+_register()
+
+
+@dataclass
+class Experiment:
+    """The built parts of one job."""
+
+    dataset: EvalDataset
+    target: Any
+    metrics: list[Any]
+    tracker: Any
+    generate: bool
+
+
+def build(cfg: DictConfig) -> Experiment:
+    """Instantiate every part from a composed config.
+
+    Args:
+        cfg: The composed root config.
+
+    Returns:
+        The built :class:`Experiment`.
+
+    Raises:
+        ConfigError: The config names a target kind the builder does not know.
+    """
+    metrics = [instantiate(node) for node in cfg.metrics.suite.values()]
+    generate = bool(cfg.metrics.generate)
+    dataset = instantiate(cfg.dataset).load()
+    tracker = instantiate(cfg.tracking, run_name=cfg.run_name or _default_run_name(cfg, dataset))
+    target_kind = cfg.target._target_.rsplit(".", 1)[-1]
+    if target_kind == "BaselineTarget":
+        target = _build_baseline(cfg, metrics, generate)
+    else:
+        target = instantiate(cfg.target)
+    return Experiment(dataset, target, metrics, tracker, generate)
+
+
+def _build_baseline(cfg: DictConfig, metrics: list[Any], generate: bool) -> Any:
+    from rag_experiments.index.chroma import ChromaIndex
+
+    embedder = instantiate(cfg.embedder)
+    if cfg.paths.embedding_cache:
+        from rag_experiments.embedding.cache import CachedEmbedder
+
+        embedder = CachedEmbedder(embedder, path=cfg.paths.embedding_cache)
+    depth = max([m.depth for m in metrics if hasattr(m, "depth")], default=0)
+    retriever_cfg = OmegaConf.to_container(cfg.retriever, resolve=True)
+    if retriever_cfg.get("depth") is None:
+        retriever_cfg["depth"] = max(depth, int(retriever_cfg["top_k"]))
+    retriever = instantiate(retriever_cfg)
+    generator = instantiate(cfg.llm) if generate else None
+    return instantiate(
+        cfg.target,
+        chunker=instantiate(cfg.chunker),
+        embedder=embedder,
+        retriever=retriever,
+        index=ChromaIndex(path=cfg.paths.chroma_dir),
+        generator=generator,
+        generate=generate,
+    )
+
+
+def _default_run_name(cfg: DictConfig, dataset: EvalDataset) -> str:
+    return f"{dataset.name}-{cfg.chunker._target_.rsplit('.', 1)[-1]}-{cfg.metrics.name}"
+
+
+def _parent_run_id() -> str | None:
+    try:
+        hc = HydraConfig.get()
+    except ValueError:
+        return None
+    if hc.mode != RunMode.MULTIRUN:
+        return None
+    from rag_experiments.tracking.sweep import read_parent_run_id
+
+    return read_parent_run_id(hc.sweep.dir)
+
+
+def run_job(cfg: DictConfig) -> float | None:
+    """Build and run one job; return the run's objective (``objective`` key, else None)."""
+    from rag_experiments.runner import run_experiment
+
+    exp = build(cfg)
+    params = OmegaConf.to_container(cfg, resolve=True)
+    tags = {"dataset.name": exp.dataset.name, "dataset.digest": exp.dataset.digest,
+            "metrics.backend": str(cfg.metrics.name)}
+    uses_embedded = exp.generate and "EmbeddedChat" in str(cfg.llm._target_)
+    if uses_embedded:
+        tags["mlflow.note.content"] = SMALL_MODEL_NOTE
+    run_id, result = run_experiment(
+        exp.dataset,
+        exp.target,
+        exp.metrics,
+        exp.tracker,
+        params=params,
+        config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
+        tags=tags,
+        parent_run_id=_parent_run_id(),
+        max_failure_rate=float(cfg.max_failure_rate),
+        progress=bool(cfg.progress),
+    )
+    summary = result.metrics()
+    print(f"\nMLflow run {run_id}: {exp.tracker.describe_location()}")
+    for spec in result.specs:
+        if spec.name in summary:
+            n = int(summary.get(f"{spec.name}_n_valid", 0))
+            print(f"  {spec.name:<24} {summary[spec.name]:.4f}  (n={n})")
+    print(f"  samples {int(result.counts['n_samples'])}, failed {int(result.counts['n_failed'])}, "
+          f"{result.counts['duration_s']:.1f} s")
+    if uses_embedded:
+        print(f"  NOTE: {SMALL_MODEL_NOTE}")
+    objective = summary.get(str(cfg.get("objective", ""))) if cfg.get("objective") else None
+    return None if objective is None or math.isnan(objective) else float(objective)
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+def hydra_main(cfg: DictConfig) -> float | None:
+    """``rag-exp run [overrides…]``."""
+    if not cfg.dataset:
+        raise ConfigError("no dataset selected: pass dataset=<name>")
+    return run_job(cfg)

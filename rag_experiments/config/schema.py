@@ -1,0 +1,237 @@
+"""Typed schemas of every config group, registered in Hydra's ConfigStore.
+
+Each YAML file in ``conf/<group>/`` starts from one of these schemas (its defaults list names
+``/schema/<group>/<name>``), so a misspelled or unknown key fails when the config is composed,
+before any work starts::
+
+    $ rag-exp run chunker.sise=256
+    Could not override 'chunker.sise'. ... Key 'sise' not in 'SemanticChunkerConf'
+
+Defaults lists stay in YAML (``conf/``); these dataclasses only declare fields, types and
+defaults. ``MISSING`` marks a required field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+# NOTE: Optional[...] / Dict / List (not PEP 604 unions) because OmegaConf inspects these
+# annotations at runtime and must understand them on Python 3.10.
+
+
+# --- paths -----------------------------------------------------------------------------------
+@dataclass
+class PathsConf:
+    """Where things are written. Relative paths resolve against the working directory."""
+
+    cache_dir: str = ".cache"
+    chroma_dir: str = "${paths.cache_dir}/chroma"
+    embedding_cache: Optional[str] = "${paths.cache_dir}/embeddings.sqlite"
+    llm_cache: Optional[str] = "${paths.cache_dir}/llm.sqlite"
+
+
+# --- dataset ---------------------------------------------------------------------------------
+@dataclass
+class JsonlDatasetConf:
+    _target_: str = "rag_experiments.data.jsonl.JsonlDataset"
+    path: str = MISSING
+    corpus: Optional[str] = None
+    name: Optional[str] = None
+    password: Optional[str] = None
+
+
+@dataclass
+class BeirDatasetConf:
+    _target_: str = "rag_experiments.data.beir.BeirDataset"
+    path: str = MISSING
+    split: str = "test"
+    name: Optional[str] = None
+    max_queries: Optional[int] = None
+    seed: int = 0
+
+
+@dataclass
+class SeedJsonDatasetConf:
+    _target_: str = "rag_experiments.data.peer.SeedJsonDataset"
+    path: str = MISSING
+    corpus: Optional[str] = None
+    name: Optional[str] = None
+
+
+@dataclass
+class KeywordsJsonlDatasetConf:
+    _target_: str = "rag_experiments.data.peer.KeywordsJsonlDataset"
+    path: str = MISSING
+    corpus: Optional[str] = None
+    name: Optional[str] = None
+
+
+# --- target ----------------------------------------------------------------------------------
+@dataclass
+class BaselineTargetConf:
+    """The built-in baseline: chunker → embedder → Chroma → top-k → generator (``llm``)."""
+
+    _target_: str = "rag_experiments.targets.baseline.BaselineTarget"
+    embed_title: bool = True
+    system_prompt: str = (
+        "You answer questions using only the numbered context passages. "
+        "If the passages do not contain the answer, reply exactly: I don't know."
+    )
+
+
+# --- chunker ---------------------------------------------------------------------------------
+@dataclass
+class NoChunkerConf:
+    _target_: str = "rag_experiments.chunking.none.NoChunker"
+
+
+@dataclass
+class FixedChunkerConf:
+    _target_: str = "rag_experiments.chunking.fixed.FixedChunker"
+    size: int = 512
+    overlap: int = 64
+
+
+@dataclass
+class SemanticChunkerConf:
+    _target_: str = "rag_experiments.chunking.semantic.SemanticChunker"
+    size: int = 800
+    min_size: int = 200
+
+
+# --- embedder --------------------------------------------------------------------------------
+@dataclass
+class SentenceTransformerEmbedderConf:
+    _target_: str = "rag_experiments.embedding.sentence_transformers.SentenceTransformerEmbedder"
+    model: str = "minilm"
+    batch_size: int = 32
+    normalize: bool = True
+    device: str = "cpu"
+    max_seq_length: Optional[int] = None
+    show_progress: bool = True
+
+
+@dataclass
+class HashEmbedderConf:
+    _target_: str = "rag_experiments.embedding.hash.HashEmbedder"
+    dim: int = 256
+
+
+# --- retriever -------------------------------------------------------------------------------
+@dataclass
+class RetrieverConf:
+    """``top_k`` contexts go to the generator; retrieval metrics see a ranking ``depth`` deep
+    (``null`` = the deepest cutoff of the retrieval metrics, at least ``top_k``)."""
+
+    _target_: str = "rag_experiments.retrieval.retriever.Retriever"
+    top_k: int = 5
+    depth: Optional[int] = None
+
+
+# --- llm / judge -----------------------------------------------------------------------------
+@dataclass
+class EmbeddedLLMConf:
+    """llama-cpp-python in-process; ``model_path: null`` = the bundled SmolLM2-135M GGUF."""
+
+    _target_: str = "rag_experiments.llm.embedded.EmbeddedChat"
+    model_path: Optional[str] = None
+    n_ctx: int = 4096
+    n_threads: Optional[int] = None
+    max_tokens: int = 256
+    temperature: float = 0.0
+    seed: int = 0
+    timeout_s: float = 120.0
+
+
+@dataclass
+class FakeLLMConf:
+    """Deterministic fake model (tests, dry runs): no model call."""
+
+    _target_: str = "rag_experiments.llm.fake.FakeChat"
+    responses: Dict[str, Any] = field(default_factory=dict)
+    text: Optional[str] = None
+    delay_s: float = 0.0
+    model: str = "fake-chat"
+
+
+# --- metrics ---------------------------------------------------------------------------------
+@dataclass
+class MetricsConf:
+    """A metric set. ``suite`` maps a short key to one metric component (each with a
+    ``_target_``); every entry is instantiated. ``generate: false`` skips answer generation
+    (retrieval-only)."""
+
+    name: str = MISSING
+    generate: bool = True
+    suite: Dict[str, Any] = field(default_factory=dict)
+
+
+# --- tracking --------------------------------------------------------------------------------
+@dataclass
+class TrackingConf:
+    """MLflow location. ``uri``: ``sqlite:///mlruns.db`` (a file in the working directory) or
+    ``http://127.0.0.1:5000`` (a tracking server)."""
+
+    _target_: str = "rag_experiments.tracking.mlflow_tracker.MlflowTracker"
+    uri: str = "sqlite:///mlruns.db"
+    experiment: str = "rag-experiments"
+    log_table: bool = True
+
+
+# --- root ------------------------------------------------------------------------------------
+@dataclass
+class RootConf:
+    """Top level. Group fields are typed ``Any`` because each option brings its own schema."""
+
+    paths: Any = MISSING
+    dataset: Any = MISSING
+    target: Any = MISSING
+    chunker: Any = MISSING
+    embedder: Any = MISSING
+    retriever: Any = MISSING
+    llm: Any = MISSING
+    judge: Any = MISSING
+    metrics: Any = MISSING
+    tracking: Any = MISSING
+    experiment: Optional[Any] = None
+    seed: int = 0
+    run_name: Optional[str] = None
+    max_failure_rate: float = 0.2
+    progress: bool = True
+
+
+SCHEMAS: dict[str, dict[str, type]] = {
+    "paths": {"paths": PathsConf},
+    "dataset": {
+        "jsonl": JsonlDatasetConf,
+        "beir": BeirDatasetConf,
+        "seed_json": SeedJsonDatasetConf,
+        "keywords_jsonl": KeywordsJsonlDatasetConf,
+    },
+    "target": {"baseline": BaselineTargetConf},
+    "chunker": {
+        "none": NoChunkerConf,
+        "fixed": FixedChunkerConf,
+        "semantic": SemanticChunkerConf,
+    },
+    "embedder": {"sentence_transformers": SentenceTransformerEmbedderConf, "hash": HashEmbedderConf},
+    "retriever": {"retriever": RetrieverConf},
+    "llm": {"embedded": EmbeddedLLMConf, "fake": FakeLLMConf},
+    "judge": {"embedded": EmbeddedLLMConf, "fake": FakeLLMConf},
+    "metrics": {"metrics": MetricsConf},
+    "tracking": {"mlflow": TrackingConf},
+}
+"""``{group: {schema name: dataclass}}``; YAML files name them as ``/schema/<group>/<name>``."""
+
+
+def register_configs() -> None:
+    """Store every schema in Hydra's ConfigStore (idempotent). Call before composing."""
+    cs = ConfigStore.instance()
+    cs.store(name="root_schema", node=RootConf)
+    for group, schemas in SCHEMAS.items():
+        for name, node in schemas.items():
+            cs.store(group=f"schema/{group}", name=name, node=node)

@@ -1,0 +1,1 @@
+"""Dataset and corpus loading."""

@@ -1,0 +1,61 @@
+"""The evaluation dataset container and its digest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from rag_experiments.records import Document, Sample
+
+
+def corpus_digest(corpus: list[Document]) -> str:
+    """SHA-256 (hex, first 16 chars) over the corpus' ``(id, title, text)`` in id order.
+
+    Two corpora with the same documents give the same digest whatever order they were read in.
+    """
+    h = hashlib.sha256()
+    for doc in sorted(corpus, key=lambda d: d.id):
+        for part in (doc.id, doc.title, doc.text):
+            h.update(part.encode("utf-8"))
+            h.update(b"\x00")
+    return h.hexdigest()[:16]
+
+
+def samples_digest(samples: list[Sample]) -> str:
+    """SHA-256 (hex, first 16 chars) over the samples' canonical JSON, in the given order."""
+    h = hashlib.sha256()
+    for s in samples:
+        h.update(json.dumps(s.model_dump(mode="json"), sort_keys=True, ensure_ascii=False).encode())
+        h.update(b"\n")
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class EvalDataset:
+    """Samples to evaluate and the corpus they are asked about.
+
+    Attributes:
+        name: Short name (``sample``, ``scifact``) used in run names and MLflow inputs.
+        samples: Questions in file order.
+        corpus: Documents the baseline indexes; may be empty for an HTTP target.
+        source: Where it was read from (path), for MLflow's dataset source.
+        skipped: Corpus files that could not be used, ``{path: reason}``.
+    """
+
+    name: str
+    samples: list[Sample]
+    corpus: list[Document] = field(default_factory=list)
+    source: str = ""
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def corpus_digest(self) -> str:
+        """See :func:`corpus_digest`."""
+        return corpus_digest(self.corpus)
+
+    @property
+    def digest(self) -> str:
+        """Digest of samples and corpus together: a rerun must see the same value."""
+        h = hashlib.sha256(f"{samples_digest(self.samples)}:{self.corpus_digest}".encode())
+        return h.hexdigest()[:16]

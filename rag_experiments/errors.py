@@ -1,0 +1,108 @@
+"""The package's error hierarchy: one root, a few subclasses, messages that name the fix.
+
+Every error raised on purpose by rag-experiments derives from :class:`RagExpError`, so a caller
+(or the CLI) can catch the whole family with one ``except``. Messages follow one shape:
+*what failed*, *where* (file, line, field, question id) and *how to fix it*.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class RagExpError(Exception):
+    """Root of every error that rag-experiments raises deliberately."""
+
+
+class ConfigError(RagExpError):
+    """A configuration value is missing, misspelled or inconsistent."""
+
+
+@dataclass(frozen=True)
+class RowProblem:
+    """One problem found in one row of a data file.
+
+    Attributes:
+        path: File the row came from.
+        line: 1-based line number (JSONL/TSV), or 1-based item index for a JSON array.
+        field: The offending field (dotted for nested fields), or ``""`` for the whole row.
+        message: What is wrong with it.
+    """
+
+    path: str
+    line: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}"
+        if self.field:
+            where += f":{self.field}"
+        return f"{where}: {self.message}"
+
+
+class DatasetError(RagExpError):
+    """A dataset or corpus cannot be read.
+
+    Args:
+        message: Summary of what failed and how to fix it.
+        problems: Every bad row found (all of them, not only the first), each rendered as
+            ``file:line:field: message`` in ``str(error)``.
+    """
+
+    def __init__(self, message: str, problems: list[RowProblem] | None = None) -> None:
+        self.problems = list(problems or [])
+        text = message
+        if self.problems:
+            shown = self.problems[:200]
+            text += "\n" + "\n".join(f"  {p}" for p in shown)
+            if len(self.problems) > len(shown):
+                text += f"\n  … and {len(self.problems) - len(shown)} more"
+        super().__init__(text)
+
+
+class ExtractionError(DatasetError):
+    """A document's text cannot be extracted (scanned, encrypted, empty, unsupported)."""
+
+    def __init__(self, path: str, reason: str, message: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {message}")
+
+
+class VectorIndexError(RagExpError):
+    """The vector index cannot be built or queried."""
+
+
+class TargetError(RagExpError):
+    """The system under test failed to answer one question.
+
+    Args:
+        reason: A short machine-readable code (``timeout``, ``connection_refused``,
+            ``http_500``, ``non_json``, ``mapping_empty``, ``generation_failed`` …).
+        message: Human-readable detail.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
+class LLMError(RagExpError):
+    """A call to a language model failed. ``reason`` is a short machine-readable code."""
+
+    reason = "llm_error"
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        if reason is not None:
+            self.reason = reason
+        super().__init__(message)
+
+
+class TrackingError(RagExpError):
+    """Results cannot be logged (bad tracking URI, colliding metric names, …)."""
+
+
+class RunFailedError(RagExpError):
+    """The run finished logging but its outcome is not acceptable (for example too many
+    target failures); everything computed was logged before this was raised."""

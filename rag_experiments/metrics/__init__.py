@@ -1,0 +1,1 @@
+"""Metric definitions and their implementations."""

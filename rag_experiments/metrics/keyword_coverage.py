@@ -1,0 +1,55 @@
+"""Keyword coverage of the retrieved contexts (no LLM).
+
+``keyword_coverage`` = |{k ∈ keywords : k occurs in the top-k contexts}| / |keywords|, matched
+case-insensitively as a substring of the concatenated contexts after collapsing whitespace.
+It tells whether retrieval surfaced the terms an answer needs; it says nothing about the
+answer. NaN with ``no_keywords`` when the sample has none, ``unanswerable`` for unanswerable
+samples, ``target_error`` when the target failed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
+
+_WS = re.compile(r"\s+")
+
+
+def _norm(text: str) -> str:
+    return _WS.sub(" ", text).strip().casefold()
+
+
+class KeywordCoverage:
+    """Share of a sample's keywords found in its retrieved contexts."""
+
+    name = "keyword_coverage"
+
+    def specs(self) -> list[MetricSpec]:
+        """One spec: ``keyword_coverage`` in [0, 1], higher is better."""
+        return [
+            MetricSpec(self.name, True, 0.0, 1.0, "share of the sample's keywords in the contexts")
+        ]
+
+    def evaluate(
+        self, samples: Sequence[Sample], responses: Sequence[RagResponse]
+    ) -> list[dict[str, MetricValue]]:
+        """Per-sample coverage; see the module docstring for the formula and NaN reasons."""
+        out = []
+        for sample, resp in zip(samples, responses, strict=True):
+            out.append({self.name: self._one(sample, resp)})
+        return out
+
+    @staticmethod
+    def _one(sample: Sample, resp: RagResponse) -> MetricValue:
+        if not sample.answerable:
+            return MetricValue.nan("unanswerable")
+        keywords = [k for k in (_norm(k) for k in sample.keywords) if k]
+        if not keywords:
+            return MetricValue.nan("no_keywords")
+        if resp.error is not None:
+            return MetricValue.nan("target_error")
+        haystack = _norm(" ".join(resp.retrieved_contexts))
+        found = sum(1 for k in keywords if k in haystack)
+        return MetricValue(found / len(keywords))

@@ -1,0 +1,34 @@
+"""Offline by construction: switch off every dependency's telemetry and hub access.
+
+:func:`enforce_offline` runs when :mod:`rag_experiments` is imported, before MLflow, ChromaDB,
+Hugging Face libraries or DeepEval are, because several of them read these variables once at
+import time. Values are forced (not defaults): no call may leave the machine.
+"""
+
+from __future__ import annotations
+
+import os
+
+OFFLINE_ENV: dict[str, str] = {
+    # Hugging Face: never reach the hub (models load from installed packages only).
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    # ChromaDB: anonymized telemetry (posthog) off.
+    "ANONYMIZED_TELEMETRY": "False",
+    # DeepEval: telemetry, update checks and error reporting off.
+    "DEEPEVAL_TELEMETRY_OPT_OUT": "YES",
+    "DEEPEVAL_UPDATE_WARNING_OPT_OUT": "YES",
+    "ERROR_REPORTING": "NO",
+    # MLflow 3 usage telemetry off; the community convention as well.
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "true",
+}
+
+
+def enforce_offline() -> None:
+    """Set :data:`OFFLINE_ENV` in ``os.environ`` (overwriting any other value)."""
+    os.environ.update(OFFLINE_ENV)

@@ -1,0 +1,89 @@
+"""Protocols of the swappable parts. Each implementation is a small class chosen in ``conf/``
+by ``_target_``; the runner only sees these interfaces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from rag_experiments.data.base import EvalDataset
+    from rag_experiments.records import Chunk, Document, MetricSpec, MetricValue, RagResponse, Sample
+
+
+@runtime_checkable
+class DatasetLoader(Protocol):
+    """Builds an :class:`~rag_experiments.data.base.EvalDataset` (samples + corpus)."""
+
+    def load(self) -> EvalDataset:
+        """Read the dataset. Raises :class:`~rag_experiments.errors.DatasetError` listing every
+        bad row as ``file:line:field``."""
+        ...
+
+
+@runtime_checkable
+class Chunker(Protocol):
+    """Splits documents into chunks. ``config_id`` identifies the configuration (it is part of
+    the vector-index key, so two configs that chunk differently must have different ids)."""
+
+    @property
+    def config_id(self) -> str: ...
+
+    def split(self, doc: Document) -> list[Chunk]:
+        """Return the document's chunks in order; their positions are 0..n-1."""
+        ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into L2-normalised float32 vectors of shape ``(n, dim)``."""
+
+    @property
+    def id(self) -> str:
+        """Stable identity of model + settings that change vectors (part of the index key)."""
+        ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Shape ``(dim,)``."""
+        ...
+
+
+@runtime_checkable
+class Target(Protocol):
+    """The RAG system under test: answers one question."""
+
+    def prepare(self, dataset: EvalDataset) -> None:
+        """Get ready for ``dataset`` (build or reuse an index, check an endpoint)."""
+        ...
+
+    def answer(self, sample: Sample) -> RagResponse:
+        """Answer one sample. Failures are returned as ``RagResponse(error=reason)``, never
+        raised, so one bad question never kills a run."""
+        ...
+
+    def describe(self) -> dict[str, str]:
+        """Identity for tags (model ids, embedder id, index name, url)."""
+        ...
+
+
+@runtime_checkable
+class Metric(Protocol):
+    """A group of metric columns computed over all rows.
+
+    ``evaluate`` returns one dict per row, keyed by :attr:`MetricSpec.name`; a value that
+    cannot be computed for a row is ``MetricValue.nan(reason)``, never a silent 0.
+    """
+
+    def specs(self) -> list[MetricSpec]: ...
+
+    def evaluate(
+        self, samples: Sequence[Sample], responses: Sequence[RagResponse]
+    ) -> list[dict[str, MetricValue]]: ...

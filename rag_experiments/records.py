@@ -1,0 +1,202 @@
+"""Plain records that flow through a run: config → dataset → target → metrics → tracker.
+
+Field names follow the field's conventions so users and peer tools meet familiar words:
+RAGAS sample names (``user_input``, ``response``, ``retrieved_contexts``, ``reference``,
+``reference_contexts``) and BEIR ids (``doc_id``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+QUESTION_TYPES: tuple[str, ...] = (
+    "procedural",
+    "compliance",
+    "role_responsibility",
+    "condition_trigger",
+    "definition_concept",
+    "exception_escalation",
+    "timeline_sla",
+    "multi_hop",
+)
+"""The 8 question types of generated and bundled datasets. Loaders accept other strings too
+(BEIR has none; peer formats use their own categories)."""
+
+
+@dataclass(frozen=True)
+class Document:
+    """One source document of the corpus.
+
+    Attributes:
+        id: Stable id, unique in the corpus (a BEIR ``_id``, or the file's path relative to the
+            corpus folder without its extension, e.g. ``"it-access-policy"``).
+        text: Full extracted text, normalised (NFKC, no NUL).
+        title: Optional title (BEIR ``title``; used by embedders as ``title + " " + text``).
+        metadata: Free-form; loaders set ``source`` (path) and, for PDFs, ``page_starts``:
+            the character offset in ``text`` where each 1-based page begins.
+    """
+
+    id: str
+    text: str
+    title: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def page_at(self, offset: int) -> int | None:
+        """Return the 1-based page that contains character ``offset``, or None when unknown."""
+        starts = self.metadata.get("page_starts")
+        if not starts:
+            return None
+        page = 1
+        for i, start in enumerate(starts, start=1):
+            if offset >= start:
+                page = i
+            else:
+                break
+        return page
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of a document, the unit that is embedded and retrieved.
+
+    Attributes:
+        id: ``f"{doc_id}#{position}"``; unique for a given chunker configuration.
+        doc_id: Id of the parent :class:`Document`.
+        text: The chunk's text (a slice of the document text, possibly stripped).
+        position: 0-based index of the chunk within its document.
+        start: Character offset in the document where the chunk starts.
+        end: Character offset (exclusive) where it ends.
+        metadata: Free-form (``page``, ``title``, ``source``).
+    """
+
+    id: str
+    doc_id: str
+    text: str
+    position: int
+    start: int = 0
+    end: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class Sample(BaseModel):
+    """One evaluation question.
+
+    Attributes:
+        id: Unique question id within the dataset.
+        user_input: The question asked of the RAG system.
+        reference: Reference (ground-truth) answer; ``""`` when there is none (BEIR).
+        reference_doc_ids: Ids of the documents that hold the answer (doc-level relevance).
+        reference_contexts: Passages that hold the answer, verbatim from the documents.
+        keywords: Terms a good retrieval should surface (keyword coverage).
+        question_type: One of :data:`QUESTION_TYPES`, or another label, or None.
+        answerable: False for questions whose answer is not in the corpus; those are left
+            out of retrieval metrics and used for refusal rates.
+        relevance: Graded relevance per doc id (BEIR qrels); when empty, every id in
+            ``reference_doc_ids`` has grade 1.
+        metadata: Free-form provenance (source page, chunk id, generator model …).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    user_input: str = Field(min_length=1)
+    reference: str = ""
+    reference_doc_ids: list[str] = Field(default_factory=list)
+    reference_contexts: list[str] = Field(default_factory=list)
+    keywords: list[str] = Field(default_factory=list)
+    question_type: str | None = None
+    answerable: bool = True
+    relevance: dict[str, int] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("user_input")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be blank")
+        return v
+
+    def qrels(self) -> dict[str, int]:
+        """Graded relevance ``{doc_id: grade}``: :attr:`relevance` if set, else grade 1 for
+        every reference doc id."""
+        if self.relevance:
+            return dict(self.relevance)
+        return {d: 1 for d in self.reference_doc_ids}
+
+
+@dataclass
+class RagResponse:
+    """What the system under test returned for one sample.
+
+    Attributes:
+        response: The generated answer (``""`` in retrieval-only mode or on error).
+        retrieved_contexts: Context texts in rank order (best first).
+        retrieved_ids: Chunk ids in rank order when the target knows them, else None.
+        retrieved_doc_ids: Parent doc ids in rank order (deduplicated, first occurrence
+            wins), when known, else None. May be deeper than ``retrieved_contexts`` (the
+            retriever keeps a longer ranking for retrieval metrics).
+        latency_ms: Wall time of the whole answer in milliseconds.
+        error: None on success; otherwise a short reason code (``timeout``, …).
+        error_message: Human-readable detail for ``error``.
+        metadata: Free-form (token usage, model id, …).
+    """
+
+    response: str = ""
+    retrieved_contexts: list[str] = field(default_factory=list)
+    retrieved_ids: list[str] | None = None
+    retrieved_doc_ids: list[str] | None = None
+    latency_ms: float = 0.0
+    error: str | None = None
+    error_message: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MetricValue:
+    """One per-sample metric value: a float in the metric's range, or NaN with a reason.
+
+    Attributes:
+        value: The score; ``math.nan`` when undefined.
+        reason: Why the value is NaN (``no_claims``, ``empty_context``, ``timeout``,
+            ``parse_error``, ``unanswerable``, ``target_error`` …) or a flag on a defined value
+            (``empty_context`` on a 0.0); None when the value is ordinary.
+    """
+
+    value: float
+    reason: str | None = None
+
+    @property
+    def is_valid(self) -> bool:
+        """True when :attr:`value` is a real number (not NaN)."""
+        return not math.isnan(self.value)
+
+    @classmethod
+    def nan(cls, reason: str) -> MetricValue:
+        """A NaN value carrying ``reason`` (required: a NaN never comes without one)."""
+        return cls(math.nan, reason)
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """Declaration of one metric column.
+
+    Attributes:
+        name: Canonical name carrying its parameters (``nDCG@10``, ``faithfulness``).
+        higher_is_better: Direction of improvement.
+        low: Lowest possible value.
+        high: Highest possible value.
+        description: One line for the README and the MLflow run.
+    """
+
+    name: str
+    higher_is_better: bool = True
+    low: float = 0.0
+    high: float = 1.0
+    description: str = ""
+
+
+Role = Literal["generator", "judge"]

@@ -1,0 +1,124 @@
+"""The built-in baseline RAG system: chunker → embedder → ChromaDB → top-k → generator."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from rag_experiments.errors import RagExpError
+from rag_experiments.index.naming import index_key
+from rag_experiments.records import RagResponse, Sample
+from rag_experiments.targets.prompts import ANSWER_PROMPT_VERSION, answer_messages
+
+if TYPE_CHECKING:
+    from rag_experiments.data.base import EvalDataset
+    from rag_experiments.index.chroma import ChromaIndex
+    from rag_experiments.llm.base import ChatModel
+    from rag_experiments.protocols import Chunker, Embedder
+    from rag_experiments.retrieval.retriever import Retriever
+
+log = logging.getLogger(__name__)
+
+
+class BaselineTarget:
+    """Retrieve the ``top_k`` chunks for a question and, unless retrieval-only, generate an
+    answer from them with the configured chat model.
+
+    Args:
+        chunker: Splits the corpus into chunks.
+        embedder: Embeds chunks and questions.
+        retriever: Ranks chunks; ``top_k`` contexts go to the generator.
+        index: The persistent ChromaDB index (collections keyed by corpus digest, chunker
+            config and embedder id, so every sweep job with the same key reuses one build).
+        generator: Chat model for answers; None (or ``generate=False``) = retrieval only.
+        generate: Whether to generate answers.
+        embed_title: Embed ``title + " " + text`` for documents with a title (BEIR/MTEB).
+        system_prompt: The generator's system message.
+    """
+
+    def __init__(
+        self,
+        chunker: Chunker,
+        embedder: Embedder,
+        retriever: Retriever,
+        index: ChromaIndex,
+        generator: ChatModel | None = None,
+        generate: bool = True,
+        embed_title: bool = True,
+        system_prompt: str = "",
+    ) -> None:
+        self.chunker = chunker
+        self.embedder = embedder
+        self.retriever = retriever
+        self.index = index
+        self.generator = generator if generate else None
+        self.embed_title = embed_title
+        self.system_prompt = system_prompt
+        self.collection: str | None = None
+
+    def prepare(self, dataset: EvalDataset) -> None:
+        """Chunk the corpus and build (or reuse) its vector index.
+
+        Raises:
+            RagExpError: The corpus is empty (the baseline has nothing to retrieve from).
+        """
+        if not dataset.corpus:
+            raise RagExpError(
+                f"dataset {dataset.name!r} has no corpus documents; set dataset.corpus to a folder "
+                "of .pdf/.docx/.md/.txt files or a corpus .jsonl"
+            )
+        chunks = [c for doc in dataset.corpus for c in self.chunker.split(doc)]
+        key = index_key(dataset.corpus_digest, self.chunker.config_id, self.embedder.id)
+        log.info(
+            "Corpus %s: %d documents -> %d chunks (%s)",
+            dataset.name,
+            len(dataset.corpus),
+            len(chunks),
+            self.chunker.config_id,
+        )
+        self.collection = self.index.ensure(chunks, self.embedder, key, embed_title=self.embed_title)
+        self.retriever.bind(self.index, self.collection, self.embedder)
+
+    def answer(self, sample: Sample) -> RagResponse:
+        """Retrieve and (optionally) generate. Errors come back as ``RagResponse.error``."""
+        started = time.perf_counter()
+        try:
+            hits = self.retriever.retrieve(sample.user_input)
+        except RagExpError as exc:
+            return RagResponse(error="retrieval_error", error_message=str(exc))
+        response = RagResponse(
+            retrieved_contexts=list(hits.contexts),
+            retrieved_ids=list(hits.chunk_ids),
+            retrieved_doc_ids=list(hits.doc_ids),
+        )
+        if self.generator is not None:
+            messages = answer_messages(self.system_prompt, sample.user_input, hits.contexts)
+            try:
+                completion = self.generator.complete(messages)
+            except RagExpError as exc:
+                response.error = getattr(exc, "reason", "generation_failed")
+                response.error_message = str(exc)
+            else:
+                response.response = completion.text.strip()
+                response.metadata.update(
+                    prompt_tokens=completion.usage.prompt_tokens,
+                    completion_tokens=completion.usage.completion_tokens,
+                    finish_reason=completion.finish_reason,
+                    cached=completion.cached,
+                )
+        response.latency_ms = (time.perf_counter() - started) * 1000.0
+        return response
+
+    def describe(self) -> dict[str, str]:
+        """Tags: target kind, chunker, embedder, collection and generator identity."""
+        tags = {
+            "target": "baseline",
+            "chunker": self.chunker.config_id,
+            "embedder": self.embedder.id,
+            "index.collection": self.collection or "",
+            "prompt.answer": ANSWER_PROMPT_VERSION,
+        }
+        if self.generator is not None:
+            tags.update({f"llm.{k}": v for k, v in self.generator.describe().items()})
+        return tags

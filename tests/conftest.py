@@ -1,0 +1,43 @@
+"""Shared fixtures: Hydra composition against the real conf/ tree, with every output path
+pointed at ``tmp_path``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig
+
+import rag_experiments  # noqa: F401  (sets the offline environment first)
+from rag_experiments.app import CONF_DIR, PROJECT_ROOT
+
+SHARED_REAL = PROJECT_ROOT.parent / "shared" / "real"
+
+
+@pytest.fixture
+def compose_cfg(tmp_path: Path) -> Iterator[Callable[..., DictConfig]]:
+    """Return ``compose(*overrides)`` over conf/, with caches and MLflow under ``tmp_path``."""
+
+    def _compose(*overrides: str) -> DictConfig:
+        base = [
+            f"paths.cache_dir={tmp_path}/cache",
+            f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
+            "progress=false",
+        ]
+        return compose(config_name="config", overrides=[*base, *overrides])
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        yield _compose
+    GlobalHydra.instance().clear()
+
+
+@pytest.fixture
+def shared_real() -> Path:
+    """``../shared/real`` beside the repo; the test is skipped when it is absent."""
+    if not SHARED_REAL.is_dir():
+        pytest.skip(f"{SHARED_REAL} not present")
+    return SHARED_REAL
