@@ -60,6 +60,7 @@ class SeedJsonDatasetConf:
     path: str = MISSING
     corpus: Optional[str] = None
     name: Optional[str] = None
+    password: Optional[str] = None
 
 
 @dataclass
@@ -68,6 +69,7 @@ class KeywordsJsonlDatasetConf:
     path: str = MISSING
     corpus: Optional[str] = None
     name: Optional[str] = None
+    password: Optional[str] = None
 
 
 # --- target ----------------------------------------------------------------------------------

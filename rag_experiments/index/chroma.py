@@ -1,0 +1,308 @@
+"""The persistent vector index of the baseline: one ChromaDB collection per index key.
+
+A collection is built once per ``(corpus, chunker config, embedder, embed_title)`` and then
+reused by every later run and every job of a parallel sweep. Chroma never embeds anything
+here: we always pass our own vectors (its default embedding function would try to download
+a model).
+
+A collection is *complete* only when its metadata says ``{"complete": True, "n_chunks": N}``
+(written after the last ``add``) and it holds N records; anything else (a build killed
+half-way) is deleted and rebuilt. Builds are serialised across processes with a
+:class:`filelock.FileLock` per collection, and the state is re-checked after the lock is
+acquired, so of two jobs that start together one builds and the other reuses.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from filelock import FileLock, Timeout
+
+from rag_experiments.errors import RagExpError, VectorIndexError
+from rag_experiments.index.naming import collection_name
+from rag_experiments.protocols import Embedder
+from rag_experiments.records import Chunk
+
+if TYPE_CHECKING:
+    from chromadb.api import ClientAPI
+    from chromadb.api.models.Collection import Collection
+
+log = logging.getLogger(__name__)
+
+OPEN_LOCK = "open.lock"
+"""Lock file (inside the database folder) held while a process opens the database."""
+
+SPACE = "cosine"
+"""Distance of every collection: Chroma's cosine distance ``d = 1 - cos(q, v)``."""
+
+
+def embedding_text(chunk: Chunk, embed_title: bool) -> str:
+    """The text embedded for a chunk: ``title + " " + text`` when ``embed_title`` and the chunk
+    has a non-empty ``metadata["title"]`` (as BEIR and MTEB embed documents), else ``text``."""
+    title = chunk.metadata.get("title") if embed_title else None
+    if title:
+        return f"{title} {chunk.text}"
+    return chunk.text
+
+
+def _chunk_metadata(chunk: Chunk) -> dict[str, Any]:
+    meta: dict[str, Any] = {"doc_id": chunk.doc_id, "position": chunk.position}
+    page = chunk.metadata.get("page")
+    if page is not None:
+        meta["page"] = int(page)
+    return meta
+
+
+class ChromaIndex:
+    """ChromaDB ``PersistentClient`` collections built from our chunks and vectors.
+
+    Args:
+        path: Folder of the persistent Chroma database (created if missing).
+        batch_size: Records per ``add`` call; None (or anything larger) means the client's
+            ``get_max_batch_size()``.
+
+    Attributes:
+        builds: How many collections this object has built (not reused); for tests and logs.
+
+    Raises:
+        VectorIndexError: ``batch_size`` < 1.
+    """
+
+    def __init__(self, path: str = ".cache/chroma", batch_size: int | None = None) -> None:
+        if batch_size is not None and batch_size < 1:
+            raise VectorIndexError(f"index batch_size must be >= 1 or null, got {batch_size}.")
+        self.path = Path(path)
+        self.batch_size = batch_size
+        self.builds = 0
+        self._client: ClientAPI | None = None
+        self._collections: dict[str, Collection] = {}
+
+    # -- plumbing ------------------------------------------------------------------------------
+    @contextmanager
+    def _chroma(self, action: str) -> Iterator[None]:
+        """Re-raise any ChromaDB failure as :class:`VectorIndexError` naming the fix."""
+        try:
+            yield
+        except RagExpError:
+            raise
+        except Exception as exc:  # Chroma's Rust core raises many types
+            raise VectorIndexError(
+                f"ChromaDB failed to {action} (database {self.path}): "
+                f"{type(exc).__name__}: {exc}. If the database is damaged or was written by "
+                f"another Chroma version, delete the folder {self.path} (indexes are rebuilt "
+                "on the next run)."
+            ) from exc
+
+    @property
+    def client(self) -> ClientAPI:
+        """The ``PersistentClient`` (opened on first use, telemetry off)."""
+        if self._client is None:
+            import chromadb
+            from chromadb.config import Settings
+
+            with self._chroma("open the database"):
+                self.path.mkdir(parents=True, exist_ok=True)
+                # Opening a new database creates its tables (migrations); two processes doing
+                # that at once fail with "table ... already exists", so opening is serialised.
+                with FileLock(str(self.path / OPEN_LOCK)):
+                    self._client = chromadb.PersistentClient(
+                        path=str(self.path), settings=Settings(anonymized_telemetry=False)
+                    )
+        return self._client
+
+    def _get(self, name: str) -> Collection | None:
+        """The collection, or None when it does not exist."""
+        from chromadb.errors import NotFoundError
+
+        with self._chroma(f"open collection {name}"):
+            try:
+                return self.client.get_collection(name, embedding_function=None)
+            except (NotFoundError, ValueError):
+                return None
+
+    def _complete_count(self, name: str, key: str) -> int | None:
+        """N when collection ``name`` exists, is complete and holds N records; else None.
+
+        Raises:
+            VectorIndexError: The collection belongs to another key (a name-hash collision).
+        """
+        collection = self._get(name)
+        if collection is None:
+            return None
+        meta = collection.metadata or {}
+        stored_key = meta.get("key")
+        if stored_key is not None and stored_key != key:
+            raise VectorIndexError(
+                f"Collection {name} in {self.path} was built for key {stored_key!r}, not {key!r} "
+                f"(name collision); delete the folder {self.path} to rebuild."
+            )
+        n = meta.get("n_chunks")
+        if meta.get("complete") is not True or not isinstance(n, int):
+            return None
+        with self._chroma(f"count collection {name}"):
+            count = collection.count()
+        return n if count == n else None
+
+    # -- build / reuse -------------------------------------------------------------------------
+    def ensure(
+        self, chunks: list[Chunk], embedder: Embedder, key: str, embed_title: bool = True
+    ) -> str:
+        """Return the name of a complete collection for ``key``, building it if needed.
+
+        The collection name is :func:`~rag_experiments.index.naming.collection_name` of
+        ``f"{key}|title={int(embed_title)}"``: embedding titles changes the vectors, so it is
+        part of the identity.
+
+        Args:
+            chunks: Every chunk of the corpus; ids must be unique.
+            embedder: Embeds the chunk texts (see :func:`embedding_text`).
+            key: Index identity, usually :func:`~rag_experiments.index.naming.index_key`.
+            embed_title: Embed ``title + " " + text`` for chunks with ``metadata["title"]``.
+
+        Returns:
+            The collection name, for :meth:`query`.
+
+        Raises:
+            VectorIndexError: No chunks, duplicate chunk ids, unusable vectors, or a ChromaDB
+                failure.
+        """
+        if not chunks:
+            raise VectorIndexError(
+                f"Nothing to index for key {key!r}: the corpus produced no chunks. Check that "
+                "the corpus documents have text and the chunker settings."
+            )
+        full_key = f"{key}|title={int(embed_title)}"
+        name = collection_name(full_key)
+        ids = [c.id for c in chunks]
+        if len(set(ids)) != len(ids):
+            dupes = sorted(i for i, n_seen in Counter(ids).items() if n_seen > 1)
+            raise VectorIndexError(
+                f"Duplicate chunk ids cannot be indexed (collection {name}): {dupes[:10]}. "
+                "Make document ids unique in the corpus."
+            )
+        n = self._complete_count(name, full_key)
+        if n == len(chunks):
+            log.info("Reusing vector index %s (%d chunks)", name, n)
+            return name
+        self.path.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(self.path / f"{name}.lock"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            log.info("Waiting for another process that is building vector index %s", name)
+            lock.acquire()
+        try:
+            # Re-check: another process may have finished the build while we waited.
+            n = self._complete_count(name, full_key)
+            if n == len(chunks):
+                log.info("Reusing vector index %s (%d chunks)", name, n)
+                return name
+            self._build(name, full_key, chunks, embedder, embed_title)
+        finally:
+            lock.release()
+        return name
+
+    def _build(
+        self, name: str, key: str, chunks: list[Chunk], embedder: Embedder, embed_title: bool
+    ) -> None:
+        started = time.perf_counter()
+        self._collections.pop(name, None)
+        if self._get(name) is not None:
+            log.info("Deleting incomplete vector index %s", name)
+            with self._chroma(f"delete incomplete collection {name}"):
+                self.client.delete_collection(name)
+        vectors = np.asarray(
+            embedder.embed_documents([embedding_text(c, embed_title) for c in chunks]),
+            dtype=np.float32,
+        )
+        if vectors.ndim != 2 or vectors.shape[0] != len(chunks):
+            raise VectorIndexError(
+                f"Embedder {embedder.id} returned vectors of shape {vectors.shape} for "
+                f"{len(chunks)} chunks; expected ({len(chunks)}, dim)."
+            )
+        norms = np.linalg.norm(vectors, axis=1)
+        bad = [chunks[i].id for i in np.flatnonzero(~np.isfinite(norms) | (norms == 0))]
+        if bad:
+            raise VectorIndexError(
+                f"Embedder {embedder.id} returned zero or non-finite vectors for {len(bad)} "
+                f"chunks (e.g. {bad[:5]}); cosine search needs non-zero vectors."
+            )
+        meta: dict[str, Any] = {"key": key, "embedder_id": embedder.id, "complete": False}
+        with self._chroma(f"build collection {name}"):
+            collection = self.client.create_collection(
+                name,
+                configuration={"hnsw": {"space": SPACE}},
+                metadata=meta,
+                embedding_function=None,
+            )
+            limit = self.client.get_max_batch_size()
+            step = min(self.batch_size or limit, limit)
+            for i in range(0, len(chunks), step):
+                part = chunks[i : i + step]
+                collection.add(
+                    ids=[c.id for c in part],
+                    embeddings=vectors[i : i + step],
+                    documents=[c.text for c in part],
+                    metadatas=[_chunk_metadata(c) for c in part],
+                )
+            collection.modify(metadata={**meta, "complete": True, "n_chunks": len(chunks)})
+        self._collections[name] = collection
+        self.builds += 1
+        log.info(
+            "Built vector index %s: embedded %d chunks in %.1f s",
+            name,
+            len(chunks),
+            time.perf_counter() - started,
+        )
+
+    # -- query ---------------------------------------------------------------------------------
+    def query(
+        self, name: str, query_embedding: np.ndarray, k: int
+    ) -> list[tuple[str, str, str, float]]:
+        """The ``k`` nearest chunks to a query vector, best first.
+
+        Args:
+            name: A collection name returned by :meth:`ensure`.
+            query_embedding: float32 ``(dim,)``, from the same embedder as the index.
+            k: How many chunks (>= 1); all of them when the collection holds fewer.
+
+        Returns:
+            ``(chunk_id, doc_id, text, score)`` tuples, score = 1 - cosine distance = cosine
+            similarity in [-1, 1], highest first.
+
+        Raises:
+            VectorIndexError: ``k`` < 1, the collection does not exist, or Chroma fails.
+        """
+        if k < 1:
+            raise VectorIndexError(f"query k must be >= 1, got {k}.")
+        collection = self._collections.get(name)
+        if collection is None:
+            collection = self._get(name)
+            if collection is None:
+                raise VectorIndexError(
+                    f"No vector index named {name} in {self.path}; build it with ensure() "
+                    "(the baseline target does this in prepare())."
+                )
+            self._collections[name] = collection
+        vector = np.asarray(query_embedding, dtype=np.float32).reshape(1, -1)
+        with self._chroma(f"query collection {name}"):
+            res = collection.query(
+                query_embeddings=vector,
+                n_results=k,
+                include=["documents", "metadatas", "distances"],
+            )
+        ids = res["ids"][0]
+        docs = (res["documents"] or [[]])[0]
+        metas = (res["metadatas"] or [[]])[0]
+        dists = (res["distances"] or [[]])[0]
+        return [
+            (cid, str((meta or {}).get("doc_id", "")), doc or "", 1.0 - float(dist))
+            for cid, doc, meta, dist in zip(ids, docs, metas, dists, strict=True)
+        ]

@@ -1,0 +1,5 @@
+"""Retrieval for the baseline target."""
+
+from rag_experiments.retrieval.retriever import RetrievalResult, Retriever
+
+__all__ = ["RetrievalResult", "Retriever"]
