@@ -1,0 +1,663 @@
+"""Log one evaluation run to MLflow: params, tags, metrics, tables, datasets and artifacts.
+
+Layout of a run (our own, stable across versions):
+
+* params: the flattened, redacted config (:func:`~rag_experiments.tracking.params.flatten_params`);
+* tags: the caller's tags (redacted), ``git.commit`` / ``git.dirty`` of the harness checkout,
+  ``version.python`` and ``version.<package>`` of key packages; ``error`` on failure;
+  ``dataset.name`` / ``dataset.digest`` / ``dataset.source`` after
+  :meth:`MlflowTracker.log_dataset`;
+* metrics: sanitised keys (:func:`~rag_experiments.tracking.names.sanitize_metric_name`); NaN and
+  infinite values are never logged;
+* artifacts: ``config.yaml`` (redacted), ``metric_names.json`` (canonical name → key, for every
+  metric name seen), ``<table>.json`` + ``<table>_results.csv``, ``error.txt`` on failure.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import json
+import logging
+import math
+import platform
+import re
+import subprocess
+import time
+import traceback
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+import mlflow
+import mlflow.data
+import pandas as pd
+import yaml
+from mlflow.data.dataset_source import DatasetSource
+from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from mlflow.utils.validation import (
+    MAX_DATASET_DIGEST_SIZE,
+    MAX_INPUT_TAG_VALUE_SIZE,
+    MAX_METRICS_PER_BATCH,
+    MAX_PARAMS_TAGS_PER_BATCH,
+    MAX_TAG_VAL_LENGTH,
+)
+from sqlalchemy.engine import make_url
+
+from rag_experiments.errors import TrackingError
+from rag_experiments.tracking.names import (
+    REDACTED,
+    hash_suffixed,
+    is_secret_key,
+    redact,
+    sanitize_metric_name,
+    sanitize_metric_names,
+)
+from rag_experiments.tracking.params import flatten_params
+
+log = logging.getLogger(__name__)
+
+VERSION_PACKAGES: tuple[str, ...] = (
+    "rag-experiments",
+    "mlflow",
+    "chromadb",
+    "sentence-transformers",
+    "llama-cpp-python",
+    "torch",
+    "hydra-core",
+)
+"""Distributions whose installed version is tagged on every run as ``version.<name>``
+(packages that are not installed are left out)."""
+
+_BATCH_CHARS = 400_000
+"""Upper bound on key + value characters per ``log_batch`` call, well under MLflow's 1 MB request
+limit (``MAX_BATCH_LOG_REQUEST_SIZE``) even when JSON escapes non-ASCII text."""
+
+_ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
+_ERROR_TAG_CHARS = 500
+_YAML_LINE = re.compile(r"^(\s*(?:-\s*)?)([^:#\s][^:#]*?)(\s*:\s*)\S.*$")
+"""``<indent><key>: <value>`` in YAML that did not parse (fallback redaction)."""
+
+_T = TypeVar("_T", Param, RunTag)
+
+
+def resolve_tracking_uri(uri: str) -> str:
+    """Make a tracking URI independent of the working directory.
+
+    ``sqlite:///relative.db`` becomes ``sqlite:////<cwd>/relative.db`` (its folder is created); a
+    bare path becomes an absolute path; server URIs (``http://…``) are returned unchanged.
+
+    Args:
+        uri: The tracking URI from the config.
+
+    Returns:
+        The absolute URI, printable so the user can find the run again.
+
+    Raises:
+        TrackingError: If ``uri`` is empty or an in-memory sqlite database (runs would vanish).
+    """
+    if not uri or not uri.strip():
+        raise TrackingError(
+            "Tracking URI is empty: set tracking.uri, e.g. sqlite:///mlruns.db or "
+            "http://127.0.0.1:5000."
+        )
+    if uri.startswith("sqlite:"):
+        url = make_url(uri)
+        if not url.database or url.database == ":memory:":
+            raise TrackingError(
+                f"Tracking URI {uri!r} is an in-memory sqlite database, whose runs vanish when "
+                "the process ends: name a file, e.g. sqlite:///mlruns.db."
+            )
+        path = Path(url.database).expanduser()
+        if not path.is_absolute():
+            path = Path.cwd() / path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return url.set(database=str(path)).render_as_string(hide_password=False)
+    if not urlparse(uri).scheme:
+        return str(Path(uri).expanduser().resolve())
+    return uri
+
+
+def ensure_experiment(client: mlflow.MlflowClient, name: str, uri: str) -> str:
+    """Return the id of experiment ``name``, creating it when missing.
+
+    For a sqlite store the experiment's artifacts go to ``<db folder>/mlartifacts/<name>``
+    (MLflow's default, ``./mlruns``, would depend on the working directory); a server picks its
+    own artifact root.
+
+    Args:
+        client: Client bound to ``uri``.
+        name: Experiment name.
+        uri: Resolved tracking URI (see :func:`resolve_tracking_uri`).
+
+    Returns:
+        The experiment id.
+
+    Raises:
+        TrackingError: If the store cannot be reached or the experiment is deleted.
+    """
+    try:
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            location = None
+            if uri.startswith("sqlite:"):
+                folder = Path(make_url(uri).database or ".").parent / "mlartifacts"
+                location = (folder / sanitize_metric_name(name).replace("/", "_")).as_uri()
+            try:
+                return client.create_experiment(name, artifact_location=location)
+            except MlflowException:
+                exp = client.get_experiment_by_name(name)  # created meanwhile by another job
+                if exp is None:
+                    raise
+    except MlflowException as e:
+        raise TrackingError(
+            f"Cannot open MLflow experiment {name!r} at {uri}: {e.message}. Check tracking.uri "
+            "(is the server running? is the sqlite file writable?)."
+        ) from e
+    if exp.lifecycle_stage == "deleted":
+        raise TrackingError(
+            f"MLflow experiment {name!r} at {uri} is deleted: restore it "
+            f"(mlflow experiments restore --experiment-id {exp.experiment_id}) or choose "
+            "another tracking.experiment."
+        )
+    return exp.experiment_id
+
+
+class MlflowTracker:
+    """Logs one run at a time to an MLflow tracking store.
+
+    Usage::
+
+        tracker = MlflowTracker("sqlite:///mlruns.db", "rag-experiments")
+        with tracker.start_run(params=cfg, config_yaml=text, tags={"dataset": "demo"}) as run_id:
+            tracker.log_metrics({"nDCG@10": 0.71})
+            tracker.log_table(rows)
+        print(tracker.describe_location())
+
+    Args:
+        uri: Tracking URI; a relative sqlite path resolves against the working directory.
+        experiment: Experiment name (created when missing).
+        run_name: Name of new runs (MLflow picks one when None).
+        log_table: Also log per-query tables with ``mlflow.log_table`` (rendered in the UI); the
+            CSV copy is always logged.
+
+    Raises:
+        TrackingError: If ``uri`` is empty or in-memory.
+    """
+
+    def __init__(
+        self,
+        uri: str = "sqlite:///mlruns.db",
+        experiment: str = "rag-experiments",
+        run_name: str | None = None,
+        log_table: bool = True,
+    ) -> None:
+        self.uri = resolve_tracking_uri(uri)
+        self.experiment = experiment
+        self.run_name = run_name
+        self.table_enabled = log_table
+        self.experiment_id: str | None = None
+        self.run_id: str | None = None
+        """Id of the active run, or of the last one after it ended."""
+        self._active = False
+        self._metric_keys: dict[str, str] = {}
+
+    # --- run lifecycle -----------------------------------------------------------------------
+
+    @contextmanager
+    def start_run(
+        self,
+        *,
+        params: Mapping[str, Any],
+        config_yaml: str,
+        tags: Mapping[str, str],
+        parent_run_id: str | None = None,
+        run_id: str | None = None,
+    ) -> Iterator[str]:
+        """Open a run, log its identity, and close it with the right status.
+
+        The run becomes MLflow's active run for the body (so ``mlflow.log_*`` calls inside it
+        land there) and is always ended afterwards: FINISHED when the body returns; FAILED (or
+        KILLED on ``KeyboardInterrupt``) when it raises, with tag ``error`` (the exception's
+        type and first line) and artifact ``error.txt`` (the traceback), and the exception is
+        re-raised. Runs the body itself left active are ended too.
+
+        Args:
+            params: Nested config; logged flattened and redacted as params.
+            config_yaml: The resolved config as YAML; logged redacted as ``config.yaml``.
+            tags: Extra tags (keys sanitised, values redacted, cut to MLflow's limit).
+            parent_run_id: Nest the run under this run (tag ``mlflow.parentRunId``); the parent
+                need not be active in this process.
+            run_id: Resume this run instead of creating one (params must match the logged ones).
+
+        Yields:
+            The run id.
+
+        Raises:
+            TrackingError: If a run is already active in this process, the store cannot be
+                reached, ``run_id`` does not exist, or params/tags are refused.
+        """
+        if self._active or mlflow.active_run() is not None:
+            active = mlflow.active_run()
+            raise TrackingError(
+                "Cannot start an MLflow run: run "
+                f"{active.info.run_id if active else self.run_id} is still active in this "
+                "process. End it first (leave its `with tracker.start_run(...)` block or call "
+                "mlflow.end_run())."
+            )
+        mlflow.set_tracking_uri(self.uri)
+        client = self._client()
+        experiment_id = ensure_experiment(client, self.experiment, self.uri)
+        start_tags = {MLFLOW_PARENT_RUN_ID: parent_run_id} if parent_run_id else None
+        try:
+            if run_id is not None:
+                active = mlflow.start_run(run_id=run_id, tags=start_tags)
+            else:
+                active = mlflow.start_run(
+                    experiment_id=experiment_id, run_name=self.run_name, tags=start_tags
+                )
+        except MlflowException as e:
+            what = f"resume run {run_id}" if run_id else "start a run"
+            raise TrackingError(
+                f"Cannot {what} in experiment {self.experiment!r} at {self.uri}: {e.message}"
+            ) from e
+        self.experiment_id = active.info.experiment_id
+        self.run_id = active.info.run_id
+        self._active = True
+        self._metric_keys = {}
+        status = RunStatus.to_string(RunStatus.FINISHED)
+        try:
+            self._log_identity(client, params, config_yaml, tags)
+            yield self.run_id
+            self._log_metric_names(client)
+        except BaseException as exc:
+            kind = RunStatus.KILLED if isinstance(exc, KeyboardInterrupt) else RunStatus.FAILED
+            status = RunStatus.to_string(kind)
+            self._record_error(client, exc)
+            raise
+        finally:
+            self._end(client, status)
+
+    def _log_identity(
+        self,
+        client: mlflow.MlflowClient,
+        params: Mapping[str, Any],
+        config_yaml: str,
+        tags: Mapping[str, str],
+    ) -> None:
+        """Log params, tags and ``config.yaml`` at the start of a run."""
+        flat = flatten_params(params)
+        all_tags = {**_environment_tags(), **_sanitised_tags(tags)}
+        try:
+            for batch in _batches([Param(k, v) for k, v in flat.items()]):
+                client.log_batch(self._require_run(), params=batch)
+            for batch in _batches([RunTag(k, v) for k, v in all_tags.items()]):
+                client.log_batch(self._require_run(), tags=batch)
+        except MlflowException as e:
+            raise TrackingError(
+                f"MLflow refused the params/tags of run {self.run_id}: {e.message}. When "
+                "resuming a run, use the config it was started with."
+            ) from e
+        client.log_text(self._require_run(), redact_yaml(config_yaml), "config.yaml")
+
+    def _record_error(self, client: mlflow.MlflowClient, exc: BaseException) -> None:
+        """Tag the failure and attach the traceback; never masks the original exception."""
+        lines = str(exc).strip().splitlines()
+        short = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        try:
+            run_id = self._require_run()
+            client.set_tag(run_id, "error", hash_suffixed(redact(short), _ERROR_TAG_CHARS))
+            client.log_text(run_id, redact(text), "error.txt")
+            self._log_metric_names(client)
+        except Exception as e:  # the body's exception matters more than a logging failure
+            log.warning("Could not record the error on MLflow run %s: %s", self.run_id, e)
+
+    def _end(self, client: mlflow.MlflowClient, status: str) -> None:
+        """End our run and every run the body left active above it."""
+        try:
+            while (active := mlflow.active_run()) is not None:
+                own = active.info.run_id == self.run_id
+                mlflow.end_run(status if own else RunStatus.to_string(RunStatus.KILLED))
+                if own:
+                    break
+            else:
+                client.set_terminated(self._require_run(), status)
+        finally:
+            self._active = False
+
+    # --- logging -----------------------------------------------------------------------------
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        """Set run tags (keys sanitised, values stringified, redacted, cut to MLflow's limit).
+
+        Args:
+            tags: ``{key: value}``, e.g. a target's ``describe()``.
+
+        Raises:
+            TrackingError: Outside a run, or when two keys collide once sanitised.
+        """
+        run_id = self._require_run()
+        client = self._client()
+        for batch in _batches([RunTag(k, v) for k, v in _sanitised_tags(tags).items()]):
+            client.log_batch(run_id, tags=batch)
+
+    def log_metrics(self, values: Mapping[str, float], step: int | None = None) -> None:
+        """Log aggregate metrics under sanitised keys.
+
+        NaN and infinite values are skipped silently (log ``<metric>_n_valid`` to say how many
+        rows were defined). Every name passed to this method during the run, logged or not,
+        takes part in collision detection and is listed in ``metric_names.json``.
+
+        Args:
+            values: ``{canonical name: value}``.
+            step: Optional step (e.g. a sweep index); 0 when None.
+
+        Raises:
+            TrackingError: Outside a run, for a non-numeric value, or when two names collide.
+        """
+        run_id = self._require_run()
+        names = list(self._metric_keys) + [n for n in values if n not in self._metric_keys]
+        self._metric_keys = sanitize_metric_names(names)
+        now = int(time.time() * 1000)
+        metrics: list[Metric] = []
+        for name, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                try:
+                    value = float(value)  # numpy scalars
+                except (TypeError, ValueError):
+                    raise TrackingError(
+                        f"Metric {name!r} has the non-numeric value {value!r}: log numbers only."
+                    ) from None
+            if math.isfinite(value):
+                metrics.append(Metric(self._metric_keys[name], float(value), now, step or 0))
+        for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
+            client = self._client()
+            client.log_batch(run_id, metrics=metrics[i : i + MAX_METRICS_PER_BATCH])
+
+    def log_table(self, rows: Sequence[Mapping[str, Any]], name: str = "per_query") -> None:
+        """Log per-row results: ``<name>.json`` for the UI and a full ``<name>_results.csv``.
+
+        List and dict cells become JSON strings in both. The JSON table is only written when
+        the tracker was built with ``log_table=True``; the CSV always is, untruncated.
+
+        Args:
+            rows: One mapping per row (columns are the union of keys, first-seen order).
+            name: Artifact base name (letters, digits, ``_ . -``).
+
+        Raises:
+            TrackingError: Outside a run or for an unsafe ``name``.
+        """
+        run_id = self._require_run()
+        _check_artifact_name(f"{name}.json")
+        frame = _frame(rows)
+        client = self._client()
+        if self.table_enabled:
+            client.log_table(run_id, frame, artifact_file=f"{name}.json")
+        client.log_text(run_id, frame.to_csv(index=False), f"{name}_results.csv")
+
+    def log_csv(self, rows: Sequence[Mapping[str, Any]], filename: str) -> None:
+        """Log rows as a CSV artifact (list and dict cells as JSON strings).
+
+        Raises:
+            TrackingError: Outside a run or for an unsafe ``filename``.
+        """
+        self.log_text(_frame(rows).to_csv(index=False), filename)
+
+    def log_text(self, text: str, filename: str) -> None:
+        """Log a text artifact at ``filename`` (a run-relative path such as ``report.md``).
+
+        Raises:
+            TrackingError: Outside a run or for an unsafe ``filename``.
+        """
+        run_id = self._require_run()
+        self._client().log_text(run_id, text, _check_artifact_name(filename))
+
+    def log_dict(self, d: Mapping[str, Any] | list[Any], filename: str) -> None:
+        """Log a dict (or list) as JSON (``.json``) or YAML (``.yaml``/``.yml``).
+
+        Logged as given: pass it through :func:`~rag_experiments.tracking.names.redact` first if
+        it may hold secrets.
+
+        Raises:
+            TrackingError: Outside a run or for an unsafe ``filename``.
+        """
+        run_id = self._require_run()
+        self._client().log_dict(run_id, d, _check_artifact_name(filename))
+
+    def log_dataset(
+        self, name: str, digest: str, source: str, rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Record the evaluation dataset as an MLflow input (context ``evaluation``).
+
+        MLflow caps a dataset digest at ``MAX_DATASET_DIGEST_SIZE`` (36) characters, so the
+        input's digest is our digest's first 36 characters; the full digest is the run tag
+        ``dataset.digest`` and the input tag ``dataset.digest``.
+
+        Args:
+            name: Dataset name.
+            digest: Our content digest of the dataset (e.g. SHA-256 hex).
+            source: Where it came from: a path, a URL, or any label (``beir:scifact``); when
+                empty, MLflow records the calling code as the source.
+            rows: The samples as mappings (list/dict cells stored as JSON strings).
+
+        Raises:
+            TrackingError: Outside a run, or when another run is MLflow's active run.
+        """
+        run_id = self._require_run()
+        active = mlflow.active_run()
+        if active is None or active.info.run_id != run_id:
+            raise TrackingError(
+                f"log_dataset needs run {run_id} to be MLflow's active run; call it directly "
+                "inside `with tracker.start_run(...)`, not inside a nested run."
+            )
+        dataset = mlflow.data.from_pandas(
+            _frame(rows),
+            source=_dataset_source(source) if source else None,
+            name=name,
+            digest=digest[:MAX_DATASET_DIGEST_SIZE],
+        )
+        mlflow.log_input(
+            dataset,
+            context="evaluation",
+            tags={"dataset.digest": digest[:MAX_INPUT_TAG_VALUE_SIZE]},
+        )
+        tags = {"dataset.name": name, "dataset.digest": digest, "dataset.source": source}
+        self._client().log_batch(
+            run_id,
+            tags=[RunTag(k, hash_suffixed(v, MAX_TAG_VAL_LENGTH)) for k, v in tags.items()],
+        )
+
+    # --- location ----------------------------------------------------------------------------
+
+    def run_url(self) -> str | None:
+        """The run's page on a tracking server, or None for a file-based store or before any
+        run."""
+        if self.run_id is None or urlparse(self.uri).scheme not in ("http", "https"):
+            return None
+        return f"{self.uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+
+    def describe_location(self) -> str:
+        """A line for the CLI saying where the current (or last) run is and how to view it."""
+        if self.run_id is None:
+            return f"MLflow store {self.uri}, experiment {self.experiment!r} (no run yet)"
+        where = (
+            f"MLflow run {self.run_id} in experiment {self.experiment!r} "
+            f"(id {self.experiment_id}) at {self.uri}"
+        )
+        url = self.run_url()
+        if url:
+            return f"{where}: {url}"
+        return f"{where}; view it with: mlflow ui --backend-store-uri {self.uri}"
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _client(self) -> mlflow.MlflowClient:
+        return mlflow.MlflowClient(tracking_uri=self.uri)
+
+    def _require_run(self) -> str:
+        if not self._active or self.run_id is None:
+            raise TrackingError(
+                "No MLflow run is open: call this inside `with tracker.start_run(...)`."
+            )
+        return self.run_id
+
+    def _log_metric_names(self, client: mlflow.MlflowClient) -> None:
+        if self._metric_keys:
+            client.log_dict(self._require_run(), self._metric_keys, "metric_names.json")
+
+
+def redact_yaml(text: str) -> str:
+    """Redact secrets in a YAML document.
+
+    The document is parsed, redacted with :func:`~rag_experiments.tracking.names.redact` and
+    dumped again (key order kept); when nothing is secret the text is returned unchanged. Text
+    that is not YAML is redacted line by line (``key: value`` lines with a secret key, and
+    ``Bearer`` credentials).
+
+    Args:
+        text: YAML text (e.g. ``OmegaConf.to_yaml(cfg)``).
+
+    Returns:
+        The redacted YAML text.
+    """
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None
+    if isinstance(data, (dict, list)):
+        clean = redact(data)
+        if clean == data:
+            return text
+        return yaml.safe_dump(clean, sort_keys=False, allow_unicode=True)
+    out = []
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        m = _YAML_LINE.match(body)
+        if m and is_secret_key(m.group(2)):
+            line = f"{m.group(1)}{m.group(2)}{m.group(3)}{REDACTED}{line[len(body):]}"
+        out.append(redact(line))
+    return "".join(out)
+
+
+def _environment_tags() -> dict[str, str]:
+    """Git commit of the harness checkout (when there is one) and package versions."""
+    tags = {"version.python": platform.python_version()}
+    for dist in VERSION_PACKAGES:
+        try:
+            tags[f"version.{dist}"] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    where = Path(__file__).resolve().parent
+    commit = _git(where, "rev-parse", "HEAD")
+    if commit:
+        tags["git.commit"] = commit
+        status = _git(where, "status", "--porcelain", "--untracked-files=no")
+        if status is not None:
+            tags["git.dirty"] = "true" if status else "false"
+    return tags
+
+
+def _git(cwd: Path, *args: str) -> str | None:
+    """Output of a git command, or None when git is missing or ``cwd`` is not a checkout."""
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _sanitised_tags(tags: Mapping[str, Any]) -> dict[str, str]:
+    """Caller tags with valid keys, redacted values, cut to ``MAX_TAG_VAL_LENGTH``."""
+    keys = sanitize_metric_names(str(k) for k in tags)
+    clean = redact({str(k): v for k, v in tags.items()})
+    return {keys[k]: hash_suffixed(str(v), MAX_TAG_VAL_LENGTH) for k, v in clean.items()}
+
+
+def _batches(items: list[_T]) -> Iterator[list[_T]]:
+    """Split params/tags into ``log_batch`` calls within MLflow's count and size limits."""
+    batch: list[_T] = []
+    chars = 0
+    for item in items:
+        size = len(item.key) + len(item.value)
+        if batch and (len(batch) == MAX_PARAMS_TAGS_PER_BATCH or chars + size > _BATCH_CHARS):
+            yield batch
+            batch, chars = [], 0
+        batch.append(item)
+        chars += size
+    if batch:
+        yield batch
+
+
+def _cell(value: Any) -> Any:
+    """A table cell the MLflow UI can render: lists and dicts as JSON strings."""
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    if isinstance(value, (_dt.date, _dt.datetime)):
+        return value.isoformat()
+    return value
+
+
+def _frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Rows → DataFrame (columns in first-seen order, nested cells as JSON strings)."""
+    return pd.DataFrame([{str(k): _cell(v) for k, v in row.items()} for row in rows])
+
+
+def _check_artifact_name(filename: str) -> str:
+    """Refuse artifact paths that could escape the run's folder."""
+    if not _ARTIFACT_NAME.match(filename) or any(
+        part in (".", "..") for part in filename.split("/")
+    ):
+        raise TrackingError(
+            f"Artifact name {filename!r} is not a safe run-relative path: use letters, digits, "
+            "'_', '.', '-' and '/' between folder names, without '..'."
+        )
+    return filename
+
+
+class _LabelSource(DatasetSource):
+    """Dataset source for labels MLflow cannot resolve (``beir:scifact``, ``bundled:demo``)."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+
+    @staticmethod
+    def _get_source_type() -> str:
+        return "rag_experiments"
+
+    def load(self) -> Any:
+        raise TrackingError(f"Dataset source {self.uri!r} is a label and cannot be loaded.")
+
+    @staticmethod
+    def _can_resolve(raw_source: Any) -> bool:
+        return False
+
+    @classmethod
+    def _resolve(cls, raw_source: Any) -> _LabelSource:
+        return cls(str(raw_source))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"uri": self.uri}
+
+    @classmethod
+    def from_dict(cls, source_dict: dict[Any, Any]) -> _LabelSource:
+        return cls(str(source_dict["uri"]))
+
+
+def _dataset_source(source: str) -> DatasetSource:
+    """MLflow's own source for paths and URLs; :class:`_LabelSource` for anything else."""
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "can be interpreted in multiple ways"
+        try:
+            return resolve_dataset_source(source)
+        except MlflowException:
+            return _LabelSource(source)
