@@ -139,7 +139,7 @@ def run_job(cfg: DictConfig) -> float | None:
         progress=bool(cfg.progress),
     )
     summary = result.metrics()
-    print(f"\nMLflow run {run_id}: {exp.tracker.describe_location()}")
+    print(f"\n{exp.tracker.describe_location()}")
     for spec in result.specs:
         if spec.name in summary:
             n = int(summary.get(f"{spec.name}_n_valid", 0))

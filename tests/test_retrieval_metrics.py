@@ -52,6 +52,8 @@ def test_three_query_toy_case_by_hand(toy):
     assert q1["Hit@1"].value == 0.0
     assert q1["Hit@3"].value == 1.0
     assert q1["MRR@10"].value == pytest.approx(1 / 2)
+    assert q1["MRR@3"].value == pytest.approx(1 / 2)
+    assert q1["MRR@1"].value == 0.0  # first relevant at rank 2: nothing within the top 1
     assert q1["P@3"].value == pytest.approx(2 / 3)
     assert q1["P@10"].value == pytest.approx(2 / 10)  # trec_eval divides by k
     assert q1["R@1"].value == 0.0
@@ -67,6 +69,8 @@ def test_three_query_toy_case_by_hand(toy):
     # q3: nothing relevant retrieved
     for name, mv in q3.items():
         assert mv.value == 0.0 and mv.reason is None, name
+    # q5 in toy is a target error; q3's relevant doc never appears: MRR@10 0 as well
+    assert q3["MRR@10"].value == 0.0
 
 
 def test_graded_relevance_uses_trec_eval_linear_gain(toy):

@@ -20,7 +20,6 @@ whose target failed is NaN with ``target_error``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import ir_measures
@@ -118,14 +117,35 @@ class RetrievalMetrics:
                 ir_measures.ScoredDoc(qid, d, float(len(ranking) - r)) for r, d in enumerate(ranking)
             )
         if scorable:
-            values: dict[tuple[str, str], float] = {}
-            by_measure = {v: k for k, v in self._ir.items()}
-            for m in _provider().iter_calc(list(self._ir.values()), qrels, run):
-                values[(m.query_id, by_measure[m.measure])] = float(m.value)
+            values = self._calc(qrels, run)
             for qid, i in scorable.items():
                 # A query with an empty ranking is absent from trec_eval's output: it scored 0.
                 out[i] = {n: MetricValue(values.get((qid, n), 0.0)) for n in names}
         return out
+
+    def _calc(
+        self, qrels: list[ir_measures.Qrel], run: list[ir_measures.ScoredDoc]
+    ) -> dict[tuple[str, str], float]:
+        """``{(query_id, name): value}`` for every measure.
+
+        ``MRR@k`` is computed as plain ``RR`` over the run cut to its top k documents per query
+        (trec_eval's ``-M k``): ir-measures 0.4.3's pytrec_eval provider ignores the cutoff of
+        ``RR@k`` (``RR@1`` of a ranking whose first relevant document is at rank 2 comes out
+        0.5, not 0), which a test pins.
+        """
+        provider = _provider()
+        values: dict[tuple[str, str], float] = {}
+        plain = {k: v for k, v in self._ir.items() if not k.startswith("MRR@")}
+        by_measure = {v: k for k, v in plain.items()}
+        if plain:
+            for m in provider.iter_calc(list(plain.values()), qrels, run):
+                values[(m.query_id, by_measure[m.measure])] = float(m.value)
+        if "MRR" in self.measures:
+            for k in self.cutoffs:
+                cut = _truncate(run, k)
+                for m in provider.iter_calc([RR], qrels, cut):
+                    values[(m.query_id, f"MRR@{k}")] = float(m.value)
+        return values
 
     @staticmethod
     def _skip_reason(sample: Sample, resp: RagResponse) -> str | None:
@@ -140,6 +160,13 @@ class RetrievalMetrics:
         return None
 
 
-def is_nan(x: float) -> bool:
-    """True for NaN (helper for callers that hold plain floats)."""
-    return isinstance(x, float) and math.isnan(x)
+def _truncate(run: list[ir_measures.ScoredDoc], k: int) -> list[ir_measures.ScoredDoc]:
+    """Keep the k highest-scored documents of every query (``run`` is in rank order)."""
+    seen: dict[str, int] = {}
+    out = []
+    for d in run:
+        n = seen.get(d.query_id, 0)
+        if n < k:
+            out.append(d)
+        seen[d.query_id] = n + 1
+    return out
