@@ -11,13 +11,14 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from rag_experiments.config.schema import register_configs
 from rag_experiments.data.base import EvalDataset
-from rag_experiments.errors import ConfigError
+from rag_experiments.errors import ConfigError, RagExpError
 
 log = logging.getLogger("rag_experiments")
 
@@ -41,17 +42,19 @@ _register()
 
 @dataclass
 class Experiment:
-    """The built parts of one job."""
+    """The built parts of one job (the tracker is made apart: the run opens before building)."""
 
     dataset: EvalDataset
     target: Any
     metrics: list[Any]
-    tracker: Any
     generate: bool
 
 
 def build(cfg: DictConfig) -> Experiment:
-    """Instantiate every part from a composed config.
+    """Instantiate every part but the tracker from a composed config and load the dataset.
+
+    Our own errors raised inside a constructor reach the caller as they are, not wrapped in
+    Hydra's ``InstantiationException`` (whose first line does not say what failed).
 
     Args:
         cfg: The composed root config.
@@ -60,18 +63,23 @@ def build(cfg: DictConfig) -> Experiment:
         The built :class:`Experiment`.
 
     Raises:
-        ConfigError: The config names a target kind the builder does not know.
+        RagExpError: A part refused its config (e.g. ``ConfigError`` for ``retriever.top_k=0``)
+            or the dataset could not be loaded.
     """
-    metrics = [instantiate(node) for node in cfg.metrics.suite.values()]
-    generate = bool(cfg.metrics.generate)
-    dataset = instantiate(cfg.dataset).load()
-    tracker = instantiate(cfg.tracking, run_name=cfg.run_name or _default_run_name(cfg, dataset))
-    target_kind = cfg.target._target_.rsplit(".", 1)[-1]
-    if target_kind == "BaselineTarget":
-        target = _build_baseline(cfg, metrics, generate)
-    else:
-        target = instantiate(cfg.target)
-    return Experiment(dataset, target, metrics, tracker, generate)
+    try:
+        metrics = [instantiate(node) for node in cfg.metrics.suite.values()]
+        generate = bool(cfg.metrics.generate)
+        dataset = instantiate(cfg.dataset).load()
+        target_kind = cfg.target._target_.rsplit(".", 1)[-1]
+        if target_kind == "BaselineTarget":
+            target = _build_baseline(cfg, metrics, generate)
+        else:
+            target = instantiate(cfg.target)
+    except InstantiationException as e:
+        if isinstance(e.__cause__, RagExpError):
+            raise e.__cause__ from None
+        raise
+    return Experiment(dataset, target, metrics, generate)
 
 
 def _build_baseline(cfg: DictConfig, metrics: list[Any], generate: bool) -> Any:
@@ -88,19 +96,21 @@ def _build_baseline(cfg: DictConfig, metrics: list[Any], generate: bool) -> Any:
         retriever_cfg["depth"] = max(depth, int(retriever_cfg["top_k"]))
     retriever = instantiate(retriever_cfg)
     generator = instantiate(cfg.llm) if generate else None
+    target_cfg = OmegaConf.to_container(cfg.target, resolve=True)
+    hnsw = target_cfg.pop("hnsw", {})
     return instantiate(
-        cfg.target,
+        target_cfg,
         chunker=instantiate(cfg.chunker),
         embedder=embedder,
         retriever=retriever,
-        index=ChromaIndex(path=cfg.paths.chroma_dir),
+        index=ChromaIndex(path=cfg.paths.chroma_dir, **hnsw),
         generator=generator,
         generate=generate,
     )
 
 
-def _default_run_name(cfg: DictConfig, dataset: EvalDataset) -> str:
-    return f"{dataset.name}-{cfg.chunker._target_.rsplit('.', 1)[-1]}-{cfg.metrics.name}"
+def _default_run_name(cfg: DictConfig, dataset_name: str) -> str:
+    return f"{dataset_name}-{cfg.chunker._target_.rsplit('.', 1)[-1]}-{cfg.metrics.name}"
 
 
 def _parent_run_id() -> str | None:
@@ -116,30 +126,50 @@ def _parent_run_id() -> str | None:
 
 
 def run_job(cfg: DictConfig) -> float | None:
-    """Build and run one job; return the run's objective (``objective`` key, else None)."""
-    from rag_experiments.runner import run_experiment
+    """Open the job's MLflow run, build the parts and evaluate inside it.
 
-    exp = build(cfg)
+    The run opens before anything is built, so an error anywhere in the job (a config a
+    component refuses, a missing dataset, an index build failure) ends as a FAILED run with tag
+    ``error`` and ``error.txt``, nested under the sweep's parent run in a multirun.
+
+    Args:
+        cfg: The composed root config.
+
+    Returns:
+        The run's objective (the metric named by the ``objective`` key), else None.
+
+    Raises:
+        RagExpError: Any job error, after it was recorded on the run.
+    """
+    from rag_experiments.runner import evaluate_in_run
+
     params = OmegaConf.to_container(cfg, resolve=True)
-    tags = {"dataset.name": exp.dataset.name, "dataset.digest": exp.dataset.digest,
-            "metrics.backend": str(cfg.metrics.name)}
-    uses_embedded = exp.generate and "EmbeddedChat" in str(cfg.llm._target_)
+    tags = {"metrics.backend": str(cfg.metrics.name)}
+    uses_embedded = bool(cfg.metrics.generate) and "EmbeddedChat" in str(cfg.llm._target_)
     if uses_embedded:
         tags["mlflow.note.content"] = SMALL_MODEL_NOTE
-    run_id, result = run_experiment(
-        exp.dataset,
-        exp.target,
-        exp.metrics,
-        exp.tracker,
+    # Until the dataset is loaded, a dataset config without `name` is called "dataset".
+    provisional = _default_run_name(cfg, str(cfg.dataset.get("name") or "dataset"))
+    tracker = instantiate(cfg.tracking, run_name=cfg.run_name or provisional)
+    with tracker.start_run(
         params=params,
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
         tags=tags,
         parent_run_id=_parent_run_id(),
-        max_failure_rate=float(cfg.max_failure_rate),
-        progress=bool(cfg.progress),
-    )
+    ):
+        exp = build(cfg)
+        if not cfg.run_name:  # the default name holds the loaded dataset's name
+            tracker.set_tags({"mlflow.runName": _default_run_name(cfg, exp.dataset.name)})
+        result = evaluate_in_run(
+            exp.dataset,
+            exp.target,
+            exp.metrics,
+            tracker,
+            max_failure_rate=float(cfg.max_failure_rate),
+            progress=bool(cfg.progress),
+        )
     summary = result.metrics()
-    print(f"\n{exp.tracker.describe_location()}")
+    print(f"\n{tracker.describe_location()}")
     for spec in result.specs:
         if spec.name in summary:
             n = int(summary.get(f"{spec.name}_n_valid", 0))

@@ -203,12 +203,7 @@ def run_experiment(
     max_failure_rate: float = 0.2,
     progress: bool = True,
 ) -> tuple[str, EvalResult]:
-    """Evaluate and log one MLflow run.
-
-    Logs params (the flattened config), ``config.yaml``, the dataset input and digest, the
-    per-query table (``per_query.json`` + ``per_query_results.csv``), ``average_results.csv``,
-    the metric specs, metrics (means, ``_n_valid``, per-type means, counts) and tags (target
-    identity). Everything is logged before the failure-rate check.
+    """Open a run, evaluate and log everything into it (:func:`evaluate_in_run`).
 
     Args:
         dataset: Samples and corpus.
@@ -231,36 +226,73 @@ def run_experiment(
     with tracker.start_run(
         params=params, config_yaml=config_yaml, tags=dict(tags or {}), parent_run_id=parent_run_id
     ) as run_id:
-        tracker.log_dataset(
-            dataset.name,
-            dataset.digest,
-            dataset.source,
-            [s.model_dump(mode="json") for s in dataset.samples],
+        result = evaluate_in_run(
+            dataset, target, metrics, tracker, max_failure_rate=max_failure_rate, progress=progress
         )
-        result = evaluate(dataset, target, metrics, progress=progress)
-        tracker.set_tags(target.describe())
-        tracker.log_table(result.rows(), name="per_query")
-        tracker.log_csv(result.average_rows(), "average_results.csv")
-        tracker.log_dict(
-            {s.name: {"higher_is_better": s.higher_is_better, "range": [s.low, s.high],
-                      "description": s.description} for s in result.specs},
-            "metric_specs.json",
-        )
-        if dataset.skipped:
-            tracker.log_dict(dataset.skipped, "skipped_files.json")
-        tracker.log_metrics(result.metrics())
-        n = max(1, len(result.samples))
-        rate = result.counts["n_failed"] / n
-        log.info("logged %d samples to %s", len(result.samples), tracker.describe_location())
-        if rate > max_failure_rate:
-            reasons: dict[str, int] = {}
-            for r in result.responses:
-                if r.error:
-                    reasons[r.error] = reasons.get(r.error, 0) + 1
-            raise RunFailedError(
-                f"{int(result.counts['n_failed'])} of {len(result.samples)} questions failed "
-                f"({rate:.0%} > max_failure_rate={max_failure_rate:.0%}); reasons: "
-                f"{json.dumps(reasons)}. Everything computed was logged; fix the target or raise "
-                "max_failure_rate"
-            )
     return run_id, result
+
+
+def evaluate_in_run(
+    dataset: EvalDataset,
+    target: Target,
+    metrics: Sequence[Metric],
+    tracker: Tracker,
+    *,
+    max_failure_rate: float = 0.2,
+    progress: bool = True,
+) -> EvalResult:
+    """Evaluate and log into the tracker's open run (the caller owns the run, e.g. to build the
+    target inside it so a build error ends as a FAILED run).
+
+    Logs the dataset input and digest, the per-query table (``per_query.json`` +
+    ``per_query_results.csv``), ``average_results.csv``, the metric specs, metrics (means,
+    ``_n_valid``, per-type means, counts) and tags (target identity). Everything is logged
+    before the failure-rate check.
+
+    Args:
+        dataset: Samples and corpus.
+        target: System under test.
+        metrics: Metric groups.
+        tracker: Where results go; a run must be open (``tracker.start_run``).
+        max_failure_rate: Highest acceptable share of samples whose target failed.
+        progress: Show progress bars.
+
+    Returns:
+        The evaluation's :class:`EvalResult`.
+
+    Raises:
+        RunFailedError: More than ``max_failure_rate`` of the samples failed (after logging).
+    """
+    tracker.log_dataset(
+        dataset.name,
+        dataset.digest,
+        dataset.source,
+        [s.model_dump(mode="json") for s in dataset.samples],
+    )
+    result = evaluate(dataset, target, metrics, progress=progress)
+    tracker.set_tags(target.describe())
+    tracker.log_table(result.rows(), name="per_query")
+    tracker.log_csv(result.average_rows(), "average_results.csv")
+    tracker.log_dict(
+        {s.name: {"higher_is_better": s.higher_is_better, "range": [s.low, s.high],
+                  "description": s.description} for s in result.specs},
+        "metric_specs.json",
+    )
+    if dataset.skipped:
+        tracker.log_dict(dataset.skipped, "skipped_files.json")
+    tracker.log_metrics(result.metrics())
+    n = max(1, len(result.samples))
+    rate = result.counts["n_failed"] / n
+    log.info("logged %d samples to %s", len(result.samples), tracker.describe_location())
+    if rate > max_failure_rate:
+        reasons: dict[str, int] = {}
+        for r in result.responses:
+            if r.error:
+                reasons[r.error] = reasons.get(r.error, 0) + 1
+        raise RunFailedError(
+            f"{int(result.counts['n_failed'])} of {len(result.samples)} questions failed "
+            f"({rate:.0%} > max_failure_rate={max_failure_rate:.0%}); reasons: "
+            f"{json.dumps(reasons)}. Everything computed was logged; fix the target or raise "
+            "max_failure_rate"
+        )
+    return result

@@ -72,6 +72,16 @@ class KeywordsJsonlDatasetConf:
     password: Optional[str] = None
 
 
+@dataclass
+class HnswConf:
+    """HNSW settings of the Chroma collection (part of its identity). Larger = closer to
+    exact cosine search, slower to build."""
+
+    ef_construction: int = 200
+    ef_search: int = 200
+    max_neighbors: int = 32
+
+
 # --- target ----------------------------------------------------------------------------------
 @dataclass
 class BaselineTargetConf:
@@ -79,6 +89,7 @@ class BaselineTargetConf:
 
     _target_: str = "rag_experiments.targets.baseline.BaselineTarget"
     embed_title: bool = True
+    hnsw: HnswConf = field(default_factory=lambda: HnswConf())
     system_prompt: str = (
         "You answer questions using only the numbered context passages. "
         "If the passages do not contain the answer, reply exactly: I don't know."

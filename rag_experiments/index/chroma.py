@@ -67,6 +67,14 @@ class ChromaIndex:
         path: Folder of the persistent Chroma database (created if missing).
         batch_size: Records per ``add`` call; None (or anything larger) means the client's
             ``get_max_batch_size()``.
+        ef_construction: HNSW build-time candidate list size (Chroma's default is 100).
+        ef_search: HNSW query-time candidate list size (Chroma's default is 100). HNSW search
+            is approximate: with Chroma's defaults, BEIR SciFact nDCG@10 with MiniLM came out
+            0.6417 against 0.6451 for exact cosine; larger values close that gap (see README).
+        max_neighbors: HNSW graph degree M (Chroma's default is 16).
+
+    The three HNSW settings are part of the collection's identity (a change builds a new
+    collection; vectors come from the embedding cache).
 
     Attributes:
         builds: How many collections this object has built (not reused); for tests and logs.
@@ -75,9 +83,27 @@ class ChromaIndex:
         VectorIndexError: ``batch_size`` < 1.
     """
 
-    def __init__(self, path: str = ".cache/chroma", batch_size: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str = ".cache/chroma",
+        batch_size: int | None = None,
+        ef_construction: int = 200,
+        ef_search: int = 200,
+        max_neighbors: int = 32,
+    ) -> None:
         if batch_size is not None and batch_size < 1:
             raise VectorIndexError(f"index batch_size must be >= 1 or null, got {batch_size}.")
+        if min(ef_construction, ef_search, max_neighbors) < 1:
+            raise VectorIndexError(
+                "HNSW settings ef_construction, ef_search and max_neighbors must be >= 1, got "
+                f"{ef_construction}, {ef_search}, {max_neighbors}."
+            )
+        self.hnsw = {
+            "space": SPACE,
+            "ef_construction": int(ef_construction),
+            "ef_search": int(ef_search),
+            "max_neighbors": int(max_neighbors),
+        }
         self.path = Path(path)
         self.batch_size = batch_size
         self.builds = 0
@@ -178,7 +204,11 @@ class ChromaIndex:
                 f"Nothing to index for key {key!r}: the corpus produced no chunks. Check that "
                 "the corpus documents have text and the chunker settings."
             )
-        full_key = f"{key}|title={int(embed_title)}"
+        h = self.hnsw
+        full_key = (
+            f"{key}|title={int(embed_title)}"
+            f"|hnsw={h['ef_construction']}-{h['ef_search']}-{h['max_neighbors']}"
+        )
         name = collection_name(full_key)
         ids = [c.id for c in chunks]
         if len(set(ids)) != len(ids):
@@ -238,7 +268,7 @@ class ChromaIndex:
         with self._chroma(f"build collection {name}"):
             collection = self.client.create_collection(
                 name,
-                configuration={"hnsw": {"space": SPACE}},
+                configuration={"hnsw": dict(self.hnsw)},
                 metadata=meta,
                 embedding_function=None,
             )

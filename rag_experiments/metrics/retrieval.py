@@ -1,5 +1,5 @@
-"""Retrieval metrics at document level, computed with ir-measures (pytrec_eval provider,
-i.e. trec_eval semantics).
+"""Retrieval metrics at document and chunk level, computed with ir-measures (pytrec_eval
+provider, i.e. trec_eval semantics).
 
 Canonical names carry their cutoff: ``Hit@k``, ``MRR@k``, ``nDCG@k``, ``P@k``, ``R@k``,
 ``MAP@k``. Definitions (Manning et al., *Introduction to IR*, ch. 8; trec_eval):
@@ -15,7 +15,29 @@ Canonical names carry their cutoff: ``Hit@k``, ``MRR@k``, ``nDCG@k``, ``P@k``, `
 A chunk ranking becomes a document ranking by keeping each document's first (best) chunk
 (see :class:`~rag_experiments.retrieval.retriever.Retriever`). Unanswerable samples and samples
 with no relevant docs are NaN with reasons ``unanswerable`` / ``no_reference_docs``; a sample
-whose target failed is NaN with ``target_error``.
+whose target failed is NaN with ``target_error``; a target that returns no document ids (a
+black-box endpoint that gives only context texts) is NaN with ``no_doc_ids``.
+
+**Chunk level** (``chunk_level=True``, names prefixed ``chunk.``: ``chunk.nDCG@10``,
+``chunk.R@5`` …): the same measures, where the "relevant documents" are the sample's
+``reference_contexts`` and the ranking is ``retrieved_contexts``. Each retrieved context is
+mapped to the reference context it covers by
+:func:`~rag_experiments.metrics.context_match.match_contexts` (normalised word overlap ≥
+``min_overlap`` or verbatim containment, first not-yet-found reference wins; the exact rule is
+in :mod:`rag_experiments.metrics.context_match`), so it works for the baseline and for black-box
+targets alike. Then, with n reference contexts:
+
+- ``chunk.R@k`` = reference contexts covered in the top k contexts / n.
+- ``chunk.P@k`` = contexts in the top k that cover a (not yet found) reference context / k.
+- ``chunk.Hit@k``, ``chunk.MRR@k``, ``chunk.nDCG@k``, ``chunk.MAP@k`` as above, every reference
+  context with grade 1; a context that only covers references found higher up counts as not
+  relevant.
+
+``retrieved_contexts`` holds only the ``top_k`` texts the generator saw, so a chunk-level cutoff
+deeper than ``top_k`` sees only those ``top_k`` contexts (``chunk.R@10`` with ``top_k = 5`` equals
+``chunk.R@5``; ``chunk.P@10`` still divides by 10). Samples without reference contexts are NaN
+with ``no_reference_contexts``; ``unanswerable`` and ``target_error`` as at doc level. A sample
+whose target returned no context at all scores 0.0 flagged ``empty_context``.
 """
 
 from __future__ import annotations
@@ -26,6 +48,7 @@ import ir_measures
 from ir_measures import AP, RR, P, R, Success, nDCG
 
 from rag_experiments.errors import ConfigError
+from rag_experiments.metrics.context_match import has_words, match_contexts
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 
 _MEASURES = {
@@ -37,6 +60,21 @@ _MEASURES = {
     "MAP": (AP, "average precision over the relevant documents, cut at k"),
 }
 
+CHUNK_PREFIX = "chunk."
+"""Prefix of the chunk-level metric names (``chunk.nDCG@10``)."""
+
+_CHUNK_DESCRIPTIONS = {
+    "Hit": "share of queries with a reference context covered by the top k contexts",
+    "MRR": "reciprocal rank of the first context covering a reference context, within the top k",
+    "nDCG": "normalised discounted cumulative gain of the top k contexts over reference contexts",
+    "P": "contexts in the top k covering a reference context, divided by k",
+    "R": "share of the reference contexts covered by the top k contexts",
+    "MAP": "average precision over the reference contexts, cut at k",
+}
+
+_Row = tuple[dict[str, int], list[str], str | None]
+"""One scorable query: qrels ``{id: grade}``, ranked ids, flag for its values (or None)."""
+
 
 def _provider() -> object:
     provider = ir_measures.providers.registry["pytrec_eval"]
@@ -46,28 +84,43 @@ def _provider() -> object:
 
 
 class RetrievalMetrics:
-    """Doc-level retrieval metrics for every cutoff in ``cutoffs``.
+    """Doc-level (and chunk-level) retrieval metrics for every cutoff in ``cutoffs``.
 
     Args:
         cutoffs: Ranks k at which every measure is reported (each ≥ 1).
         measures: Which of ``Hit, MRR, nDCG, P, R, MAP`` to report.
+        chunk_level: Also report every measure at chunk level, as ``chunk.<name>@k``, against
+            the samples' ``reference_contexts`` (see the module docstring).
+        min_overlap: Share in (0, 1] of a reference context's distinct words a retrieved
+            context must hold to cover it (chunk level only).
 
     Raises:
-        ConfigError: A cutoff < 1 or an unknown measure name.
+        ConfigError: A cutoff < 1, an unknown measure name, or ``min_overlap`` outside (0, 1].
     """
 
     def __init__(
         self,
         cutoffs: Sequence[int] = (1, 3, 5, 10),
         measures: Sequence[str] = ("Hit", "MRR", "nDCG", "P", "R", "MAP"),
+        chunk_level: bool = True,
+        min_overlap: float = 0.7,
     ) -> None:
         if not cutoffs or any(int(k) < 1 for k in cutoffs):
             raise ConfigError(f"retrieval cutoffs must be ≥ 1, got {list(cutoffs)}")
         unknown = [m for m in measures if m not in _MEASURES]
         if unknown:
-            raise ConfigError(f"unknown retrieval measure(s) {unknown}; choose from {list(_MEASURES)}")
+            raise ConfigError(
+                f"unknown retrieval measure(s) {unknown}; choose from {list(_MEASURES)}"
+            )
         self.cutoffs = sorted({int(k) for k in cutoffs})
         self.measures = list(measures)
+        if not 0.0 < min_overlap <= 1.0:
+            raise ConfigError(
+                f"retrieval min_overlap must be in (0, 1], got {min_overlap}: it is the share of "
+                "a reference context's words a retrieved context must hold (default 0.5)"
+            )
+        self.chunk_level = bool(chunk_level)
+        self.min_overlap = float(min_overlap)
         self._ir = {
             f"{name}@{k}": _MEASURES[name][0] @ k for name in self.measures for k in self.cutoffs
         }
@@ -78,50 +131,97 @@ class RetrievalMetrics:
         return self.cutoffs[-1]
 
     def specs(self) -> list[MetricSpec]:
-        """One spec per (measure, cutoff), all in [0, 1], higher is better."""
-        return [
+        """One spec per (measure, cutoff), all in [0, 1], higher is better; then the same
+        with the ``chunk.`` prefix when ``chunk_level`` is on."""
+        specs = [
             MetricSpec(f"{name}@{k}", True, 0.0, 1.0, _MEASURES[name][1])
             for name in self.measures
             for k in self.cutoffs
         ]
+        if self.chunk_level:
+            specs += [
+                MetricSpec(f"{CHUNK_PREFIX}{name}@{k}", True, 0.0, 1.0, _CHUNK_DESCRIPTIONS[name])
+                for name in self.measures
+                for k in self.cutoffs
+            ]
+        return specs
 
     def evaluate(
         self, samples: Sequence[Sample], responses: Sequence[RagResponse]
     ) -> list[dict[str, MetricValue]]:
-        """Per-sample values, computed in one ir-measures call over all scorable samples.
+        """Per-sample values, computed in one ir-measures pass per level over all scorable samples.
 
         Args:
-            samples: Samples with ``qrels()``.
-            responses: Their responses; ``retrieved_doc_ids`` is the doc ranking.
+            samples: Samples with ``qrels()`` (doc level) and ``reference_contexts`` (chunk
+                level).
+            responses: Their responses; ``retrieved_doc_ids`` is the doc ranking,
+                ``retrieved_contexts`` (with ``retrieved_ids`` when known) the chunk ranking.
 
         Returns:
-            One dict per sample keyed by metric name.
+            One dict per sample keyed by metric name (every name of :meth:`specs`).
         """
-        names = list(self._ir)
         out: list[dict[str, MetricValue]] = []
+        doc_rows: dict[int, _Row] = {}
+        chunk_rows: dict[int, _Row] = {}
+        for i, (sample, resp) in enumerate(zip(samples, responses, strict=True)):
+            row: dict[str, MetricValue] = {}
+            out.append(row)
+            reason = self._skip_reason(sample, resp)
+            if reason is None:
+                doc_rows[i] = (sample.qrels(), list(resp.retrieved_doc_ids or []), None)
+            else:
+                row.update({n: MetricValue.nan(reason) for n in self._ir})
+            if not self.chunk_level:
+                continue
+            reason = self._chunk_skip_reason(sample, resp)
+            if reason is None:
+                chunk_rows[i] = self._chunk_row(sample, resp)
+            else:
+                row.update({CHUNK_PREFIX + n: MetricValue.nan(reason) for n in self._ir})
+        self._score(doc_rows, "", out)
+        self._score(chunk_rows, CHUNK_PREFIX, out)
+        return out
+
+    def _score(self, rows: dict[int, _Row], prefix: str, out: list[dict[str, MetricValue]]) -> None:
+        """Compute every measure for ``rows`` and write it into ``out`` under ``prefix + name``."""
+        if not rows:
+            return
         qrels: list[ir_measures.Qrel] = []
         run: list[ir_measures.ScoredDoc] = []
-        scorable: dict[str, int] = {}
-        for i, (sample, resp) in enumerate(zip(samples, responses, strict=True)):
-            reason = self._skip_reason(sample, resp)
-            if reason is not None:
-                out.append({n: MetricValue.nan(reason) for n in names})
-                continue
-            out.append({})
+        for i, (judged, ranking, _) in rows.items():
             qid = f"{i}"
-            scorable[qid] = i
-            qrels.extend(ir_measures.Qrel(qid, d, int(g)) for d, g in sample.qrels().items())
-            ranking = resp.retrieved_doc_ids or []
+            qrels.extend(ir_measures.Qrel(qid, d, int(g)) for d, g in judged.items())
             # Strictly decreasing scores keep our rank order (trec_eval breaks ties by doc id).
-            run.extend(
-                ir_measures.ScoredDoc(qid, d, float(len(ranking) - r)) for r, d in enumerate(ranking)
+            n = len(ranking)
+            run.extend(ir_measures.ScoredDoc(qid, d, float(n - r)) for r, d in enumerate(ranking))
+        values = self._calc(qrels, run)
+        for i, (_, _, flag) in rows.items():
+            # A query with an empty ranking is absent from trec_eval's output: it scored 0.
+            out[i].update(
+                {prefix + n: MetricValue(values.get((f"{i}", n), 0.0), flag) for n in self._ir}
             )
-        if scorable:
-            values = self._calc(qrels, run)
-            for qid, i in scorable.items():
-                # A query with an empty ranking is absent from trec_eval's output: it scored 0.
-                out[i] = {n: MetricValue(values.get((qid, n), 0.0)) for n in names}
-        return out
+
+    def _chunk_row(self, sample: Sample, resp: RagResponse) -> _Row:
+        """Chunk-level qrels and run of one sample.
+
+        Reference context ``j`` (one with at least one word) is judged ``ref{j}`` with grade 1.
+        The context at rank ``r`` gets the id ``ref{j}`` of the reference it is assigned by
+        :func:`match_contexts`, else ``ctx{r}`` (``ctx{r}:{chunk id}`` when the chunk id is
+        known): unique, and never equal to a ``ref{j}``, whatever ids a target returns.
+        """
+        refs = sample.reference_contexts
+        judged = {f"ref{j}": 1 for j, text in enumerate(refs) if has_words(text)}
+        contexts = resp.retrieved_contexts
+        ids = resp.retrieved_ids or []
+        ranking = []
+        for r, j in enumerate(match_contexts(refs, contexts, self.min_overlap)):
+            if j is not None:
+                ranking.append(f"ref{j}")
+            elif r < len(ids):
+                ranking.append(f"ctx{r}:{ids[r]}")
+            else:
+                ranking.append(f"ctx{r}")
+        return judged, ranking, None if contexts else "empty_context"
 
     def _calc(
         self, qrels: list[ir_measures.Qrel], run: list[ir_measures.ScoredDoc]
@@ -157,6 +257,16 @@ class RetrievalMetrics:
             return "target_error"
         if resp.retrieved_doc_ids is None:
             return "no_doc_ids"
+        return None
+
+    @staticmethod
+    def _chunk_skip_reason(sample: Sample, resp: RagResponse) -> str | None:
+        if not sample.answerable:
+            return "unanswerable"
+        if not any(has_words(text) for text in sample.reference_contexts):
+            return "no_reference_contexts"
+        if resp.error is not None:
+            return "target_error"
         return None
 
 
