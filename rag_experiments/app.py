@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from rag_experiments.config.schema import register_configs
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError, RagExpError
+from rag_experiments.llm.factory import build_chat
 
 log = logging.getLogger("rag_experiments")
 
@@ -95,7 +96,7 @@ def _build_baseline(cfg: DictConfig, metrics: list[Any], generate: bool) -> Any:
     if retriever_cfg.get("depth") is None:
         retriever_cfg["depth"] = max(depth, int(retriever_cfg["top_k"]))
     retriever = instantiate(retriever_cfg)
-    generator = instantiate(cfg.llm) if generate else None
+    generator = build_chat(cfg.llm, "generator") if generate else None
     target_cfg = OmegaConf.to_container(cfg.target, resolve=True)
     hnsw = target_cfg.pop("hnsw", {})
     return instantiate(
