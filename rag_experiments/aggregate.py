@@ -3,6 +3,15 @@
 Every metric column is summarised as the mean over its valid (non-NaN) values and the count of
 those values, ``<metric>_n_valid``; a column with no valid value has no mean (NaN is never
 logged) and ``n_valid = 0``. The same is done per question type under ``by_type/<type>/``.
+
+Every mean also gets a 95 % **percentile bootstrap** confidence interval (Efron & Tibshirani,
+*An Introduction to the Bootstrap*, 1993, ch. 13), logged as ``<metric>_ci_low`` and
+``<metric>_ci_high``: the valid values x_1..x_n are resampled with replacement B = 1,000 times
+(``numpy.random.default_rng(seed).integers(0, n, size=(B, n))``, a fresh generator with the
+run's ``seed`` for every metric and group, so a cell's interval does not depend on the other
+cells), and the interval is the (2.5, 97.5) percentiles (``numpy.percentile``, linear) of the B
+resample means. Constant values give the interval [value, value]; with few valid values
+(a question type with 3 rows) the interval is as rough as the data.
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ class Aggregate:
         mean: Mean of the valid values, NaN when there are none.
         n_valid: Number of valid values.
         n_nan: Number of NaN values (their reasons are in the per-query table).
+        ci_low: Lower bound of the bootstrap confidence interval of the mean (NaN: no value).
+        ci_high: Upper bound of it.
     """
 
     metric: str
@@ -34,19 +45,61 @@ class Aggregate:
     mean: float
     n_valid: int
     n_nan: int
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+
+
+N_RESAMPLES = 1000
+"""Bootstrap resamples per confidence interval."""
+
+CONFIDENCE = 0.95
+"""Coverage of the confidence intervals."""
+
+
+def bootstrap_ci(
+    values: Sequence[float],
+    *,
+    seed: int = 0,
+    n_resamples: int = N_RESAMPLES,
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float]:
+    """Percentile bootstrap confidence interval of the mean (method in the module docstring).
+
+    Args:
+        values: Valid (non-NaN) values.
+        seed: Seed of the resampling generator.
+        n_resamples: B, the number of resamples.
+        confidence: Coverage in (0, 1).
+
+    Returns:
+        ``(low, high)``; ``(nan, nan)`` for no values.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.size, size=(n_resamples, x.size))
+    means = x[idx].mean(axis=1)
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    low, high = np.percentile(means, [tail, 100.0 - tail])
+    return float(low), float(high)
 
 
 def aggregate(
     names: Sequence[str],
     values: Sequence[dict[str, MetricValue]],
     groups: Sequence[str | None],
+    *,
+    seed: int = 0,
 ) -> list[Aggregate]:
-    """Mean and count of valid values per metric, overall and per group.
+    """Mean, count and bootstrap confidence interval of valid values per metric, overall and
+    per group.
 
     Args:
         names: Metric names in output order.
         values: One dict per sample (missing names count as NaN).
         groups: The sample's group (question type) or None (counted only in ``all``).
+        seed: Seed of every bootstrap (the run's ``seed``).
 
     Returns:
         ``Aggregate`` records: first every metric over ``all``, then per group in sorted order.
@@ -55,29 +108,32 @@ def aggregate(
     for i, g in enumerate(groups):
         if g:
             members[g].append(i)
-    out = [_one(n, "all", [v.get(n) for v in values]) for n in names]
+    out = [_one(n, "all", [v.get(n) for v in values], seed) for n in names]
     for g in sorted(members):
-        out.extend(_one(n, g, [values[i].get(n) for i in members[g]]) for n in names)
+        out.extend(_one(n, g, [values[i].get(n) for i in members[g]], seed) for n in names)
     return out
 
 
-def _one(name: str, group: str, cells: list[MetricValue | None]) -> Aggregate:
+def _one(name: str, group: str, cells: list[MetricValue | None], seed: int) -> Aggregate:
     valid = [c.value for c in cells if c is not None and c.is_valid]
     mean = float(np.mean(valid)) if valid else math.nan
-    return Aggregate(name, group, mean, len(valid), len(cells) - len(valid))
+    low, high = bootstrap_ci(valid, seed=seed)
+    return Aggregate(name, group, mean, len(valid), len(cells) - len(valid), low, high)
 
 
 def to_metrics(aggs: Sequence[Aggregate]) -> dict[str, float]:
     """Flatten aggregates into MLflow metric values (NaN means are left out).
 
-    ``all`` → ``<metric>`` and ``<metric>_n_valid``; a group → ``by_type/<group>/<metric>`` and
-    ``by_type/<group>/<metric>_n_valid``.
+    ``all`` → ``<metric>``, ``<metric>_n_valid``, ``<metric>_ci_low`` and ``<metric>_ci_high``;
+    a group → the same under ``by_type/<group>/``.
     """
     out: dict[str, float] = {}
     for a in aggs:
         prefix = "" if a.group == "all" else f"by_type/{a.group}/"
         if not math.isnan(a.mean):
             out[f"{prefix}{a.metric}"] = a.mean
+            out[f"{prefix}{a.metric}_ci_low"] = a.ci_low
+            out[f"{prefix}{a.metric}_ci_high"] = a.ci_high
         out[f"{prefix}{a.metric}_n_valid"] = float(a.n_valid)
     return out
 

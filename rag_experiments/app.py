@@ -3,8 +3,8 @@ runner. This is the only module of the run path that imports Hydra."""
 
 from __future__ import annotations
 
+import inspect
 import logging
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,13 +13,18 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.types import RunMode
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from rag_experiments.config.schema import register_configs
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError, RagExpError
-from rag_experiments.llm.factory import build_chat
+from rag_experiments.llm.factory import (
+    build_chat,
+    configure_from_config,
+    identity_by_role,
+    usage_by_role,
+)
 
 log = logging.getLogger("rag_experiments")
 
@@ -67,13 +72,17 @@ def build(cfg: DictConfig) -> Experiment:
         RagExpError: A part refused its config (e.g. ``ConfigError`` for ``retriever.top_k=0``)
             or the dataset could not be loaded.
     """
+    configure_from_config(cfg)  # LLM response cache + fresh per-role usage meters
     try:
-        metrics = [instantiate(node) for node in cfg.metrics.suite.values()]
+        shared = _SharedParts(cfg)
+        metrics = [_build_metric(node, shared) for node in cfg.metrics.suite.values()]
         generate = bool(cfg.metrics.generate)
         dataset = instantiate(cfg.dataset).load()
+        if cfg.get("max_samples") is not None:
+            dataset = dataset.subset(int(cfg.max_samples), seed=int(cfg.seed))
         target_kind = cfg.target._target_.rsplit(".", 1)[-1]
         if target_kind == "BaselineTarget":
-            target = _build_baseline(cfg, metrics, generate)
+            target = _build_baseline(cfg, metrics, generate, shared)
         else:
             target = instantiate(cfg.target)
     except InstantiationException as e:
@@ -83,14 +92,55 @@ def build(cfg: DictConfig) -> Experiment:
     return Experiment(dataset, target, metrics, generate)
 
 
-def _build_baseline(cfg: DictConfig, metrics: list[Any], generate: bool) -> Any:
+class _SharedParts:
+    """Parts built at most once per job and shared: the judge (for every metric that takes
+    ``judge``) and the embedder (the baseline's, also handed to metrics that take
+    ``embedder``)."""
+
+    def __init__(self, cfg: DictConfig) -> None:
+        self.cfg = cfg
+        self._judge: Any = None
+        self._embedder: Any = None
+
+    def judge(self) -> Any:
+        from rag_experiments.metrics.judge_config import check_judge_distinct, judge_model_node
+
+        if self._judge is None:
+            baseline = str(self.cfg.target._target_).endswith("BaselineTarget")
+            if self.cfg.metrics.generate and baseline:  # the generator is cfg.llm
+                check_judge_distinct(self.cfg.llm, self.cfg.judge)
+            self._judge = build_chat(judge_model_node(self.cfg.judge), "judge")
+        return self._judge
+
+    def embedder(self) -> Any:
+        if self._embedder is None:
+            embedder = instantiate(self.cfg.embedder)
+            if self.cfg.paths.embedding_cache:
+                from rag_experiments.embedding.cache import CachedEmbedder
+
+                embedder = CachedEmbedder(embedder, path=self.cfg.paths.embedding_cache)
+            self._embedder = embedder
+        return self._embedder
+
+
+def _build_metric(node: DictConfig, shared: _SharedParts) -> Any:
+    """Instantiate one ``metrics.suite`` entry, passing ``judge=`` / ``embedder=`` when its
+    class's ``__init__`` takes them."""
+    params = inspect.signature(get_class(node._target_).__init__).parameters
+    extra = {}
+    if "judge" in params:
+        extra["judge"] = shared.judge()
+    if "embedder" in params:
+        extra["embedder"] = shared.embedder()
+    return instantiate(node, **extra)
+
+
+def _build_baseline(
+    cfg: DictConfig, metrics: list[Any], generate: bool, shared: _SharedParts | None = None
+) -> Any:
     from rag_experiments.index.chroma import ChromaIndex
 
-    embedder = instantiate(cfg.embedder)
-    if cfg.paths.embedding_cache:
-        from rag_experiments.embedding.cache import CachedEmbedder
-
-        embedder = CachedEmbedder(embedder, path=cfg.paths.embedding_cache)
+    embedder = (shared or _SharedParts(cfg)).embedder()
     depth = max([m.depth for m in metrics if hasattr(m, "depth")], default=0)
     retriever_cfg = OmegaConf.to_container(cfg.retriever, resolve=True)
     if retriever_cfg.get("depth") is None:
@@ -126,61 +176,85 @@ def _parent_run_id() -> str | None:
     return read_parent_run_id(hc.sweep.dir)
 
 
-def run_job(cfg: DictConfig) -> float | None:
+def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float | None:
     """Open the job's MLflow run, build the parts and evaluate inside it.
 
     The run opens before anything is built, so an error anywhere in the job (a config a
     component refuses, a missing dataset, an index build failure) ends as a FAILED run with tag
     ``error`` and ``error.txt``, nested under the sweep's parent run in a multirun.
 
+    Every job checkpoints its answers in its Hydra job directory; ``resume=<run_id or dir>``
+    reopens an interrupted run and answers only what is missing
+    (:mod:`rag_experiments.lifecycle.resume`).
+
     Args:
         cfg: The composed root config.
+        extra_tags: More run tags (``rag-exp rerun`` sets ``rerun_of``).
 
     Returns:
-        The run's objective (the metric named by the ``objective`` key), else None.
+        The run's objective (``objective``: a metric or a weighted sum, see
+        :mod:`rag_experiments.lifecycle.objective`), else None.
 
     Raises:
         RagExpError: Any job error, after it was recorded on the run.
     """
+    from rag_experiments.lifecycle.objective import objective_value
+    from rag_experiments.lifecycle.resume import job_checkpoint
     from rag_experiments.runner import evaluate_in_run
 
     params = OmegaConf.to_container(cfg, resolve=True)
-    tags = {"metrics.backend": str(cfg.metrics.name)}
-    uses_embedded = bool(cfg.metrics.generate) and "EmbeddedChat" in str(cfg.llm._target_)
+    params.pop("resume", None)  # a resumed run must log the params it started with
+    tags = {"metrics.backend": str(cfg.metrics.name), **(extra_tags or {})}
+    uses_embedded = bool(cfg.metrics.generate) and any(
+        "EmbeddedChat" in str(node._target_) for node in (cfg.llm, cfg.judge)
+    )
     if uses_embedded:
         tags["mlflow.note.content"] = SMALL_MODEL_NOTE
     # Until the dataset is loaded, a dataset config without `name` is called "dataset".
     provisional = _default_run_name(cfg, str(cfg.dataset.get("name") or "dataset"))
     tracker = instantiate(cfg.tracking, run_name=cfg.run_name or provisional)
+    job = job_checkpoint(cfg, tracker.uri)
     with tracker.start_run(
         params=params,
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
         tags=tags,
         parent_run_id=_parent_run_id(),
+        run_id=job.resume_run_id,
     ):
+        job.attach(tracker)
         exp = build(cfg)
         if not cfg.run_name:  # the default name holds the loaded dataset's name
             tracker.set_tags({"mlflow.runName": _default_run_name(cfg, exp.dataset.name)})
-        result = evaluate_in_run(
-            exp.dataset,
-            exp.target,
-            exp.metrics,
-            tracker,
-            max_failure_rate=float(cfg.max_failure_rate),
-            progress=bool(cfg.progress),
-        )
+        try:
+            result = evaluate_in_run(
+                exp.dataset,
+                job.wrap(exp.target, exp.dataset.digest),
+                exp.metrics,
+                tracker,
+                max_failure_rate=float(cfg.max_failure_rate),
+                progress=bool(cfg.progress),
+                max_concurrency=int(cfg.get("max_concurrency", 1)),
+                seed=int(cfg.seed),
+            )
+        finally:  # LLM usage per role and model identity, also when the run fails
+            tracker.set_tags(identity_by_role())
+            tracker.log_metrics(usage_by_role())
     summary = result.metrics()
     print(f"\n{tracker.describe_location()}")
     for spec in result.specs:
         if spec.name in summary:
             n = int(summary.get(f"{spec.name}_n_valid", 0))
-            print(f"  {spec.name:<24} {summary[spec.name]:.4f}  (n={n})")
+            ci = f"[{summary[f'{spec.name}_ci_low']:.3f}, {summary[f'{spec.name}_ci_high']:.3f}]"
+            print(f"  {spec.name:<30} {summary[spec.name]:.4f} {ci:<16} (n={n})")
     print(f"  samples {int(result.counts['n_samples'])}, failed {int(result.counts['n_failed'])}, "
           f"{result.counts['duration_s']:.1f} s")
+    if "judge_calls_per_question" in summary:
+        tokens = summary["judge_prompt_tokens"] + summary["judge_completion_tokens"]
+        print(f"  judge calls per question {summary['judge_calls_per_question']:.2f} "
+              f"(max {int(summary['judge_calls_per_question_max'])}), judge tokens {int(tokens)}")
     if uses_embedded:
         print(f"  NOTE: {SMALL_MODEL_NOTE}")
-    objective = summary.get(str(cfg.get("objective", ""))) if cfg.get("objective") else None
-    return None if objective is None or math.isnan(objective) else float(objective)
+    return objective_value(cfg.get("objective"), summary)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")

@@ -3,6 +3,18 @@
 Subcommands::
 
     rag-exp run [hydra overrides…]     evaluate one configuration (or a sweep with -m)
+    rag-exp serve [--host H] [--port P] [hydra overrides…]
+                                       serve the built-in baseline over HTTP (POST /ask)
+    rag-exp generate docs=<folder or [files]> n=40 out=<folder> [hydra overrides…]
+                                       generate an evaluation dataset from documents
+    rag-exp dataset stats <path> [--json]
+                                       type distribution and question/answer lengths
+    rag-exp rerun <run_id> [--tracking-uri URI] [key=value…]
+                                       repeat a logged run; print what changed
+    rag-exp grade-sheet <run_id> [--n 20] [--seed 0] [--out DIR]
+                                       blinded CSV for human graders + a separate key
+    rag-exp agreement <filled.csv> [--key KEY.json]
+                                       raw agreement and Cohen's kappa, logged to the run
 
 ``rag-exp run --help`` shows Hydra's help (config groups and options); ``rag-exp run --cfg job``
 prints the resolved config without running.
@@ -25,8 +37,61 @@ def _run(argv: list[str]) -> int:
     return 0
 
 
+def _serve(argv: list[str]) -> int:
+    from rag_experiments.serve import main as serve_main
+
+    parser = argparse.ArgumentParser(
+        prog="rag-exp serve",
+        allow_abbrev=False,
+        description="Serve the built-in baseline over HTTP: POST /ask {\"question\"} -> "
+        "{answer, contexts, context_ids, doc_ids}, GET /health. Every other argument is a "
+        "Hydra override, as for `rag-exp run` (see `rag-exp run --help`).",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 = any free)")
+    opts, overrides = parser.parse_known_args(argv)
+    serve_main(overrides, host=opts.host, port=opts.port)
+    return 0
+
+
+def _generate(argv: list[str]) -> int:
+    from rag_experiments.generate.app import generate_command
+
+    return generate_command(argv)
+
+
+def _dataset(argv: list[str]) -> int:
+    from rag_experiments.generate.stats import stats_command
+
+    return stats_command(argv)
+
+
+def _rerun(argv: list[str]) -> int:
+    from rag_experiments.lifecycle.rerun import rerun_command
+
+    return rerun_command(argv)
+
+
+def _grade_sheet(argv: list[str]) -> int:
+    from rag_experiments.agreement import grade_sheet_command
+
+    return grade_sheet_command(argv)
+
+
+def _agreement(argv: list[str]) -> int:
+    from rag_experiments.agreement import agreement_command
+
+    return agreement_command(argv)
+
+
 COMMANDS = {
     "run": (_run, "evaluate a RAG configuration (Hydra overrides follow; -m sweeps)"),
+    "serve": (_serve, "serve the built-in baseline as an HTTP endpoint (POST /ask, GET /health)"),
+    "generate": (_generate, "generate an evaluation dataset from PDF/DOCX/MD/TXT with a local LLM"),
+    "dataset": (_dataset, "inspect a dataset: `dataset stats <path> [--json]`"),
+    "rerun": (_rerun, "repeat a logged run exactly (`rerun <run_id>`) and diff its metrics"),
+    "grade-sheet": (_grade_sheet, "export a blinded CSV of a run's answers for human grading"),
+    "agreement": (_agreement, "judge-human agreement (Cohen's kappa) from a filled grade sheet"),
 }
 
 

@@ -14,6 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -22,6 +23,8 @@ from tqdm.auto import tqdm
 from rag_experiments.aggregate import Aggregate, aggregate, percentile, to_metrics
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import RagExpError, RunFailedError
+from rag_experiments.metrics.audit import collect_audit, to_jsonl
+from rag_experiments.metrics.judge import JudgedMetric, evaluate_interleaved
 from rag_experiments.protocols import Metric, Target
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 
@@ -42,6 +45,8 @@ class Tracker(Protocol):
     def log_csv(self, rows: list[dict], filename: str) -> None: ...
 
     def log_dict(self, d: dict, filename: str) -> None: ...
+
+    def log_text(self, text: str, filename: str) -> None: ...
 
     def log_dataset(self, name: str, digest: str, source: str, rows: list[dict]) -> None: ...
 
@@ -70,11 +75,16 @@ class EvalResult:
     specs: list[MetricSpec]
     aggregates: list[Aggregate] = field(default_factory=list)
     counts: dict[str, float] = field(default_factory=dict)
+    audit: list[dict[str, Any]] = field(default_factory=list)
+    """Per-question judge audit records (``judge_audit.jsonl``; empty without judged metrics)."""
+    run_values: dict[str, float] = field(default_factory=dict)
+    """Run-level values beside the aggregates (``judge_calls_per_question``, judge tokens)."""
 
     def metrics(self) -> dict[str, float]:
         """Flat metric dict for the tracker: aggregates plus counts (no NaN)."""
         out = to_metrics(self.aggregates)
         out.update({k: v for k, v in self.counts.items() if not math.isnan(v)})
+        out.update({k: v for k, v in self.run_values.items() if not math.isnan(v)})
         return out
 
     def rows(self) -> list[dict[str, Any]]:
@@ -114,24 +124,40 @@ class EvalResult:
                 "mean": a.mean,
                 "n_valid": a.n_valid,
                 "n_nan": a.n_nan,
+                "ci_low": a.ci_low,
+                "ci_high": a.ci_high,
                 "higher_is_better": direction.get(a.metric, True),
             }
             for a in self.aggregates
         ]
 
 
-def _answer_all(target: Target, samples: Sequence[Sample], progress: bool) -> list[RagResponse]:
-    responses = []
-    for sample in tqdm(samples, desc="answering", unit="q", disable=not progress):
-        try:
-            resp = target.answer(sample)
-        except Exception as exc:  # noqa: BLE001 - one bad question never kills a run
-            log.exception("target crashed on question %s", sample.id)
-            resp = RagResponse(error="target_exception", error_message=f"{type(exc).__name__}: {exc}")
-        if resp.error:
-            log.warning("question %s: target error %s: %s", sample.id, resp.error, resp.error_message)
-        responses.append(resp)
-    return responses
+def _answer_one(target: Target, sample: Sample) -> RagResponse:
+    try:
+        resp = target.answer(sample)
+    except Exception as exc:  # noqa: BLE001 - one bad question never kills a run
+        log.exception("target crashed on question %s", sample.id)
+        resp = RagResponse(error="target_exception", error_message=f"{type(exc).__name__}: {exc}")
+    if resp.error:
+        log.warning("question %s: target error %s: %s", sample.id, resp.error, resp.error_message)
+    return resp
+
+
+def _answer_all(
+    target: Target, samples: Sequence[Sample], progress: bool, max_concurrency: int = 1
+) -> list[RagResponse]:
+    answer_many = getattr(target, "answer_many", None)
+    if answer_many is not None:  # the target answers concurrently (HttpTarget.max_concurrency)
+        batch: list[RagResponse] = answer_many(samples, progress=progress)
+        for sample, resp in zip(samples, batch, strict=True):
+            if resp.error:
+                log.warning("question %s: target error %s: %s", sample.id, resp.error, resp.error_message)
+        return batch
+    bar = {"desc": "answering", "unit": "q", "disable": not progress, "total": len(samples)}
+    if max_concurrency > 1:  # answer() calls in threads (server-backed generators)
+        with ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="answer") as pool:
+            return list(tqdm(pool.map(lambda s: _answer_one(target, s), samples), **bar))
+    return [_answer_one(target, s) for s in tqdm(samples, **bar)]
 
 
 def _score_all(
@@ -139,11 +165,19 @@ def _score_all(
 ) -> tuple[list[MetricSpec], list[dict[str, MetricValue]]]:
     specs: list[MetricSpec] = []
     values: list[dict[str, MetricValue]] = [{} for _ in samples]
+    # Judged metrics are scored question by question (shared prompt prefixes; same values).
+    judged = evaluate_interleaved([m for m in metrics if isinstance(m, JudgedMetric)], samples,
+                                  responses)
     for metric in metrics:
         mspecs = metric.specs()
         specs.extend(mspecs)
         try:
-            per_row = metric.evaluate(samples, responses)
+            if id(metric) in judged:
+                per_row = judged[id(metric)]
+            else:
+                per_row = metric.evaluate(samples, responses)
+            if isinstance(per_row, Exception):
+                raise per_row
         except Exception as exc:  # noqa: BLE001 - keep every other metric's results
             log.exception("metric %s failed", type(metric).__name__)
             per_row = [{s.name: MetricValue.nan("metric_error") for s in mspecs} for _ in samples]
@@ -159,25 +193,39 @@ def _score_all(
 
 
 def evaluate(
-    dataset: EvalDataset, target: Target, metrics: Sequence[Metric], *, progress: bool = True
+    dataset: EvalDataset,
+    target: Target,
+    metrics: Sequence[Metric],
+    *,
+    progress: bool = True,
+    max_concurrency: int = 1,
+    seed: int = 0,
 ) -> EvalResult:
     """Prepare the target, answer every sample, score every metric and aggregate.
 
     Args:
         dataset: Samples and corpus.
-        target: System under test (its ``prepare`` is called first).
+        target: System under test (its ``prepare`` is called first). A target with an
+            ``answer_many(samples, progress=…)`` method answers all samples in one call (e.g.
+            concurrently, :class:`~rag_experiments.targets.http.HttpTarget`); it must return one
+            response per sample, in order, and never raise.
         metrics: Metric groups; their column names must be distinct.
         progress: Show progress bars.
+        max_concurrency: Samples answered at once by ``target.answer`` in threads (1 = in
+            order, one by one); the target must then be thread-safe (the baseline is; its
+            embedded model serialises its own calls).
+        seed: Seed of the bootstrap confidence intervals.
 
     Returns:
-        The full :class:`EvalResult`.
+        The full :class:`EvalResult` (with the judge audit of metrics that offer ``audit()``).
     """
     started = time.perf_counter()
     target.prepare(dataset)
     samples = list(dataset.samples)
-    responses = _answer_all(target, samples, progress)
+    responses = _answer_all(target, samples, progress, max_concurrency)
     specs, values = _score_all(metrics, samples, responses)
-    aggs = aggregate([s.name for s in specs], values, [s.question_type for s in samples])
+    aggs = aggregate([s.name for s in specs], values, [s.question_type for s in samples], seed=seed)
+    audit, run_values = collect_audit(metrics, samples)
     latencies = [r.latency_ms for r in responses if r.error is None]
     counts = {
         "n_samples": float(len(samples)),
@@ -187,7 +235,7 @@ def evaluate(
         "latency_ms_p50": percentile(latencies, 50),
         "latency_ms_p95": percentile(latencies, 95),
     }
-    return EvalResult(samples, responses, values, specs, aggs, counts)
+    return EvalResult(samples, responses, values, specs, aggs, counts, audit, run_values)
 
 
 def run_experiment(
@@ -202,6 +250,7 @@ def run_experiment(
     parent_run_id: str | None = None,
     max_failure_rate: float = 0.2,
     progress: bool = True,
+    seed: int = 0,
 ) -> tuple[str, EvalResult]:
     """Open a run, evaluate and log everything into it (:func:`evaluate_in_run`).
 
@@ -216,6 +265,7 @@ def run_experiment(
         parent_run_id: Parent run of a sweep, if any.
         max_failure_rate: Highest acceptable share of samples whose target failed.
         progress: Show progress bars.
+        seed: Seed of the bootstrap confidence intervals.
 
     Returns:
         ``(run_id, result)``.
@@ -227,7 +277,8 @@ def run_experiment(
         params=params, config_yaml=config_yaml, tags=dict(tags or {}), parent_run_id=parent_run_id
     ) as run_id:
         result = evaluate_in_run(
-            dataset, target, metrics, tracker, max_failure_rate=max_failure_rate, progress=progress
+            dataset, target, metrics, tracker, max_failure_rate=max_failure_rate, progress=progress,
+            seed=seed,
         )
     return run_id, result
 
@@ -240,14 +291,17 @@ def evaluate_in_run(
     *,
     max_failure_rate: float = 0.2,
     progress: bool = True,
+    max_concurrency: int = 1,
+    seed: int = 0,
 ) -> EvalResult:
     """Evaluate and log into the tracker's open run (the caller owns the run, e.g. to build the
     target inside it so a build error ends as a FAILED run).
 
     Logs the dataset input and digest, the per-query table (``per_query.json`` +
     ``per_query_results.csv``), ``average_results.csv``, the metric specs, metrics (means,
-    ``_n_valid``, per-type means, counts) and tags (target identity). Everything is logged
-    before the failure-rate check.
+    ``_n_valid``, ``_ci_low``/``_ci_high``, per-type values, counts, judge usage), tags (target
+    identity) and, with judged metrics, ``judge_audit.jsonl``. Everything is logged before the
+    failure-rate check.
 
     Args:
         dataset: Samples and corpus.
@@ -256,6 +310,8 @@ def evaluate_in_run(
         tracker: Where results go; a run must be open (``tracker.start_run``).
         max_failure_rate: Highest acceptable share of samples whose target failed.
         progress: Show progress bars.
+        max_concurrency: Samples answered at once (see :func:`evaluate`).
+        seed: Seed of the bootstrap confidence intervals.
 
     Returns:
         The evaluation's :class:`EvalResult`.
@@ -269,7 +325,8 @@ def evaluate_in_run(
         dataset.source,
         [s.model_dump(mode="json") for s in dataset.samples],
     )
-    result = evaluate(dataset, target, metrics, progress=progress)
+    result = evaluate(dataset, target, metrics, progress=progress, max_concurrency=max_concurrency,
+                      seed=seed)
     tracker.set_tags(target.describe())
     tracker.log_table(result.rows(), name="per_query")
     tracker.log_csv(result.average_rows(), "average_results.csv")
@@ -280,6 +337,8 @@ def evaluate_in_run(
     )
     if dataset.skipped:
         tracker.log_dict(dataset.skipped, "skipped_files.json")
+    if result.audit:
+        tracker.log_text(to_jsonl(result.audit), "judge_audit.jsonl")
     tracker.log_metrics(result.metrics())
     n = max(1, len(result.samples))
     rate = result.counts["n_failed"] / n

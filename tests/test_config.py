@@ -13,8 +13,10 @@ from omegaconf.errors import ConfigKeyError
 
 from rag_experiments.app import CONF_DIR
 from rag_experiments.config.schema import SCHEMAS
+from rag_experiments.metrics.judge_config import judge_model_node
 
-GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "experiment")
+GROUPS = sorted(p.name for p in CONF_DIR.iterdir()
+                if p.is_dir() and p.name not in ("experiment", "hydra"))  # hydra/: launchers
 REQUIRED = {"dataset": ["dataset.path=/nonexistent/x"]}
 
 
@@ -43,8 +45,8 @@ def test_every_option_composes_and_instantiates(compose_cfg, group, option):
         assert node.chroma_dir.endswith("chroma")
     elif group == "target":
         assert node._target_.endswith("Target")
-    else:
-        obj = instantiate(node)
+    else:  # a judge node also holds role keys (require_distinct) the model does not take
+        obj = instantiate(judge_model_node(node) if group == "judge" else node)
         assert type(obj).__name__ == node._target_.rsplit(".", 1)[-1]
 
 

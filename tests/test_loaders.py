@@ -413,3 +413,23 @@ def test_row_problem_rendering_is_file_line_field(tmp_path: Path) -> None:
     assert log.problems == [RowProblem(str(tmp_path / "f.jsonl"), 1, "id", "bad")]
     with pytest.raises(DatasetError, match=r"f\.jsonl:1:id: bad"):
         log.raise_if_any("see the schema")
+
+
+def test_subset_is_stratified_seeded_and_ordered():
+    from collections import Counter
+
+    from rag_experiments.data.base import EvalDataset
+    from rag_experiments.records import Sample
+
+    samples = [Sample(id=f"{t}{i}", user_input="q?", question_type=t, answerable=(i != 3))
+               for t in ("a", "b", "c") for i in range(4)]
+    ds = EvalDataset("x", samples)
+    sub = ds.subset(6, seed=1)
+    assert len(sub.samples) == 6
+    # 6 strata (3 types x answerable/unanswerable): one sample from each
+    assert Counter((s.question_type, s.answerable) for s in sub.samples) == {
+        (t, a): 1 for t in "abc" for a in (True, False)}
+    order = [s.id for s in samples]
+    assert [order.index(s.id) for s in sub.samples] == sorted(order.index(s.id) for s in sub.samples)
+    assert [s.id for s in ds.subset(6, seed=1).samples] == [s.id for s in sub.samples]
+    assert sub.digest != ds.digest and ds.subset(100) is ds

@@ -85,7 +85,7 @@ def test_too_many_failures_fail_the_run_after_logging(tmp_path):
 
 def test_main_job_with_fakes_through_hydra(compose_cfg, tmp_path):
     """The whole job on the bundled sample: hash embedder + fake generator (fast)."""
-    cfg = compose_cfg("embedder=hash", "llm=fake", "metrics=custom", "run_name=fake-e2e")
+    cfg = compose_cfg("embedder=hash", "llm=fake", "judge=fake", "metrics=custom", "run_name=fake-e2e")
     run_job(cfg)
     client = MlflowClient(cfg.tracking.uri)
     exp = client.get_experiment_by_name(cfg.tracking.experiment)

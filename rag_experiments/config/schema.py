@@ -94,6 +94,47 @@ class BaselineTargetConf:
         "You answer questions using only the numbered context passages. "
         "If the passages do not contain the answer, reply exactly: I don't know."
     )
+    truncate_contexts: bool = False
+
+
+@dataclass
+class HttpResponseConf:
+    """JMESPath mapping of an endpoint's JSON (see ``rag_experiments.targets.response_mapping``).
+    ``null`` = not mapped; ``required`` fields must be found on every answer."""
+
+    answer: Optional[str] = "answer"
+    contexts: Optional[str] = "contexts"
+    context_text: str = "text"
+    context_id: Optional[str] = "id"
+    context_doc_id: Optional[str] = "doc_id"
+    context_ids: Optional[str] = "context_ids"
+    doc_ids: Optional[str] = "doc_ids"
+    required: List[str] = field(default_factory=lambda: ["answer", "contexts"])
+
+
+@dataclass
+class HttpTargetConf:
+    """Any RAG service over HTTP (``rag_experiments.targets.http.HttpTarget``). ``body``: a JSON
+    object (or a JSON string) with ``{user_input}``; header values may hold ``{env:NAME}``."""
+
+    _target_: str = "rag_experiments.targets.http.HttpTarget"
+    _convert_: str = "all"
+    url: str = MISSING
+    method: str = "POST"
+    headers: Dict[str, str] = field(default_factory=dict)
+    body: Any = None
+    response: HttpResponseConf = field(default_factory=lambda: HttpResponseConf())
+    timeout_s: float = 60.0
+    retries: int = 2
+    backoff_s: float = 0.5
+    backoff_max_s: float = 8.0
+    retry_statuses: List[int] = field(default_factory=lambda: [429, 500, 502, 503, 504])
+    max_concurrency: int = 4
+    health_url: Optional[str] = None
+    doc_ids_from_text: bool = True
+    doc_min_overlap: float = 0.7
+    verify_tls: bool = True
+    ca_bundle: Optional[str] = None
 
 
 # --- chunker ---------------------------------------------------------------------------------
@@ -134,6 +175,46 @@ class HashEmbedderConf:
     dim: int = 256
 
 
+@dataclass
+class OllamaEmbedderConf:
+    """Ollama ``/api/embed``; the id holds the model's digest."""
+
+    _target_: str = "rag_experiments.embedding.ollama.OllamaEmbedder"
+    model: str = "bge-m3"
+    base_url: str = "http://127.0.0.1:11434"
+    batch_size: int = 32
+    normalize: bool = True
+    truncate: bool = True
+    keep_alive: str = "5m"
+    query_prefix: str = ""
+    document_prefix: str = ""
+    dim: Optional[int] = None
+    timeout_s: float = 120.0
+    max_retries: int = 2
+    backoff_s: float = 0.5
+    backoff_max_s: float = 8.0
+
+
+@dataclass
+class OpenAIEmbedderConf:
+    """OpenAI-compatible ``/v1/embeddings``; ``api_key_env`` names the key's variable."""
+
+    _target_: str = "rag_experiments.embedding.openai_compat.OpenAICompatEmbedder"
+    model: str = "default"
+    base_url: str = "http://127.0.0.1:8080/v1"
+    api_key_env: Optional[str] = None
+    dimensions: Optional[int] = None
+    batch_size: int = 32
+    normalize: bool = True
+    query_prefix: str = ""
+    document_prefix: str = ""
+    dim: Optional[int] = None
+    timeout_s: float = 120.0
+    max_retries: int = 2
+    backoff_s: float = 0.5
+    backoff_max_s: float = 8.0
+
+
 # --- retriever -------------------------------------------------------------------------------
 @dataclass
 class RetrieverConf:
@@ -169,6 +250,83 @@ class FakeLLMConf:
     text: Optional[str] = None
     delay_s: float = 0.0
     model: str = "fake-chat"
+
+
+@dataclass
+class OllamaLLMConf:
+    """Ollama's native ``/api/chat``; ``max_tokens`` is sent as ``num_predict`` and ``num_ctx``
+    with every request."""
+
+    _target_: str = "rag_experiments.llm.ollama.OllamaChat"
+    model: str = "llama3.1:8b"
+    base_url: str = "http://127.0.0.1:11434"
+    num_ctx: int = 8192
+    max_tokens: int = 512
+    temperature: float = 0.0
+    seed: int = 0
+    keep_alive: str = "5m"
+    timeout_s: float = 120.0
+    max_retries: int = 2
+    backoff_s: float = 0.5
+    backoff_max_s: float = 8.0
+    parse_retries: int = 2
+    options: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class OpenAILLMConf:
+    """OpenAI-compatible ``/v1/chat/completions`` (vLLM, llama.cpp server, LM Studio)."""
+
+    _target_: str = "rag_experiments.llm.openai_compat.OpenAICompatChat"
+    model: str = "default"
+    base_url: str = "http://127.0.0.1:8080/v1"
+    api_key_env: Optional[str] = None
+    context_window: Optional[int] = None
+    max_tokens: int = 512
+    temperature: float = 0.0
+    seed: int = 0
+    timeout_s: float = 120.0
+    max_retries: int = 2
+    backoff_s: float = 0.5
+    backoff_max_s: float = 8.0
+    parse_retries: int = 2
+
+
+@dataclass
+class CacheConf:
+    """The LLM response cache (file: ``paths.llm_cache``). ``mode``: ``read_write`` (look up,
+    store new answers), ``read_only`` (look up only) or ``off``."""
+
+    mode: str = "read_write"
+
+
+@dataclass
+class EmbeddedJudgeConf(EmbeddedLLMConf):
+    """The embedded model as judge. ``require_distinct: true`` refuses a run whose judge is the
+    generator's model (otherwise it only warns)."""
+
+    require_distinct: bool = False
+
+
+@dataclass
+class FakeJudgeConf(FakeLLMConf):
+    """The fake model as judge (tests); ``require_distinct`` as for every judge."""
+
+    require_distinct: bool = False
+
+
+@dataclass
+class OllamaJudgeConf(OllamaLLMConf):
+    """An Ollama model as judge; ``require_distinct`` as for every judge."""
+
+    require_distinct: bool = False
+
+
+@dataclass
+class OpenAIJudgeConf(OpenAILLMConf):
+    """An OpenAI-compatible server as judge; ``require_distinct`` as for every judge."""
+
+    require_distinct: bool = False
 
 
 # --- metrics ---------------------------------------------------------------------------------
@@ -215,6 +373,15 @@ class RootConf:
     run_name: Optional[str] = None
     max_failure_rate: float = 0.2
     progress: bool = True
+    max_samples: Optional[int] = None
+    """Evaluate a seeded subset of this many samples, stratified by question type and
+    answerability (``EvalDataset.subset``); null = all."""
+    max_concurrency: int = 1
+    cache: CacheConf = field(default_factory=lambda: CacheConf())
+    resume: Optional[str] = None
+    """Continue an interrupted run: its MLflow run id or its job folder."""
+    objective: Optional[str] = None
+    """Value returned to a sweeper: a metric (``nDCG@10``) or ``0.7*nDCG@10+0.3*faithfulness``."""
 
 
 SCHEMAS: dict[str, dict[str, type]] = {
@@ -225,16 +392,23 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "seed_json": SeedJsonDatasetConf,
         "keywords_jsonl": KeywordsJsonlDatasetConf,
     },
-    "target": {"baseline": BaselineTargetConf},
+    "target": {"baseline": BaselineTargetConf, "http": HttpTargetConf},
     "chunker": {
         "none": NoChunkerConf,
         "fixed": FixedChunkerConf,
         "semantic": SemanticChunkerConf,
     },
-    "embedder": {"sentence_transformers": SentenceTransformerEmbedderConf, "hash": HashEmbedderConf},
+    "embedder": {
+        "sentence_transformers": SentenceTransformerEmbedderConf,
+        "hash": HashEmbedderConf,
+        "ollama": OllamaEmbedderConf,
+        "openai": OpenAIEmbedderConf,
+    },
     "retriever": {"retriever": RetrieverConf},
-    "llm": {"embedded": EmbeddedLLMConf, "fake": FakeLLMConf},
-    "judge": {"embedded": EmbeddedLLMConf, "fake": FakeLLMConf},
+    "llm": {"embedded": EmbeddedLLMConf, "fake": FakeLLMConf, "ollama": OllamaLLMConf,
+            "openai": OpenAILLMConf},
+    "judge": {"embedded": EmbeddedJudgeConf, "fake": FakeJudgeConf, "ollama": OllamaJudgeConf,
+              "openai": OpenAIJudgeConf},
     "metrics": {"metrics": MetricsConf},
     "tracking": {"mlflow": TrackingConf},
 }

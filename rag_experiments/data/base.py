@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
 
+from rag_experiments.errors import ConfigError
 from rag_experiments.records import Document, Sample
 
 
@@ -59,3 +62,42 @@ class EvalDataset:
         """Digest of samples and corpus together: a rerun must see the same value."""
         h = hashlib.sha256(f"{samples_digest(self.samples)}:{self.corpus_digest}".encode())
         return h.hexdigest()[:16]
+
+    def subset(self, n: int, seed: int = 0) -> EvalDataset:
+        """A seeded subset of ``n`` samples, stratified by ``(question_type, answerable)``.
+
+        Strata are visited round-robin (in sorted order), each drawing from its own seeded
+        shuffle, so every type is represented before any type gets a second sample. The kept
+        samples stay in dataset order and the corpus is unchanged; the digest reflects the
+        subset, so a rerun with the same ``n`` and ``seed`` sees the same digest.
+
+        Args:
+            n: Number of samples to keep (all when ``n`` ≥ the dataset size).
+            seed: Seed of the per-stratum shuffles.
+
+        Returns:
+            A new dataset (``self`` when nothing is dropped).
+
+        Raises:
+            ConfigError: ``n`` < 1.
+        """
+        if n < 1:
+            raise ConfigError(f"max_samples must be >= 1 or null, got {n}")
+        if n >= len(self.samples):
+            return self
+        strata: dict[tuple[str, bool], list[int]] = defaultdict(list)
+        for i, s in enumerate(self.samples):
+            strata[(s.question_type or "", s.answerable)].append(i)
+        rng = random.Random(seed)
+        queues = []
+        for key in sorted(strata):
+            idx = strata[key][:]
+            rng.shuffle(idx)
+            queues.append(idx)
+        keep: list[int] = []
+        while len(keep) < n:
+            for q in queues:
+                if q and len(keep) < n:
+                    keep.append(q.pop(0))
+        chosen = sorted(keep)
+        return replace(self, samples=[self.samples[i] for i in chosen])

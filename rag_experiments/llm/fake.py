@@ -8,6 +8,7 @@ Every call is counted in :attr:`calls`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
@@ -34,6 +35,8 @@ class FakeChat:
     """
 
     provider = "fake"
+    cacheable = False
+    """The response cache skips this model: it costs nothing, and tests count its calls."""
 
     def __init__(
         self,
@@ -79,5 +82,8 @@ class FakeChat:
                           usage=Usage(len(prompt.split()), len(text.split())), model=self.model)
 
     def describe(self) -> dict[str, str]:
-        """Provider and model id."""
-        return {"provider": self.provider, "model": self.model}
+        """Provider, model id and ``digest``: a hash of the script (responses and text)."""
+        script = json.dumps({"responses": self.responses, "text": self.text}, sort_keys=True,
+                            default=str)
+        digest = hashlib.sha256(script.encode("utf-8")).hexdigest()[:16]
+        return {"provider": self.provider, "model": self.model, "digest": digest}

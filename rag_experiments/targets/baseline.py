@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from rag_experiments.errors import RagExpError
 from rag_experiments.index.naming import index_key
+from rag_experiments.llm.context import estimate_tokens, fit_contexts
 from rag_experiments.records import RagResponse, Sample
 from rag_experiments.targets.prompts import ANSWER_PROMPT_VERSION, answer_messages
 
@@ -35,6 +36,12 @@ class BaselineTarget:
         generate: Whether to generate answers.
         embed_title: Embed ``title + " " + text`` for documents with a title (BEIR/MTEB).
         system_prompt: The generator's system message.
+        truncate_contexts: When the prompt would not fit the generator's context window
+            (minus its ``max_tokens``), drop the lowest-ranked contexts, then cut the top one,
+            until it fits, and flag the row (``metadata["contexts_truncated"] = True``, with
+            ``contexts_dropped`` and ``context_chars_cut``). ``retrieved_contexts`` keep the
+            full retrieval, so retrieval metrics are unaffected. False = such a row fails
+            with ``context_overflow``.
     """
 
     def __init__(
@@ -47,6 +54,7 @@ class BaselineTarget:
         generate: bool = True,
         embed_title: bool = True,
         system_prompt: str = "",
+        truncate_contexts: bool = False,
     ) -> None:
         self.chunker = chunker
         self.embedder = embedder
@@ -55,6 +63,7 @@ class BaselineTarget:
         self.generator = generator if generate else None
         self.embed_title = embed_title
         self.system_prompt = system_prompt
+        self.truncate_contexts = truncate_contexts
         self.collection: str | None = None
 
     def prepare(self, dataset: EvalDataset) -> None:
@@ -93,7 +102,10 @@ class BaselineTarget:
             retrieved_doc_ids=list(hits.doc_ids),
         )
         if self.generator is not None:
-            messages = answer_messages(self.system_prompt, sample.user_input, hits.contexts)
+            contexts = list(hits.contexts)
+            if self.truncate_contexts:
+                contexts = self._fit(sample.user_input, contexts, response)
+            messages = answer_messages(self.system_prompt, sample.user_input, contexts)
             try:
                 completion = self.generator.complete(messages)
             except RagExpError as exc:
@@ -109,6 +121,24 @@ class BaselineTarget:
                 )
         response.latency_ms = (time.perf_counter() - started) * 1000.0
         return response
+
+    def _fit(self, question: str, contexts: list[str], response: RagResponse) -> list[str]:
+        """Trim ``contexts`` to the generator's prompt budget; flag ``response`` if trimmed."""
+        budget_of = getattr(self.generator, "prompt_budget", None)
+        budget = budget_of() if budget_of is not None else None
+        if budget is None:
+            return contexts
+        count = getattr(self.generator, "count_prompt_tokens", None) or estimate_tokens
+        kept, report = fit_contexts(
+            contexts,
+            lambda cs: answer_messages(self.system_prompt, question, cs),
+            count,
+            budget,
+        )
+        if report.trimmed:
+            response.metadata.update(contexts_truncated=True, contexts_dropped=report.dropped,
+                                     context_chars_cut=report.chars_cut)
+        return kept
 
     def describe(self) -> dict[str, str]:
         """Tags: target kind, chunker, embedder, collection and generator identity."""

@@ -168,7 +168,8 @@ def redact(obj: Any) -> Any:
     Walks nested dicts, lists and tuples. The whole value of a secret key (see
     :func:`is_secret_key`) is replaced, whatever its type; in every string, each
     ``Bearer <credential>`` is replaced too (``"Authorization: Bearer abc"`` →
-    ``"Authorization: ***REDACTED***"``). Other values are returned as they are.
+    ``"Authorization: ***REDACTED***"``). Other values are returned as they are; so is a secret
+    key whose value is None (nothing to hide, and ``rag-exp rerun`` can reuse the config).
 
     Args:
         obj: A config-like structure (dicts, lists, scalars).
@@ -177,7 +178,8 @@ def redact(obj: Any) -> Any:
         The redacted copy (dicts and lists are new objects; tuples become lists).
     """
     if isinstance(obj, dict):
-        return {k: (REDACTED if is_secret_key(k) else redact(v)) for k, v in obj.items()}
+        return {k: (REDACTED if is_secret_key(k) and v is not None else redact(v))
+                for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [redact(v) for v in obj]
     if isinstance(obj, str):

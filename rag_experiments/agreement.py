@@ -1,0 +1,346 @@
+"""Judge–human agreement: is the LLM judge's verdict the one a person would give?
+
+Two commands:
+
+* ``rag-exp grade-sheet <run_id> --n 20 --seed 0`` draws ``n`` graded questions of a run
+  (seeded), and writes a **blinded** sheet ``grade_sheet_<sheet_id>.csv`` — question,
+  reference, numbered contexts, response and one empty column per judged metric; the judge's
+  verdicts are not in it — and a separate key ``grade_sheet_<sheet_id>.key.json`` (the
+  sample ids and the judge's labels). Give graders the sheet only.
+* ``rag-exp agreement <filled.csv>`` reads the filled sheet and its key, and computes per
+  metric the raw agreement (share of items where the human label equals the judge's) and
+  Cohen's kappa (``sklearn.metrics.cohen_kappa_score``); ordinal scales also get the
+  quadratic-weighted kappa. The values are printed and logged to the original run as metrics
+  ``agreement.<metric>.raw`` / ``.kappa`` / ``.kappa_quadratic`` / ``.n`` and artifact
+  ``agreement/<sheet_id>.json``.
+
+Label sets (what graders write; the judge's score is mapped the same way):
+
+============================  =====================================  ===========================
+metric column                 labels                                 judge score → label
+============================  =====================================  ===========================
+``faithfulness``              ``faithful``, ``partial``,             s ≥ 0.8 faithful; 0.4 ≤ s <
+                              ``unfaithful``                         0.8 partial; s < 0.4
+                                                                     unfaithful
+``context_recall``            ``complete``, ``partial``, ``missing`` same thresholds
+``answer_judge.accuracy``     ``1`` … ``5``                          the judge's raw 1–5 grade
+``answer_judge.completeness`` ``1`` … ``5``                          (``answer_judge.<c>_raw``)
+``answer_judge.relevance``    ``1`` … ``5``
+============================  =====================================  ===========================
+
+Cohen's kappa: κ = (p_o − p_e) / (1 − p_e), with p_o the observed agreement and p_e the
+agreement expected by chance from the two raters' label frequencies (Cohen 1960, *Educational
+and Psychological Measurement* 20(1)). κ is undefined (NaN, not logged) when both raters use a
+single label.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import os
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import pandas as pd
+from mlflow.exceptions import MlflowException
+
+from rag_experiments.errors import DatasetError, TrackingError
+
+
+@dataclass(frozen=True)
+class LabelSet:
+    """How one metric is graded by people.
+
+    Attributes:
+        labels: Allowed labels, worst to best.
+        source: The per-query column holding the judge's value.
+        to_label: Judge value → label.
+        ordinal: Labels are ordered (the quadratic-weighted kappa is reported too).
+    """
+
+    labels: tuple[str, ...]
+    source: str
+    to_label: Callable[[float], str]
+    ordinal: bool
+
+
+def _three_way(low: str, mid: str, high: str) -> Callable[[float], str]:
+    return lambda s: high if s >= 0.8 else (mid if s >= 0.4 else low)
+
+
+def _grade(s: float) -> str:
+    return str(int(round(s)))
+
+
+LABEL_SETS: dict[str, LabelSet] = {
+    "faithfulness": LabelSet(("unfaithful", "partial", "faithful"), "faithfulness",
+                             _three_way("unfaithful", "partial", "faithful"), True),
+    "context_recall": LabelSet(("missing", "partial", "complete"), "context_recall",
+                               _three_way("missing", "partial", "complete"), True),
+    **{
+        f"answer_judge.{c}": LabelSet(("1", "2", "3", "4", "5"), f"answer_judge.{c}_raw", _grade,
+                                      True)
+        for c in ("accuracy", "completeness", "relevance")
+    },
+}
+"""Metric column → how people grade it (see the module docstring)."""
+
+SHEET_FIXED = ("item", "sheet_id", "question", "reference", "contexts", "response")
+
+
+def _client(uri: str) -> mlflow.MlflowClient:
+    from rag_experiments.tracking.mlflow_tracker import resolve_tracking_uri
+
+    return mlflow.MlflowClient(tracking_uri=resolve_tracking_uri(uri))
+
+
+def _per_query(client: mlflow.MlflowClient, run_id: str) -> pd.DataFrame:
+    try:
+        local = client.download_artifacts(run_id, "per_query_results.csv")
+    except (MlflowException, OSError) as exc:
+        raise TrackingError(
+            f"cannot fetch per_query_results.csv of run {run_id} from {client.tracking_uri}: "
+            f"{exc}. Check the run id and --tracking-uri"
+        ) from exc
+    return pd.read_csv(io.StringIO(Path(local).read_text(encoding="utf-8")), dtype={"id": str})
+
+
+def _contexts(cell: Any) -> str:
+    try:
+        items = json.loads(cell) if isinstance(cell, str) else []
+    except ValueError:
+        return str(cell)
+    return "\n\n".join(f"[{i}] {c}" for i, c in enumerate(items, 1))
+
+
+def grade_sheet(run_id: str, tracking_uri: str, n: int = 20, seed: int = 0,
+                out_dir: str | Path = ".") -> tuple[Path, Path]:
+    """Write the blinded grade sheet and its key for a run.
+
+    Args:
+        run_id: A run with judged metrics (its ``per_query_results.csv``).
+        tracking_uri: Where the run is.
+        n: Questions to draw (all graded ones when fewer).
+        seed: Seed of the draw and of the item order.
+        out_dir: Folder for the two files.
+
+    Returns:
+        ``(sheet path, key path)``.
+
+    Raises:
+        TrackingError: The run or its table cannot be fetched.
+        DatasetError: The run has no judged metric of :data:`LABEL_SETS` with a value.
+    """
+    table = _per_query(_client(tracking_uri), run_id)
+    metrics = [m for m, ls in LABEL_SETS.items()
+               if ls.source in table.columns and table[ls.source].notna().any()]
+    if not metrics:
+        raise DatasetError(
+            f"run {run_id} has no judged metric to grade (looked for "
+            f"{', '.join(ls.source for ls in LABEL_SETS.values())}); run it with metrics=custom"
+        )
+    eligible = [i for i in range(len(table))
+                if any(pd.notna(table.at[i, LABEL_SETS[m].source]) for m in metrics)]
+    rng = random.Random(seed)
+    picked = rng.sample(eligible, min(n, len(eligible)))  # random order: items are shuffled
+    sheet_id = f"{run_id[:8]}-s{seed}-n{len(picked)}"
+    rows, items = [], []
+    for item, i in enumerate(picked, 1):
+        row = table.iloc[i]
+        rows.append({
+            "item": item, "sheet_id": sheet_id, "question": row.get("user_input", ""),
+            "reference": row.get("reference", ""),
+            "contexts": _contexts(row.get("retrieved_contexts")),
+            "response": row.get("response", ""), **{m: "" for m in metrics}, "notes": "",
+        })  # fmt: skip
+        judge = {m: LABEL_SETS[m].to_label(float(row[LABEL_SETS[m].source]))
+                 for m in metrics if pd.notna(row[LABEL_SETS[m].source])}
+        items.append({"item": item, "sample_id": str(row["id"]), "judge": judge})
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    sheet = out / f"grade_sheet_{sheet_id}.csv"
+    key = out / f"grade_sheet_{sheet_id}.key.json"
+    pd.DataFrame(rows).fillna("").to_csv(sheet, index=False)
+    key.write_text(json.dumps({
+        "sheet_id": sheet_id, "run_id": run_id, "tracking_uri": tracking_uri, "seed": seed,
+        "labels": {m: list(LABEL_SETS[m].labels) for m in metrics}, "items": items,
+    }, indent=2) + "\n", encoding="utf-8")  # fmt: skip
+    return sheet, key
+
+
+@dataclass
+class MetricAgreement:
+    """Agreement on one metric.
+
+    Attributes:
+        metric: The metric column.
+        n: Items graded by the human and the judge.
+        raw: Share of items with the same label, in [0, 1].
+        kappa: Cohen's kappa, in [-1, 1] (NaN when undefined).
+        kappa_quadratic: Quadratic-weighted kappa (ordinal scales), NaN otherwise.
+    """
+
+    metric: str
+    n: int
+    raw: float
+    kappa: float
+    kappa_quadratic: float
+
+
+def agreement(human: Sequence[str], judge: Sequence[str], labels: Sequence[str],
+              metric: str = "", ordinal: bool = False) -> MetricAgreement:
+    """Raw agreement and Cohen's kappa of two label sequences.
+
+    Args:
+        human: One label per item.
+        judge: The judge's label per item (same order).
+        labels: The label set (its order is the ordinal order).
+        metric: Name carried into the result.
+        ordinal: Also compute the quadratic-weighted kappa.
+
+    Returns:
+        The :class:`MetricAgreement`.
+    """
+    import warnings
+
+    from sklearn.metrics import cohen_kappa_score
+
+    n = len(human)
+    raw = sum(h == j for h, j in zip(human, judge, strict=True)) / n if n else math.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # undefined (NaN) when only one label is used
+        kappa = float(cohen_kappa_score(human, judge, labels=list(labels))) if n else math.nan
+        quad = (float(cohen_kappa_score(human, judge, labels=list(labels), weights="quadratic"))
+                if n and ordinal else math.nan)
+    return MetricAgreement(metric, n, raw, kappa, quad)
+
+
+def score_sheet(
+    filled: str | Path, key_path: str | Path | None = None
+) -> tuple[dict, list[MetricAgreement]]:
+    """Compare a filled sheet with its key.
+
+    Args:
+        filled: The sheet with the graders' labels (blank cells = not graded).
+        key_path: Its key; default ``grade_sheet_<sheet_id>.key.json`` beside the sheet.
+
+    Returns:
+        ``(key, one MetricAgreement per metric)``.
+
+    Raises:
+        DatasetError: Unreadable sheet or key, mismatched sheet id, or labels outside the
+            metric's label set (every bad cell is listed).
+    """
+    filled = Path(filled)
+    try:
+        sheet = pd.read_csv(filled, dtype=str, keep_default_na=False)
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"cannot read the grade sheet {filled}: {exc}") from exc
+    if "sheet_id" not in sheet.columns or "item" not in sheet.columns or sheet.empty:
+        raise DatasetError(f"{filled} is not a grade sheet (no item/sheet_id columns or no rows)")
+    sheet_id = sheet["sheet_id"].iloc[0]
+    key_path = Path(key_path) if key_path else filled.parent / f"grade_sheet_{sheet_id}.key.json"
+    try:
+        key = json.loads(key_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"cannot read the key {key_path} ({exc}): pass --key <key.json>"
+                           ) from exc
+    if key.get("sheet_id") != sheet_id:
+        raise DatasetError(f"{key_path} is the key of sheet {key.get('sheet_id')}, not {sheet_id}")
+    judge_by_item = {int(it["item"]): it["judge"] for it in key["items"]}
+    errors, results = [], []
+    for metric, labels in key["labels"].items():
+        if metric not in sheet.columns:
+            continue
+        human, judged = [], []
+        for _, row in sheet.iterrows():
+            label = str(row[metric]).strip().lower()
+            if not label:
+                continue
+            if label not in labels:
+                errors.append(f"{filled.name}: item {row['item']}: {metric}: {label!r} is not "
+                              f"one of {', '.join(labels)}")
+                continue
+            judge = judge_by_item.get(int(row["item"]), {}).get(metric)
+            if judge is not None:
+                human.append(label)
+                judged.append(judge)
+        ordinal = LABEL_SETS[metric].ordinal if metric in LABEL_SETS else False
+        results.append(agreement(human, judged, labels, metric, ordinal))
+    if errors:
+        raise DatasetError("the grade sheet has labels outside the label sets:\n"
+                           + "\n".join(errors))
+    return key, results
+
+
+def log_agreement(
+    key: dict, results: Sequence[MetricAgreement], tracking_uri: str | None = None
+) -> None:
+    """Log the agreement to the original run (metrics ``agreement.<metric>.*`` and artifact
+    ``agreement/<sheet_id>.json``); NaN values are not logged.
+
+    Raises:
+        TrackingError: The run cannot be reached.
+    """
+    client = _client(tracking_uri or key["tracking_uri"])
+    values = {}
+    for r in results:
+        for name, v in (("n", float(r.n)), ("raw", r.raw), ("kappa", r.kappa),
+                        ("kappa_quadratic", r.kappa_quadratic)):
+            if not math.isnan(v):
+                values[f"agreement.{r.metric}.{name}"] = v
+    try:
+        for k, v in values.items():
+            client.log_metric(key["run_id"], k, v)
+        client.log_dict(key["run_id"], {"sheet_id": key["sheet_id"], "seed": key["seed"],
+                                        "results": [vars(r) for r in results]},
+                        f"agreement/{key['sheet_id']}.json")
+    except MlflowException as exc:
+        raise TrackingError(
+            f"cannot log the agreement to run {key['run_id']}: {exc.message}"
+        ) from exc
+
+
+def grade_sheet_command(argv: list[str]) -> int:
+    """``rag-exp grade-sheet <run_id> [--n 20] [--seed 0] [--out DIR] [--tracking-uri URI]``."""
+    parser = argparse.ArgumentParser(prog="rag-exp grade-sheet", description=(
+        "Export a blinded CSV of a run's answers for human grading (judge verdicts hidden) and "
+        "a separate key; labels: " + "; ".join(f"{m}: {'/'.join(ls.labels)}"
+                                               for m, ls in LABEL_SETS.items())))
+    parser.add_argument("run_id")
+    parser.add_argument("--n", type=int, default=20, help="questions to draw (default 20)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the draw (default 0)")
+    parser.add_argument("--out", default=".", help="folder for the sheet and the key")
+    parser.add_argument("--tracking-uri", default="sqlite:///mlruns.db")
+    opts = parser.parse_args(argv)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    sheet, key = grade_sheet(opts.run_id, opts.tracking_uri, opts.n, opts.seed, opts.out)
+    print(f"sheet (give to graders): {sheet}\nkey (keep apart): {key}")
+    return 0
+
+
+def agreement_command(argv: list[str]) -> int:
+    """``rag-exp agreement <filled.csv> [--key KEY] [--tracking-uri URI] [--no-log]``."""
+    parser = argparse.ArgumentParser(prog="rag-exp agreement", description=(
+        "Raw agreement and Cohen's kappa between a filled grade sheet and the judge, per "
+        "metric; logged to the original run."))
+    parser.add_argument("filled")
+    parser.add_argument("--key", default=None, help="the key (default: beside the sheet)")
+    parser.add_argument("--tracking-uri", default=None, help="default: the one in the key")
+    parser.add_argument("--no-log", action="store_true", help="print only")
+    opts = parser.parse_args(argv)
+    key, results = score_sheet(opts.filled, opts.key)
+    print(f"{'metric':<28} {'n':>4} {'raw':>6} {'kappa':>7} {'kappa_q':>7}")
+    for r in results:
+        print(f"{r.metric:<28} {r.n:>4} {r.raw:>6.3f} {r.kappa:>7.3f} {r.kappa_quadratic:>7.3f}")
+    if not opts.no_log:
+        log_agreement(key, results, opts.tracking_uri)
+        print(f"logged to run {key['run_id']}")
+    return 0

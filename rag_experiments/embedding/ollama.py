@@ -1,0 +1,98 @@
+"""Embeddings from Ollama's ``/api/embed`` (``bge-m3``, ``nomic-embed-text`` …)."""
+
+from __future__ import annotations
+
+from rag_experiments.embedding.remote import RemoteEmbedder
+from rag_experiments.llm.errors import LLMHTTPError
+from rag_experiments.llm.ollama import (
+    DEFAULT_BASE_URL,
+    canonical_model_name,
+    not_found_error,
+    specialise_http_error,
+    unreachable_hint,
+)
+from rag_experiments.llm.transport import JsonHttp
+
+
+class OllamaEmbedder(RemoteEmbedder):
+    """An Ollama embedding model.
+
+    Args:
+        model: Ollama model name.
+        base_url: Ollama's root URL.
+        batch_size: Texts per request.
+        normalize: L2-normalise vectors (Ollama already does; kept for safety).
+        truncate: Let Ollama cut inputs longer than the model's context (``true``, Ollama's
+            default) instead of failing them.
+        keep_alive: How long Ollama keeps the model loaded.
+        query_prefix: Prepended to queries.
+        document_prefix: Prepended to documents.
+        dim: The dimension if known (None = one probe request).
+        timeout_s: Per-request limit in seconds.
+        max_retries: Retries of timeouts, connection errors, HTTP 429/5xx.
+        backoff_s: First backoff scale in seconds.
+        backoff_max_s: Cap of one backoff wait in seconds.
+    """
+
+    provider = "ollama"
+
+    def __init__(
+        self,
+        model: str = "bge-m3",
+        base_url: str = DEFAULT_BASE_URL,
+        batch_size: int = 32,
+        normalize: bool = True,
+        truncate: bool = True,
+        keep_alive: str = "5m",
+        query_prefix: str = "",
+        document_prefix: str = "",
+        dim: int | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 2,
+        backoff_s: float = 0.5,
+        backoff_max_s: float = 8.0,
+    ) -> None:
+        super().__init__(model, batch_size=batch_size, normalize=normalize,
+                         query_prefix=query_prefix, document_prefix=document_prefix, dim=dim,
+                         max_retries=max_retries, backoff_s=backoff_s,
+                         backoff_max_s=backoff_max_s)
+        self.base_url = base_url.rstrip("/")
+        self.truncate = truncate
+        self.keep_alive = keep_alive
+        self.http = JsonHttp(self.base_url, timeout_s, where=f"{self.where} at {self.base_url}",
+                             unreachable_hint=unreachable_hint("embedder.base_url"))
+        self._digest: str | None = None
+
+    def digest(self) -> str:
+        """The model's digest from ``/api/tags`` (asked once).
+
+        Raises:
+            ModelNotFoundError: The model is not pulled.
+        """
+        if self._digest is None:
+            data = self.retry.call(lambda: self.http.request("GET", "/api/tags"), self.where)
+            wanted = canonical_model_name(self.model)
+            for entry in data.get("models") or []:
+                if wanted in {canonical_model_name(str(entry.get(k) or ""))
+                              for k in ("name", "model")}:
+                    self._digest = str(entry.get("digest") or "")
+                    break
+            else:
+                raise not_found_error(f"{self.where} at {self.base_url}", self.model)
+        return self._digest
+
+    def _identity(self) -> str:
+        return f"ollama:{self.model}:{self.digest()[:12]}:trunc{int(self.truncate)}"
+
+    def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+        payload = {"model": self.model, "input": texts, "truncate": self.truncate,
+                   "keep_alive": self.keep_alive}
+        try:
+            data = self.http.request("POST", "/api/embed", payload)
+        except LLMHTTPError as exc:
+            err = specialise_http_error(exc, f"{self.where} at {self.base_url}", self.model)
+            raise err from exc
+        return list(data.get("embeddings") or [])
+
+
+__all__ = ["OllamaEmbedder"]

@@ -1,0 +1,205 @@
+"""Hydra entry point of ``rag-exp generate``: compose ``conf/generate.yaml``, build the parts,
+generate, print the summary and log it to MLflow (experiment ``datasets``)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from rag_experiments.app import CONF_DIR, SMALL_MODEL_NOTE
+from rag_experiments.data.base import samples_digest
+from rag_experiments.errors import ConfigError, RagExpError
+from rag_experiments.generate.checkpoint import Checkpoint
+from rag_experiments.generate.config import register_generate_config
+from rag_experiments.generate.docs import load_docs
+from rag_experiments.generate.generator import (
+    DatasetGenerator,
+    GenerationSettings,
+    types_from_config,
+)
+from rag_experiments.generate.summary import GenerationSummary
+from rag_experiments.generate.template import TemplateSettings, generate_from_template
+from rag_experiments.metrics.judge_config import judge_model_node
+from rag_experiments.llm.factory import (
+    build_chat,
+    configure_from_config,
+    identity_by_role,
+    usage_by_role,
+)
+
+log = logging.getLogger("rag_experiments")
+
+register_generate_config()
+
+MODES = ("llm", "template")
+
+
+class GenerationInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a generation after its summary was printed and logged."""
+
+
+def _docs_value(cfg: DictConfig) -> str | list[str]:
+    """``docs`` as a path string or a list of path strings."""
+    docs = cfg.docs
+    if isinstance(docs, ListConfig):
+        return [str(d) for d in docs]
+    return str(docs)
+
+
+def settings_from_config(cfg: DictConfig) -> GenerationSettings:
+    """The :class:`GenerationSettings` of a composed ``generate`` config."""
+    return GenerationSettings(
+        n=int(cfg.n),
+        types=types_from_config(list(cfg.types) if cfg.types is not None else None),
+        attempt_factor=float(cfg.attempt_factor),
+        n_unanswerable=int(cfg.n_unanswerable),
+        dedup_threshold=float(cfg.dedup_threshold),
+        max_concurrency=int(cfg.max_concurrency),
+        min_chunk_words=int(cfg.min_chunk_words),
+        retrieval_top_k=int(cfg.retrieval_top_k),
+    )
+
+
+def _embedder(cfg: DictConfig) -> Any:
+    """The configured embedder, behind the shared embedding cache when one is set."""
+    embedder = instantiate(cfg.embedder)
+    if cfg.paths.embedding_cache:
+        from rag_experiments.embedding.cache import CachedEmbedder
+
+        embedder = CachedEmbedder(embedder, path=cfg.paths.embedding_cache)
+    return embedder
+
+
+def generate_dataset(cfg: DictConfig) -> GenerationSummary:
+    """Generate the dataset a composed ``generate`` config describes (no MLflow).
+
+    Raises:
+        ConfigError: Unknown mode or bad settings.
+        DatasetError: Unusable input or output folder.
+    """
+    out = Path(str(cfg.out)).expanduser()
+    mode = str(cfg.mode)
+    if mode not in MODES:
+        raise ConfigError(f"mode={mode!r} is not one of {', '.join(MODES)}")
+    if mode == "template":
+        template = cfg.template
+        settings = TemplateSettings(
+            key_column=str(template.key_column or ""),
+            questions=dict(template.questions),
+            types=dict(template.types),
+            default_type=str(template.default_type),
+            n=int(cfg.n),
+            seed=int(cfg.seed),
+        )
+        return generate_from_template(_docs_value(cfg), out, settings)
+
+    configure_from_config(cfg)  # LLM response cache + fresh per-role usage meters
+    settings = settings_from_config(cfg)
+    try:
+        chat = build_chat(judge_model_node(cfg.llm), "dataset_generator")
+        judge = None
+        if settings.n_unanswerable:
+            judge = build_chat(judge_model_node(cfg.judge), "judge")
+        chunker = instantiate(cfg.chunker)
+        embedder = _embedder(cfg)
+    except InstantiationException as exc:
+        if isinstance(exc.__cause__, RagExpError):
+            raise exc.__cause__ from None
+        raise
+    source = load_docs(_docs_value(cfg), password=cfg.docs_password)
+    generator = DatasetGenerator(chat, embedder=embedder, chunker=chunker, judge=judge,
+                                 settings=settings, progress=bool(cfg.progress))
+    return generator.run(source, out, overwrite=bool(cfg.overwrite))
+
+
+def run_generate(cfg: DictConfig) -> GenerationSummary:
+    """Generate inside an MLflow run of experiment ``tracking.experiment`` (``datasets``):
+    params = the config, metrics = the summary counts, artifacts = ``eval.jsonl`` (and
+    ``corpus.jsonl`` in template mode), ``summary.json``, ``skipped_files.json``.
+
+    The run opens first, so an error anywhere ends as a FAILED run with its error.
+
+    Returns:
+        The summary (also printed).
+
+    Raises:
+        GenerationInterrupted: Ctrl-C stopped the generation (the run ends KILLED after the
+            summary is logged; the pairs accepted so far are saved).
+        RagExpError: Any error, after it was recorded on the run.
+    """
+    if OmegaConf.is_missing(cfg, "out") or not str(cfg.out).strip():
+        raise ConfigError("out is required: rag-exp generate docs=<folder> out=datasets/<name>")
+    if OmegaConf.is_missing(cfg, "docs"):
+        raise ConfigError("docs is required: rag-exp generate docs=<folder or [files]> out=…")
+    out = Path(str(cfg.out)).expanduser()
+    name = cfg.run_name or out.name or "dataset"
+    uses_embedded = cfg.mode == "llm" and "EmbeddedChat" in str(cfg.llm.get("_target_", ""))
+    tags = {"generate.mode": str(cfg.mode), "generate.out": str(out)}
+    if uses_embedded:
+        tags["mlflow.note.content"] = SMALL_MODEL_NOTE
+    tracker = instantiate(cfg.tracking, run_name=name)
+    with tracker.start_run(
+        params=OmegaConf.to_container(cfg, resolve=True),
+        config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
+        tags=tags,
+    ):
+        try:
+            summary = generate_dataset(cfg)
+        finally:
+            if cfg.mode == "llm":
+                tracker.set_tags(identity_by_role())
+                tracker.log_metrics(usage_by_role())
+        _log_summary(tracker, summary, name)
+        print(summary.format())
+        print(tracker.describe_location())
+        if uses_embedded:
+            print(f"NOTE: {SMALL_MODEL_NOTE}")
+        if summary.interrupted:
+            raise GenerationInterrupted
+    return summary
+
+
+def _log_summary(tracker: Any, summary: GenerationSummary, name: str) -> None:
+    """Metrics, the dataset as artifact and MLflow input, and the summary files."""
+    tracker.log_metrics(summary.metrics())
+    tracker.log_dict(summary.to_dict(), "summary.json")
+    tracker.log_dict(summary.skipped_files, "skipped_files.json")
+    tracker.set_tags({"generate.interrupted": str(summary.interrupted).lower(),
+                      "generate.corpus": summary.corpus})
+    eval_path = Path(summary.eval_path)
+    if not eval_path.is_file():
+        return
+    tracker.log_text(eval_path.read_text(encoding="utf-8"), "dataset/eval.jsonl")
+    if summary.mode == "template":
+        corpus = Path(summary.corpus)
+        tracker.log_text(corpus.read_text(encoding="utf-8"), "dataset/corpus.jsonl")
+    samples = Checkpoint(eval_path.parent).load().samples
+    if samples:
+        tracker.log_dataset(name, samples_digest(samples), str(eval_path.resolve()),
+                            [s.model_dump(mode="json") for s in samples])
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="generate")
+def generate_main(cfg: DictConfig) -> None:
+    """``rag-exp generate [overrides…]``."""
+    run_generate(cfg)
+
+
+def generate_command(argv: list[str]) -> int:
+    """``rag-exp generate …``: run Hydra on ``conf/generate.yaml``; 130 after Ctrl-C."""
+    import sys
+
+    sys.argv = ["rag-exp generate", *argv]
+    try:
+        generate_main()
+    except KeyboardInterrupt:
+        print("rag-exp generate: interrupted; the accepted pairs are saved. Run the same "
+              "command again to resume.", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,1 @@
+"""Experiment lifecycle: per-query checkpoints and resume, exact reruns."""

@@ -1,0 +1,134 @@
+"""``rag-exp run … resume=<run_id or job dir>``: continue an interrupted run in the same MLflow
+run, answering only the questions its checkpoint does not hold.
+
+Every job checkpoints into its Hydra job directory (see
+:mod:`rag_experiments.lifecycle.checkpoint`) and tags its run ``job.dir``. A resume finds the
+job directory from that tag (or is given it), reopens the run (``MlflowTracker.start_run(
+run_id=…)``; the config must be the one the run was started with, else MLflow refuses the
+params) and keeps appending to the same ``responses.jsonl``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rag_experiments.errors import ConfigError, TrackingError
+from rag_experiments.lifecycle.checkpoint import CheckpointedTarget, ResponseCheckpoint
+
+JOB_DIR_TAG = "job.dir"
+RESUMED_TAG = "resumed"
+
+
+@dataclass
+class JobCheckpoint:
+    """Where a job checkpoints, and which run it resumes.
+
+    Attributes:
+        checkpoint: The job's checkpoint, or None (no Hydra job directory: library use).
+        resume_run_id: The MLflow run to reopen, or None for a new run.
+        dataset_digest: The resumed run's ``dataset.digest`` tag (None when unknown).
+    """
+
+    checkpoint: ResponseCheckpoint | None
+    resume_run_id: str | None = None
+    dataset_digest: str | None = None
+
+    def attach(self, tracker: Any) -> None:
+        """Inside the open run: write ``checkpoint.json`` and tag ``job.dir`` (and
+        ``resumed``)."""
+        if self.checkpoint is None:
+            return
+        if not self.resume_run_id:
+            self.checkpoint.set_aside()  # a new run never reuses another run's answers
+        self.checkpoint.write_meta(tracker.run_id, self.dataset_digest)
+        tags = {JOB_DIR_TAG: str(self.checkpoint.job_dir.resolve())}
+        if self.resume_run_id:
+            tags[RESUMED_TAG] = "true"
+        tracker.set_tags(tags)
+
+    def wrap(self, target: Any, dataset_digest: str) -> Any:
+        """The target to evaluate: checkpointed when there is a job directory.
+
+        Args:
+            target: The built system under test.
+            dataset_digest: Digest of the dataset loaded for this job.
+
+        Returns:
+            A :class:`CheckpointedTarget`, or ``target`` itself without a checkpoint.
+
+        Raises:
+            ConfigError: The resumed run was made on another dataset.
+        """
+        if self.checkpoint is None:
+            return target
+        if self.resume_run_id and self.dataset_digest and self.dataset_digest != dataset_digest:
+            raise ConfigError(
+                f"cannot resume run {self.resume_run_id}: it evaluated dataset digest "
+                f"{self.dataset_digest[:12]}…, the dataset loaded now has "
+                f"{dataset_digest[:12]}…. "
+                "Resume with the dataset the run started with, or start a new run"
+            )
+        return CheckpointedTarget(target, self.checkpoint)
+
+
+def job_checkpoint(cfg: Any, tracking_uri: str) -> JobCheckpoint:
+    """Decide where the job checkpoints and whether it resumes a run.
+
+    Args:
+        cfg: The composed root config (``resume``: None, a run id or a job directory).
+        tracking_uri: The resolved tracking URI (``MlflowTracker.uri``).
+
+    Returns:
+        The job's :class:`JobCheckpoint`.
+
+    Raises:
+        ConfigError: ``resume`` names neither a job directory nor a run with a ``job.dir``
+            tag, or the run already FINISHED.
+    """
+    value = cfg.get("resume")
+    if not value:
+        return JobCheckpoint(_current_job_dir())
+    value = str(value)
+    if Path(value).is_dir():
+        run_id = str(ResponseCheckpoint(value).read_meta()["run_id"])
+        job_dir = Path(value)
+        run = _get_run(tracking_uri, run_id)
+    else:
+        run_id = value
+        run = _get_run(tracking_uri, run_id)
+        tagged = run.data.tags.get(JOB_DIR_TAG)
+        if not tagged:
+            raise ConfigError(
+                f"run {run_id} has no {JOB_DIR_TAG!r} tag (it was not started by `rag-exp run`, "
+                "or before checkpoints existed): pass resume=<its job folder> instead"
+            )
+        job_dir = Path(tagged)
+    if run.info.status == "FINISHED":
+        raise ConfigError(
+            f"run {run_id} already FINISHED: there is nothing to resume. Use `rag-exp rerun "
+            f"{run_id}` to repeat it in a new run"
+        )
+    return JobCheckpoint(ResponseCheckpoint(job_dir), run_id, run.data.tags.get("dataset.digest"))
+
+
+def _get_run(tracking_uri: str, run_id: str) -> Any:
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return mlflow.MlflowClient(tracking_uri=tracking_uri).get_run(run_id)
+    except MlflowException as exc:
+        raise TrackingError(
+            f"cannot find run {run_id!r} at {tracking_uri}: {exc.message}. Check the run id "
+            "and tracking.uri (resume=<id> looks in the configured tracking store)"
+        ) from exc
+
+
+def _current_job_dir() -> ResponseCheckpoint | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    return ResponseCheckpoint(HydraConfig.get().runtime.output_dir)

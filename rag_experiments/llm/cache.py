@@ -1,0 +1,241 @@
+"""A persistent response cache (SQLite) in front of any chat model.
+
+The key is the SHA-256 of a canonical JSON document holding the model's identity
+(``describe()``: provider, model, digest, base_url and its default options), the messages,
+the output schema's JSON schema and the call's options, so a rerun with the same model
+version and settings is answered from disk, exactly, with no model call; a changed prompt,
+option, schema or model digest is a miss. Only successful completions are stored: a timeout or
+a parse failure is tried again on the next run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from rag_experiments.errors import ConfigError
+from rag_experiments.llm.base import ChatModel, Completion, Message, Usage
+from rag_experiments.llm.parsing import LLMParseError, parse_structured
+from rag_experiments.llm.usage import UsageMeter
+
+log = logging.getLogger(__name__)
+
+CACHE_MODES: tuple[str, ...] = ("read_write", "read_only", "off")
+"""``read_write``: look up, store misses; ``read_only``: look up, store nothing; ``off``."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS llm_responses (
+    key TEXT PRIMARY KEY,
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    text TEXT NOT NULL,
+    finish_reason TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    latency_ms REAL NOT NULL,
+    created_at REAL NOT NULL
+)
+"""
+
+
+def request_key(
+    identity: dict[str, str],
+    messages: list[Message],
+    schema: type[BaseModel] | None,
+    options: dict[str, Any],
+) -> str:
+    """SHA-256 hex digest of one request.
+
+    Args:
+        identity: The model's ``describe()``.
+        messages: Chat messages.
+        schema: Output schema class (its JSON schema is hashed, so a changed field changes
+            the key), or None.
+        options: Per-call options.
+
+    Returns:
+        64 hex characters.
+    """
+    doc = {
+        "identity": identity,
+        "messages": messages,
+        "schema": schema.model_json_schema() if schema is not None else None,
+        "options": options,
+    }
+    blob = json.dumps(doc, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """SQLite store of completions by request key (WAL, 60 s busy timeout: parallel sweep jobs
+    may share it).
+
+    Args:
+        path: SQLite file; its folder is created.
+
+    Raises:
+        ConfigError: The file cannot be opened.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._connect() as conn:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise ConfigError(
+                f"Cannot open the LLM response cache {self.path}: {exc}. Set paths.llm_cache to "
+                "a writable file, delete a corrupt one, or set cache.mode=off"
+            ) from exc
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        with closing(sqlite3.connect(self.path, timeout=60.0)) as conn, conn:
+            yield conn
+
+    def get(self, key: str) -> Completion | None:
+        """The stored completion (``cached=True``, ``latency_ms=0``), or None."""
+        with self._connect() as conn:
+            row = conn.execute(
+                "SELECT model, text, finish_reason, prompt_tokens, completion_tokens "
+                "FROM llm_responses WHERE key = ?", (key,),
+            ).fetchone()
+        if row is None:
+            return None
+        model, text, finish, pt, ct = row
+        return Completion(text=text, usage=Usage(pt, ct), latency_ms=0.0, finish_reason=finish,
+                          cached=True, model=model)
+
+    def put(self, key: str, provider: str, completion: Completion) -> None:
+        """Store a completion (replacing an older one under the same key)."""
+        with self._connect() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO llm_responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (key, provider, completion.model, completion.text, completion.finish_reason,
+                 completion.usage.prompt_tokens, completion.usage.completion_tokens,
+                 completion.latency_ms, time.time()),
+            )
+
+    def __len__(self) -> int:
+        with self._connect() as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM llm_responses").fetchone()[0])
+
+
+class CachedChat:
+    """Wraps a chat model with the response cache and a usage meter (what
+    :func:`~rag_experiments.llm.factory.build_chat` returns for every role).
+
+    Models that declare ``cacheable = False`` (the fake model: free, and its tests count its
+    calls) skip the cache but are still metered.
+
+    Args:
+        inner: The model.
+        meter: Where calls are counted.
+        cache: The store, or None for no cache.
+        mode: One of :data:`CACHE_MODES`.
+
+    Raises:
+        ConfigError: Unknown ``mode``.
+    """
+
+    def __init__(
+        self,
+        inner: ChatModel,
+        meter: UsageMeter,
+        cache: ResponseCache | None = None,
+        mode: str = "read_write",
+    ) -> None:
+        if mode not in CACHE_MODES:
+            raise ConfigError(f"cache.mode={mode!r} is not one of {', '.join(CACHE_MODES)}")
+        self.inner = inner
+        self.meter = meter
+        self.mode = mode
+        self.cache = cache if mode != "off" and getattr(inner, "cacheable", True) else None
+
+    @property
+    def provider(self) -> str:
+        """The inner model's provider."""
+        return str(getattr(self.inner, "provider", type(self.inner).__name__))
+
+    @property
+    def model(self) -> str:
+        """The inner model's name."""
+        return str(getattr(self.inner, "model", ""))
+
+    def complete(
+        self, messages: list[Message], schema: type[BaseModel] | None = None, **options: Any
+    ) -> Completion:
+        """Answer from the cache, or call the model (and store its answer in ``read_write``).
+
+        Args:
+            messages: Chat messages.
+            schema: Optional output schema class.
+            **options: Per-call options (part of the key).
+
+        Returns:
+            The completion; ``cached=True`` when it came from the cache.
+
+        Raises:
+            LLMError: The model call failed (nothing is stored).
+        """
+        key = None
+        if self.cache is not None:
+            try:
+                key = request_key(self.inner.describe(), messages, schema, options)
+                hit = self.cache.get(key)
+                if hit is not None:
+                    if schema is not None:
+                        hit.parsed = parse_structured(hit.text, schema,
+                                                      finish_reason=hit.finish_reason)
+                    self.meter.record(hit)
+                    return hit
+            except LLMParseError:
+                log.warning("cached response no longer parses; calling the model")
+            except sqlite3.Error as exc:
+                log.warning("LLM cache %s unreadable (%s); calling the model", self.cache.path, exc)
+        try:
+            completion = self.inner.complete(messages, schema, **options)
+        except Exception:
+            self.meter.record_error()
+            raise
+        self.meter.record(completion)
+        if key is not None and self.mode == "read_write" and self.cache is not None:
+            try:
+                self.cache.put(key, self.provider, completion)
+            except sqlite3.Error as exc:
+                log.warning("cannot store in the LLM cache %s: %s", self.cache.path, exc)
+        return completion
+
+    def describe(self) -> dict[str, str]:
+        """The inner model's identity."""
+        return self.inner.describe()
+
+    @property
+    def context_window(self) -> int | None:
+        """The inner model's context window, when it has one."""
+        return getattr(self.inner, "context_window", None)
+
+    def count_prompt_tokens(self, messages: list[Message]) -> int:
+        """The inner model's prompt token count (its tokenizer, or an estimate)."""
+        counter = getattr(self.inner, "count_prompt_tokens", None)
+        if counter is None:
+            from rag_experiments.llm.context import estimate_tokens
+
+            return estimate_tokens(messages)
+        return int(counter(messages))
+
+    def prompt_budget(self, **options: Any) -> int | None:
+        """Tokens a prompt may use (window minus ``max_tokens``), None when unknown."""
+        budget = getattr(self.inner, "prompt_budget", None)
+        return None if budget is None else budget(**options)

@@ -1,0 +1,114 @@
+"""Typed errors of the model layer, one per failure reason, each naming the fix.
+
+Every class derives from :class:`~rag_experiments.errors.LLMError` and carries a short
+machine-readable ``reason`` that ends up in ``RagResponse.error`` and in metric NaN reasons:
+
+============================  ==================  =========  ================================
+class                         ``reason``          retried    typical fix
+============================  ==================  =========  ================================
+:class:`LLMTimeoutError`      ``timeout``         yes        raise ``timeout_s``
+:class:`LLMUnreachableError`  ``unreachable``     yes        start the server / fix base_url
+:class:`ModelNotFoundError`   ``model_not_found`` no         ``ollama pull <model>``
+:class:`LLMHTTPError`         ``http_error``      429, 5xx   read the body snippet
+:class:`ContextOverflowError` ``context_overflow`` no        raise num_ctx / fewer contexts
+:class:`LLMTruncatedError`    ``truncated``       no         raise ``max_tokens``
+:class:`LLMParseError`        ``parse_error``     N times    a larger model / clearer prompt
+============================  ==================  =========  ================================
+
+(``parse_error`` is retried ``parse_retries`` times by asking the model to repair its reply;
+the others marked "yes" are retried ``max_retries`` times with exponential backoff and jitter.)
+"""
+
+from __future__ import annotations
+
+from rag_experiments.errors import LLMError
+from rag_experiments.llm.parsing import LLMParseError, LLMTruncatedError
+
+__all__ = [
+    "RETRYABLE_STATUS",
+    "ContextOverflowError",
+    "LLMError",
+    "LLMHTTPError",
+    "LLMParseError",
+    "LLMTimeoutError",
+    "LLMTruncatedError",
+    "LLMUnreachableError",
+    "ModelNotFoundError",
+    "is_retryable",
+]
+
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+"""HTTP statuses worth another attempt: rate limited, or a server error that may pass."""
+
+BODY_SNIPPET_CHARS = 300
+"""How much of an error response body an :class:`LLMHTTPError` message quotes."""
+
+
+class LLMTimeoutError(LLMError):
+    """The call took longer than ``timeout_s``."""
+
+    reason = "timeout"
+
+
+class LLMUnreachableError(LLMError):
+    """No connection to the model server (refused, reset, DNS failure)."""
+
+    reason = "unreachable"
+
+
+class ModelNotFoundError(LLMError):
+    """The server answers but does not have the configured model."""
+
+    reason = "model_not_found"
+
+
+class LLMHTTPError(LLMError):
+    """The server answered with an HTTP error status.
+
+    Args:
+        message: What failed and how to fix it (the body snippet is appended).
+        status: The HTTP status code.
+        body: The response body (only its first :data:`BODY_SNIPPET_CHARS` characters are
+            quoted in the message).
+    """
+
+    reason = "http_error"
+
+    def __init__(self, message: str, *, status: int, body: str = "") -> None:
+        self.status = status
+        self.body = body
+        snippet = " ".join(body.split())[:BODY_SNIPPET_CHARS]
+        super().__init__(f"{message} (HTTP {status}: {snippet or '<empty body>'})")
+
+
+class ContextOverflowError(LLMError):
+    """The prompt does not fit the model's context window.
+
+    Args:
+        message: What failed and how to fix it.
+        prompt_tokens: The prompt's size in tokens (estimated or reported), if known.
+        context_window: The window in tokens, if known.
+    """
+
+    reason = "context_overflow"
+
+    def __init__(
+        self, message: str, *, prompt_tokens: int | None = None, context_window: int | None = None
+    ) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.context_window = context_window
+        super().__init__(message)
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """True for errors another attempt may cure: timeouts, no connection, HTTP 429 and 5xx.
+
+    Args:
+        exc: The error raised by one attempt.
+
+    Returns:
+        Whether to retry (after a backoff).
+    """
+    if isinstance(exc, (LLMTimeoutError, LLMUnreachableError)):
+        return True
+    return isinstance(exc, LLMHTTPError) and exc.status in RETRYABLE_STATUS

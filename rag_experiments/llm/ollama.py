@@ -1,0 +1,227 @@
+"""Ollama through its native API (``/api/chat``), with the JSON schema as ``format``.
+
+Ollama silently cuts a prompt longer than its context window (``num_ctx``, 2048 or 4096 by
+default depending on the version) and answers anyway. This client always sends ``num_ctx``,
+refuses a prompt estimated over it before the call, and fails a call whose reported
+``prompt_eval_count`` reached ``num_ctx`` (the sign that the server truncated the prompt).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+from pydantic import BaseModel
+
+from rag_experiments.errors import ConfigError, LLMError
+from rag_experiments.llm.base import Message, Usage
+from rag_experiments.llm.errors import ContextOverflowError, LLMHTTPError, ModelNotFoundError
+from rag_experiments.llm.remote import RemoteChat, Reply
+from rag_experiments.llm.transport import JsonHttp
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL = "http://127.0.0.1:11434"
+
+
+def canonical_model_name(name: str) -> str:
+    """``llama3.1`` → ``llama3.1:latest``: Ollama's implicit tag made explicit."""
+    return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
+
+
+def unreachable_hint(field: str = "llm.base_url") -> str:
+    """The fix for "cannot connect to Ollama"."""
+    return f"start it with `ollama serve` or set {field} (judge.base_url for the judge)"
+
+
+def not_found_error(where: str, model: str) -> ModelNotFoundError:
+    """The "model not pulled" error with its fix."""
+    return ModelNotFoundError(
+        f"{where}: the model is not on this server; run `ollama pull {model}` (or set "
+        "llm.model / judge.model to one that `ollama list` shows)"
+    )
+
+
+def specialise_http_error(exc: LLMHTTPError, where: str, model: str) -> LLMError:
+    """Turn Ollama's 404 "model … not found" into :class:`ModelNotFoundError`."""
+    if exc.status == 404 and "not found" in exc.body.lower() and "model" in exc.body.lower():
+        return not_found_error(where, model)
+    return exc
+
+
+class OllamaChat(RemoteChat):
+    """A model served by Ollama.
+
+    Args:
+        model: Ollama model name (``llama3.1:8b``; no tag = ``:latest``).
+        base_url: Ollama's root URL.
+        num_ctx: Context window in tokens, sent with every request.
+        max_tokens: Default completion limit, sent as ``num_predict``.
+        temperature: Default sampling temperature.
+        seed: Default sampling seed.
+        keep_alive: How long Ollama keeps the model loaded after a call (``"5m"``, ``"-1"``).
+        timeout_s: Per-attempt limit in seconds.
+        max_retries: Retries of timeouts, connection errors, HTTP 429/5xx.
+        backoff_s: First backoff scale in seconds.
+        backoff_max_s: Cap of one backoff wait in seconds.
+        parse_retries: Repair attempts for structured replies that do not validate.
+        options: Other Ollama ``options`` (``top_k``, ``repeat_penalty`` …), sent as given.
+
+    Raises:
+        ConfigError: ``num_ctx`` < 1 or a bad shared setting.
+    """
+
+    provider = "ollama"
+
+    def __init__(
+        self,
+        model: str = "llama3.1:8b",
+        base_url: str = DEFAULT_BASE_URL,
+        num_ctx: int = 8192,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        seed: int = 0,
+        keep_alive: str = "5m",
+        timeout_s: float = 120.0,
+        max_retries: int = 2,
+        backoff_s: float = 0.5,
+        backoff_max_s: float = 8.0,
+        parse_retries: int = 2,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(
+            model, base_url, max_tokens=max_tokens, temperature=temperature, seed=seed,
+            timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s,
+            backoff_max_s=backoff_max_s, parse_retries=parse_retries,
+        )
+        if num_ctx < 1:
+            raise ConfigError(f"{self.where}: num_ctx must be >= 1, got {num_ctx}")
+        self.num_ctx = num_ctx
+        self.keep_alive = keep_alive
+        self.extra_options = dict(options or {})
+        self.http = JsonHttp(self.base_url, timeout_s, where=self.where,
+                             unreachable_hint=unreachable_hint())
+        self._identity: dict[str, str] | None = None
+        self._identity_lock = threading.Lock()
+
+    @property
+    def context_window(self) -> int:
+        """``num_ctx``."""
+        return self.num_ctx
+
+    def _attempt(
+        self, messages: list[Message], schema: type[BaseModel] | None, opts: dict[str, Any]
+    ) -> Reply:
+        options = {
+            **self.extra_options,
+            "num_ctx": self.num_ctx,
+            "num_predict": int(opts["max_tokens"]),
+            "temperature": float(opts["temperature"]),
+            "seed": int(opts["seed"]),
+        }
+        options.update({k: v for k, v in opts.items()
+                        if k not in ("max_tokens", "temperature", "seed")})
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "stream": False,
+            "options": options,
+            "keep_alive": self.keep_alive,
+        }
+        if schema is not None:
+            payload["format"] = schema.model_json_schema()
+        try:
+            data = self.http.request("POST", "/api/chat", payload)
+        except LLMHTTPError as exc:
+            raise specialise_http_error(exc, self.where, self.model) from exc
+        message = data.get("message") or {}
+        prompt_eval = int(data.get("prompt_eval_count") or 0)
+        if prompt_eval >= self.num_ctx:
+            raise ContextOverflowError(
+                f"{self.where}: the server evaluated {prompt_eval} prompt tokens, the whole "
+                f"context window num_ctx={self.num_ctx}: it truncated the prompt silently. Raise "
+                "num_ctx in the llm/judge config, retrieve fewer or shorter contexts, or set "
+                "target.truncate_contexts=true",
+                prompt_tokens=prompt_eval,
+                context_window=self.num_ctx,
+            )
+        return Reply(
+            text=str(message.get("content") or ""),
+            finish_reason=str(data.get("done_reason") or "stop"),
+            usage=Usage(prompt_eval, int(data.get("eval_count") or 0)),
+            model=str(data.get("model") or self.model),
+        )
+
+    def digest(self) -> str:
+        """The model's digest from ``/api/tags`` (what ``ollama list`` shows as ID).
+
+        Raises:
+            ModelNotFoundError: The model is not pulled.
+            LLMError: The server is unreachable or answers an error.
+        """
+        data = self.retry.call(lambda: self.http.request("GET", "/api/tags"), self.where)
+        wanted = canonical_model_name(self.model)
+        for entry in data.get("models") or []:
+            names = {canonical_model_name(str(entry.get(k) or "")) for k in ("name", "model")}
+            if wanted in names:
+                return str(entry.get("digest") or "")
+        raise not_found_error(self.where, self.model)
+
+    def show(self) -> dict[str, Any]:
+        """``/api/show``: the model's details and ``model_info`` (trained context length …).
+
+        Raises:
+            ModelNotFoundError: The model is not pulled.
+            LLMError: The server is unreachable or answers an error.
+        """
+        try:
+            return self.retry.call(
+                lambda: self.http.request("POST", "/api/show", {"model": self.model}), self.where
+            )
+        except LLMHTTPError as exc:
+            raise specialise_http_error(exc, self.where, self.model) from exc
+
+    def _lookup_identity(self) -> dict[str, str]:
+        digest = self.digest()
+        info = self.show()
+        details = info.get("details") or {}
+        trained = next((int(v) for k, v in (info.get("model_info") or {}).items()
+                        if k.endswith(".context_length") and isinstance(v, int)), 0)
+        if trained and self.num_ctx > trained:
+            log.warning("%s: num_ctx=%d exceeds the model's trained context length %d",
+                        self.where, self.num_ctx, trained)
+        return {
+            "digest": digest,
+            "quantization": str(details.get("quantization_level") or ""),
+            "context_length": str(trained or ""),
+        }
+
+    def describe(self) -> dict[str, str]:
+        """Identity for tags and cache keys. The first call asks the server for the digest
+        (``/api/tags``) and details (``/api/show``), once per object; if the server cannot
+        tell, ``digest`` is ``""`` (not remembered, asked again next time) and the failure is
+        logged: the model call itself will then fail with the reason."""
+        with self._identity_lock:
+            if self._identity is None:
+                try:
+                    self._identity = self._lookup_identity()
+                except LLMError as exc:
+                    log.warning("%s: no model identity (%s)", self.where, exc)
+                    found = {"digest": "", "quantization": "", "context_length": ""}
+                else:
+                    found = self._identity
+            else:
+                found = self._identity
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            **found,
+            "base_url": self.base_url,
+            "num_ctx": str(self.num_ctx),
+            "max_tokens": str(self.max_tokens),
+            "temperature": str(self.temperature),
+            "seed": str(self.seed),
+            "options": json.dumps(self.extra_options, sort_keys=True),
+        }

@@ -1,0 +1,239 @@
+"""Any OpenAI-compatible chat server (vLLM, llama.cpp's server, LM Studio, Ollama's ``/v1``)
+through ``/v1/chat/completions``.
+
+Structured output degrades step by step, because servers differ in what they accept: first
+``response_format = {"type": "json_schema", …}`` (OpenAI, vLLM, LM Studio), then
+``{"type": "json_object", "schema": …}`` (llama-cpp-python's server, which refuses
+``json_schema``), then plain ``{"type": "json_object"}``, then no ``response_format`` at all. In
+the last two the schema is appended to the last message as an instruction, and tolerant parsing
+does the rest. The first step a server accepts is remembered for the object's lifetime.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+from typing import Any
+
+from pydantic import BaseModel
+
+from rag_experiments.errors import ConfigError, LLMError
+from rag_experiments.llm.base import Message, Usage
+from rag_experiments.llm.errors import ContextOverflowError, LLMHTTPError, ModelNotFoundError
+from rag_experiments.llm.remote import RemoteChat, Reply
+from rag_experiments.llm.transport import JsonHttp
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1"
+
+FORMAT_MODES: tuple[str, ...] = ("json_schema", "json_object_schema", "json_object", "text")
+"""Structured-output requests, most to least constrained."""
+
+SCHEMA_INSTRUCTION = "\n\nReply with one JSON object that matches this JSON schema:\n{schema}"
+
+_OVERFLOW = re.compile(r"context|too long|maximum.*tokens", re.IGNORECASE)
+_WINDOW = re.compile(r"maximum context length is (\d+)", re.IGNORECASE)
+_REQUESTED = re.compile(r"requested (\d+) tokens(?: \((\d+) in the messages)?", re.IGNORECASE)
+_FORMAT_WORDS = re.compile(r"response_format|json_schema|json_object|grammar", re.IGNORECASE)
+
+
+class _FormatRejected(LLMError):
+    """The server refused this ``response_format`` (internal: triggers the next mode)."""
+
+    reason = "format_rejected"
+
+
+class OpenAICompatChat(RemoteChat):
+    """A model behind an OpenAI-compatible server.
+
+    Args:
+        model: Model name as the server knows it (llama.cpp's server accepts any).
+        base_url: API root including ``/v1`` (``http://127.0.0.1:8080/v1``).
+        api_key_env: Name of the environment variable that holds the API key, or None for
+            servers without one. The key is read once, sent as ``Authorization: Bearer``, and
+            never logged, tagged or put in a message.
+        context_window: The model's window in tokens, if known: prompts estimated above it
+            fail before the call. None = leave the check to the server.
+        max_tokens: Default completion limit.
+        temperature: Default sampling temperature.
+        seed: Default sampling seed.
+        timeout_s: Per-attempt limit in seconds.
+        max_retries: Retries of timeouts, connection errors, HTTP 429/5xx.
+        backoff_s: First backoff scale in seconds.
+        backoff_max_s: Cap of one backoff wait in seconds.
+        parse_retries: Repair attempts for structured replies that do not validate.
+
+    Raises:
+        ConfigError: ``api_key_env`` names a variable that is not set.
+    """
+
+    provider = "openai"
+
+    def __init__(
+        self,
+        model: str = "default",
+        base_url: str = DEFAULT_BASE_URL,
+        api_key_env: str | None = None,
+        context_window: int | None = None,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        seed: int = 0,
+        timeout_s: float = 120.0,
+        max_retries: int = 2,
+        backoff_s: float = 0.5,
+        backoff_max_s: float = 8.0,
+        parse_retries: int = 2,
+    ) -> None:
+        super().__init__(
+            model, base_url, max_tokens=max_tokens, temperature=temperature, seed=seed,
+            timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s,
+            backoff_max_s=backoff_max_s, parse_retries=parse_retries,
+        )
+        headers = {}
+        if api_key_env:
+            key = os.environ.get(api_key_env)
+            if not key:
+                raise ConfigError(
+                    f"{self.where}: the environment variable {api_key_env} (api_key_env) is not "
+                    "set; export it or set api_key_env: null for a server without a key"
+                )
+            headers["Authorization"] = f"Bearer {key}"
+        self.api_key_env = api_key_env
+        self._window = context_window
+        self.http = JsonHttp(
+            self.base_url, timeout_s, where=self.where, headers=headers,
+            unreachable_hint="start the server (e.g. `python -m llama_cpp.server --model "
+            "<file.gguf>`, `vllm serve <model>`) or set llm.base_url (judge.base_url for the "
+            "judge)",
+        )
+        self._mode = 0
+        self._mode_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatChat(model={self.model!r}, base_url={self.base_url!r})"
+
+    @property
+    def context_window(self) -> int | None:
+        """The configured window (None = unknown)."""
+        return self._window
+
+    @property
+    def format_mode(self) -> str:
+        """The structured-output mode in use (the first one the server accepted)."""
+        return FORMAT_MODES[self._mode]
+
+    def _specialise(self, exc: LLMHTTPError, with_format: bool) -> LLMError:
+        body = exc.body
+        if exc.status == 404 and "model" in body.lower():
+            return ModelNotFoundError(
+                f"{self.where}: the server has no model {self.model!r}; set llm.model / "
+                f"judge.model to one listed by GET {self.base_url}/models"
+            )
+        if exc.status in (400, 413, 422) and (
+            "context_length_exceeded" in body or _OVERFLOW.search(body) and "token" in body
+        ):
+            window = _WINDOW.search(body)
+            requested = _REQUESTED.search(body)
+            prompt = None
+            if requested:
+                prompt = int(requested.group(2) or requested.group(1))
+            return ContextOverflowError(
+                f"{self.where}: the prompt does not fit the context window (server: "
+                f"{' '.join(body.split())[:200]}); retrieve fewer or shorter contexts, lower "
+                "max_tokens, start the server with a larger context, or set "
+                "target.truncate_contexts=true",
+                prompt_tokens=prompt,
+                context_window=int(window.group(1)) if window else None,
+            )
+        if with_format and (
+            exc.status in (400, 415, 422) or (exc.status >= 500 and _FORMAT_WORDS.search(body))
+        ):
+            return _FormatRejected(str(exc))
+        return exc
+
+    def _payload(
+        self, messages: list[Message], schema: type[BaseModel] | None, opts: dict[str, Any],
+        mode: str,
+    ) -> dict[str, Any]:
+        extra = {k: v for k, v in opts.items() if k not in ("max_tokens", "temperature", "seed")}
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": int(opts["max_tokens"]),
+            "temperature": float(opts["temperature"]),
+            "seed": int(opts["seed"]),
+            "stream": False,
+            **extra,
+        }
+        if schema is None:
+            return payload
+        js = schema.model_json_schema()
+        if mode == "json_schema":
+            payload["response_format"] = {
+                "type": "json_schema", "json_schema": {"name": schema.__name__, "schema": js},
+            }
+        elif mode == "json_object_schema":
+            payload["response_format"] = {"type": "json_object", "schema": js}
+        else:
+            if mode == "json_object":
+                payload["response_format"] = {"type": "json_object"}
+            last = dict(messages[-1])
+            last["content"] = (last.get("content") or "") + SCHEMA_INSTRUCTION.format(
+                schema=json.dumps(js)
+            )
+            payload["messages"] = [*messages[:-1], last]
+        return payload
+
+    def _attempt(
+        self, messages: list[Message], schema: type[BaseModel] | None, opts: dict[str, Any]
+    ) -> Reply:
+        while True:
+            mode_index = self._mode
+            payload = self._payload(messages, schema, opts, FORMAT_MODES[mode_index])
+            with_format = schema is not None and "response_format" in payload
+            try:
+                data = self.http.request("POST", "/chat/completions", payload)
+            except LLMHTTPError as exc:
+                err = self._specialise(exc, with_format)
+                if isinstance(err, _FormatRejected):
+                    with self._mode_lock:
+                        if self._mode == mode_index:
+                            self._mode = mode_index + 1
+                    log.info("%s: response_format %s refused; trying %s", self.where,
+                             FORMAT_MODES[mode_index], FORMAT_MODES[self._mode])
+                    continue
+                raise err from exc
+            break
+        try:
+            choice = data["choices"][0]
+            text = choice["message"].get("content") or ""
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise LLMHTTPError(f"{self.where}: the answer has no choices[0].message.content; "
+                               "is base_url an OpenAI-compatible /v1 root?",
+                               status=200, body=json.dumps(data)[:1000]) from exc
+        usage = data.get("usage") or {}
+        return Reply(
+            text=str(text),
+            finish_reason=str(choice.get("finish_reason") or "stop"),
+            usage=Usage(int(usage.get("prompt_tokens") or 0),
+                        int(usage.get("completion_tokens") or 0)),
+            model=str(data.get("model") or self.model),
+        )
+
+    def describe(self) -> dict[str, str]:
+        """Provider, model, base_url and the options that change outputs. OpenAI-compatible
+        servers report no digest, so ``digest`` is ``""``; the key is never included."""
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "digest": "",
+            "base_url": self.base_url,
+            "max_tokens": str(self.max_tokens),
+            "temperature": str(self.temperature),
+            "seed": str(self.seed),
+            "context_window": str(self._window or ""),
+        }

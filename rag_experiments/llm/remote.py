@@ -1,0 +1,221 @@
+"""What the HTTP chat providers share: option defaults, the context-window check, retries of
+transport failures, and repair retries of structured output.
+
+A subclass (:class:`~rag_experiments.llm.ollama.OllamaChat`,
+:class:`~rag_experiments.llm.openai_compat.OpenAICompatChat`) implements one attempt,
+:meth:`RemoteChat._attempt`, and its identity.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from rag_experiments.errors import ConfigError
+from rag_experiments.llm.base import Completion, Message, Usage
+from rag_experiments.llm.context import estimate_tokens
+from rag_experiments.llm.errors import ContextOverflowError
+from rag_experiments.llm.parsing import LLMParseError, LLMTruncatedError, parse_structured
+from rag_experiments.llm.retry import RetryPolicy
+
+log = logging.getLogger(__name__)
+
+REPAIR_PROMPT = (
+    "Your previous reply could not be used: {error}. Reply again with only one JSON object "
+    "that matches the requested schema, and no other text."
+)
+"""Sent after an unparsable structured reply (the reply itself goes back as the assistant
+turn), as instructor and similar libraries do: the model sees what was wrong, which helps even
+at temperature 0, where a plain resend would return the same text."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One raw answer of a server.
+
+    Attributes:
+        text: Generated text.
+        finish_reason: ``stop``, ``length`` or the server's word.
+        usage: Token counts the server reported.
+        model: Model id the server reported.
+    """
+
+    text: str
+    finish_reason: str
+    usage: Usage
+    model: str
+
+
+class RemoteChat:
+    """Base of the HTTP chat providers.
+
+    Args:
+        model: Model name on the server.
+        base_url: Server root.
+        max_tokens: Default completion limit in tokens.
+        temperature: Default sampling temperature (0 = greedy).
+        seed: Default sampling seed.
+        timeout_s: Per-attempt limit in seconds.
+        max_retries: Retries of timeouts, connection errors and HTTP 429/5xx.
+        backoff_s: First backoff scale in seconds (exponential, full jitter).
+        backoff_max_s: Cap of one backoff wait in seconds.
+        parse_retries: Repair attempts after a structured reply that does not validate.
+
+    Raises:
+        ConfigError: A negative or zero setting.
+    """
+
+    provider = "remote"
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        *,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        seed: int = 0,
+        timeout_s: float = 120.0,
+        max_retries: int = 2,
+        backoff_s: float = 0.5,
+        backoff_max_s: float = 8.0,
+        parse_retries: int = 2,
+    ) -> None:
+        if not model:
+            raise ConfigError(f"{self.provider}: model is empty; set llm.model (or judge.model)")
+        if max_tokens < 1 or timeout_s <= 0 or parse_retries < 0:
+            raise ConfigError(
+                f"{self.provider} {model}: max_tokens must be >= 1, timeout_s > 0 and "
+                f"parse_retries >= 0 (got {max_tokens}, {timeout_s}, {parse_retries})"
+            )
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.seed = seed
+        self.timeout_s = timeout_s
+        self.parse_retries = parse_retries
+        self.retry = RetryPolicy(max_retries, backoff_s, backoff_max_s)
+
+    # --- to implement -------------------------------------------------------------------
+    @property
+    def context_window(self) -> int | None:
+        """The model's context window in tokens, when known (None = not checked)."""
+        return None
+
+    def _attempt(
+        self, messages: list[Message], schema: type[BaseModel] | None, opts: dict[str, Any]
+    ) -> Reply:
+        """Send one request (no retry). Raises typed :class:`LLMError` s."""
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, str]:
+        """Identity: provider, model, digest, base_url and the options that change outputs."""
+        raise NotImplementedError
+
+    # --- shared -------------------------------------------------------------------------
+    @property
+    def where(self) -> str:
+        """``"<provider> <model> at <base_url>"`` for messages."""
+        return f"{self.provider} {self.model} at {self.base_url}"
+
+    def count_prompt_tokens(self, messages: list[Message]) -> int:
+        """Estimated prompt tokens (:func:`~rag_experiments.llm.context.estimate_tokens`)."""
+        return estimate_tokens(messages)
+
+    def prompt_budget(self, **options: Any) -> int | None:
+        """Tokens a prompt may use: the context window minus the completion's ``max_tokens``
+        (None when the window is unknown)."""
+        window = self.context_window
+        if window is None:
+            return None
+        return max(0, window - int(options.get("max_tokens", self.max_tokens)))
+
+    def _options(self, options: dict[str, Any]) -> dict[str, Any]:
+        opts = {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed}
+        opts.update(options)
+        return opts
+
+    def _check_window(self, messages: list[Message]) -> None:
+        window = self.context_window
+        if window is None:
+            return
+        estimate = self.count_prompt_tokens(messages)
+        if estimate > window:
+            raise ContextOverflowError(
+                f"{self.where}: the prompt is about {estimate} tokens (characters / 4) but the "
+                f"context window is {window} tokens; raise the window (num_ctx / context_window "
+                "in the llm/judge config), retrieve fewer or shorter contexts, or set "
+                "target.truncate_contexts=true",
+                prompt_tokens=estimate,
+                context_window=window,
+            )
+
+    def complete(
+        self, messages: list[Message], schema: type[BaseModel] | None = None, **options: Any
+    ) -> Completion:
+        """Generate a reply; with ``schema`` the server is asked for JSON of that shape.
+
+        Transport failures are retried by :attr:`retry`; a structured reply that does not
+        validate is sent back with :data:`REPAIR_PROMPT` up to ``parse_retries`` times (usage
+        and latency of every attempt are summed). A reply cut by the token limit is not
+        repaired: it fails as ``truncated``.
+
+        Args:
+            messages: Chat messages.
+            schema: Optional pydantic model class the reply must validate against.
+            **options: ``max_tokens``, ``temperature``, ``seed`` override the defaults; other
+                keys are passed to the server as they are.
+
+        Returns:
+            The completion (``parsed`` set when ``schema`` is given).
+
+        Raises:
+            ContextOverflowError: The prompt exceeds the context window (estimated before the
+                call, or reported by the server).
+            LLMTruncatedError: Structured output cut by ``max_tokens``.
+            LLMParseError: Still invalid after ``parse_retries`` repairs (carries the raw text).
+            LLMError: Timeout, unreachable, model not found, HTTP error (after retries).
+        """
+        opts = self._options(options)
+        self._check_window(messages)
+        started = time.perf_counter()
+        prompt_tokens = completion_tokens = 0
+        convo = list(messages)
+        attempt = 0
+        while True:
+            reply = self.retry.call(lambda c=convo: self._attempt(c, schema, opts), self.where)
+            prompt_tokens += reply.usage.prompt_tokens
+            completion_tokens += reply.usage.completion_tokens
+            parsed = None
+            if schema is not None:
+                try:
+                    parsed = parse_structured(reply.text, schema, finish_reason=reply.finish_reason)
+                except LLMTruncatedError as exc:
+                    raise LLMTruncatedError(
+                        f"{self.where}: {exc} (max_tokens={opts['max_tokens']})", raw=exc.raw
+                    ) from exc
+                except LLMParseError as exc:
+                    if attempt == self.parse_retries:
+                        raise LLMParseError(
+                            f"{self.where}: {exc} after {attempt + 1} attempt(s); use a larger "
+                            "model or raise parse_retries", raw=exc.raw,
+                        ) from exc
+                    attempt += 1
+                    log.warning("%s: unusable structured reply (%s); asking for a repair "
+                                "(%d of %d)", self.where, exc, attempt, self.parse_retries)
+                    convo = [*messages, {"role": "assistant", "content": reply.text},
+                             {"role": "user", "content": REPAIR_PROMPT.format(error=exc)}]
+                    continue
+            return Completion(
+                text=reply.text,
+                parsed=parsed,
+                usage=Usage(prompt_tokens, completion_tokens),
+                latency_ms=(time.perf_counter() - started) * 1000.0,
+                finish_reason=reply.finish_reason,
+                model=reply.model or self.model,
+            )

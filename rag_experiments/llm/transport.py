@@ -1,0 +1,95 @@
+"""JSON over HTTP for the model servers, with every transport failure turned into a typed
+:class:`~rag_experiments.errors.LLMError` (httpx underneath)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from rag_experiments.llm.errors import LLMHTTPError, LLMTimeoutError, LLMUnreachableError
+
+
+class JsonHttp:
+    """A small JSON client for one server.
+
+    One ``httpx.Client`` (thread-safe, keeps connections alive) is shared by all threads. It
+    ignores proxy settings from the environment, so a request goes only to ``base_url``.
+
+    Args:
+        base_url: Server root, e.g. ``http://127.0.0.1:11434``.
+        timeout_s: Limit in seconds for connecting, and for each read or write of one request
+            (a non-streamed answer arrives in one read, so this bounds the whole call).
+        where: Names the server in messages (``"ollama llama3.1:8b at http://…"``).
+        unreachable_hint: The fix appended to "cannot connect" messages.
+        headers: Extra headers (e.g. ``Authorization``); never logged or put in messages.
+        max_connections: Connection pool size (at least the batch concurrency).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        timeout_s: float,
+        *,
+        where: str,
+        unreachable_hint: str,
+        headers: dict[str, str] | None = None,
+        max_connections: int = 64,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.where = where
+        self.unreachable_hint = unreachable_hint
+        self._client = httpx.Client(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(timeout_s),
+            headers=headers or {},
+            limits=httpx.Limits(max_connections=max_connections,
+                                max_keepalive_connections=max_connections),
+            # No HTTP(S)_PROXY / .netrc from the environment: requests go to base_url and
+            # nowhere else (a proxy is another machine).
+            trust_env=False,
+        )
+
+    def request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
+        """Send one request and decode the JSON answer.
+
+        Args:
+            method: ``GET`` or ``POST``.
+            path: Path under ``base_url`` (``/api/chat``).
+            payload: JSON body for POST.
+
+        Returns:
+            The decoded JSON body.
+
+        Raises:
+            LLMTimeoutError: No complete answer within ``timeout_s``.
+            LLMUnreachableError: Connection refused, reset or name not resolved.
+            LLMHTTPError: Status >= 400 (body kept on the error), or a body that is not JSON.
+        """
+        try:
+            response = self._client.request(method, path, json=payload)
+        except httpx.TimeoutException as exc:
+            raise LLMTimeoutError(
+                f"{self.where}: no answer to {path} within timeout_s={self.timeout_s:g} s "
+                f"({type(exc).__name__}); raise timeout_s in the llm/judge config or lower "
+                "max_tokens"
+            ) from exc
+        except httpx.TransportError as exc:
+            raise LLMUnreachableError(
+                f"{self.where}: cannot connect ({type(exc).__name__}: {exc}); "
+                f"{self.unreachable_hint}"
+            ) from exc
+        if response.status_code >= 400:
+            raise LLMHTTPError(f"{self.where}: {method} {path} failed",
+                               status=response.status_code, body=response.text)
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise LLMHTTPError(f"{self.where}: {path} answered with a body that is not JSON; "
+                               "is base_url the right server?",
+                               status=response.status_code, body=response.text) from exc
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self._client.close()

@@ -1,0 +1,62 @@
+"""Per-role usage counters (generator, judge, …) for the tracker."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from rag_experiments.llm.base import Completion
+
+
+@dataclass
+class UsageMeter:
+    """Counts the calls of every model built for one role (thread-safe).
+
+    Attributes:
+        role: ``generator``, ``judge`` …
+        calls: ``complete`` calls, answered or failed, cache hits included.
+        cache_hits: Calls answered from the response cache (no model call).
+        errors: Calls that raised.
+        prompt_tokens: Prompt tokens the model processed (cache hits add none).
+        completion_tokens: Completion tokens the model generated (cache hits add none).
+    """
+
+    role: str
+    calls: int = 0
+    cache_hits: int = 0
+    errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def record(self, completion: Completion) -> None:
+        """Count one answered call."""
+        with self._lock:
+            self.calls += 1
+            if completion.cached:
+                self.cache_hits += 1
+            else:
+                self.prompt_tokens += completion.usage.prompt_tokens
+                self.completion_tokens += completion.usage.completion_tokens
+
+    def record_error(self) -> None:
+        """Count one failed call."""
+        with self._lock:
+            self.calls += 1
+            self.errors += 1
+
+    def metrics(self) -> dict[str, float]:
+        """``<role>.llm_calls``, ``.llm_cache_hits``, ``.llm_cache_hit_rate`` (hits / calls;
+        left out when there was no call), ``.llm_errors``, ``.prompt_tokens``,
+        ``.completion_tokens``."""
+        with self._lock:
+            out = {
+                f"{self.role}.llm_calls": float(self.calls),
+                f"{self.role}.llm_cache_hits": float(self.cache_hits),
+                f"{self.role}.llm_errors": float(self.errors),
+                f"{self.role}.prompt_tokens": float(self.prompt_tokens),
+                f"{self.role}.completion_tokens": float(self.completion_tokens),
+            }
+            if self.calls:
+                out[f"{self.role}.llm_cache_hit_rate"] = self.cache_hits / self.calls
+        return out

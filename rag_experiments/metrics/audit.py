@@ -1,0 +1,87 @@
+"""The judge audit trail and judge usage of a run.
+
+A metric may offer ``audit() -> list[dict]``: one JSON-ready record per row of its last
+``evaluate`` (claims and verdicts, generated questions, per-context verdicts, the judge's raw
+text, and its usage as ``judge_calls``, ``judge_prompt_tokens``, ``judge_completion_tokens``).
+:func:`collect_audit` joins them per question into the rows of ``judge_audit.jsonl`` and sums the
+usage into run-level values, the same way for every backend that follows this convention.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from rag_experiments.records import Sample
+
+USAGE_KEYS = ("judge_calls", "judge_prompt_tokens", "judge_completion_tokens")
+"""Per-record usage counters summed over metrics."""
+
+
+def collect_audit(
+    metrics: Sequence[Any], samples: Sequence[Sample]
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Join the metrics' audit records per question and sum judge usage.
+
+    Args:
+        metrics: The run's metrics (those without ``audit`` are skipped, as is a metric whose
+            audit does not have one record per sample, e.g. because it crashed).
+        samples: The samples, in row order.
+
+    Returns:
+        ``(rows, run_values)``. ``rows`` (empty when no metric audits): per question ``id``,
+        ``question_type``, the summed ``judge_calls`` / tokens and one entry per metric name.
+        ``run_values``: ``judge_calls`` (total), ``judge_calls_per_question`` (mean over all
+        questions), ``judge_calls_per_question_max``, ``judge_prompt_tokens``,
+        ``judge_completion_tokens`` (totals) and ``judge_tokens_per_question`` (mean).
+    """
+    audits: list[tuple[str, list[dict[str, Any]]]] = []
+    for m in metrics:
+        fn = getattr(m, "audit", None)
+        if not callable(fn):
+            continue
+        records = fn()
+        if len(records) == len(samples):
+            audits.append((str(getattr(m, "name", type(m).__name__)), records))
+    if not audits or not samples:
+        return [], {}
+    rows = []
+    for i, sample in enumerate(samples):
+        row: dict[str, Any] = {"id": sample.id, "question_type": sample.question_type}
+        row.update({k: 0 for k in USAGE_KEYS})
+        for name, records in audits:
+            rec = records[i]
+            row[name] = rec
+            for k in USAGE_KEYS:
+                row[k] += int(rec.get(k, 0))
+        rows.append(row)
+    calls = [r["judge_calls"] for r in rows]
+    prompt_tokens = sum(r["judge_prompt_tokens"] for r in rows)
+    completion_tokens = sum(r["judge_completion_tokens"] for r in rows)
+    n = len(rows)
+    run_values = {
+        "judge_calls": float(sum(calls)),
+        "judge_calls_per_question": sum(calls) / n,
+        "judge_calls_per_question_max": float(max(calls)),
+        "judge_prompt_tokens": float(prompt_tokens),
+        "judge_completion_tokens": float(completion_tokens),
+        "judge_tokens_per_question": (prompt_tokens + completion_tokens) / n,
+    }
+    return rows, run_values
+
+
+def to_jsonl(rows: Sequence[dict[str, Any]]) -> str:
+    """One JSON object per line (UTF-8 text kept as is; NaN written as ``null``)."""
+    return "".join(json.dumps(_finite(r), ensure_ascii=False) + "\n" for r in rows)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

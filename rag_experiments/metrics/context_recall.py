@@ -1,0 +1,81 @@
+"""Context recall: the share of the reference answer's claims that the retrieved contexts hold.
+
+``context_recall`` ∈ [0, 1], higher is better::
+
+    context_recall = |{reference claims attributable to at least one retrieved context}|
+                     / |reference claims|
+
+(RAGAS ``LLMContextRecall``). One judge call (prompt
+:mod:`~rag_experiments.metrics.prompts.context_recall`): the judge splits the reference into
+claims and gives, for each, the number of the context that states it (0 = none), the same
+checkable verdict as faithfulness. A number outside ``0..n_contexts``, or no claim at all for a
+non-blank reference, is a parse error (retried), never a score.
+
+Edges:
+
+- target failed → NaN ``target_error``;
+- unanswerable sample → NaN ``unanswerable`` (its reference says the corpus has no answer:
+  there is nothing to recall);
+- reference ``""`` (or blank) → NaN ``no_reference``;
+- contexts ``[]`` or only blank texts → 0.0 flagged ``empty_context``, no judge call;
+- judge failure → NaN with its reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rag_experiments.metrics.judge import JudgedMetric, has_context
+from rag_experiments.metrics.prompts import context_recall as prompt
+from rag_experiments.metrics.prompts.base import format_contexts
+from rag_experiments.records import MetricValue, RagResponse, Sample
+
+
+class ContextRecall(JudgedMetric):
+    """Attributable reference claims / reference claims, one judge call per row.
+
+    Args:
+        judge: The judge chat model.
+        max_retries: Retries of an invalid judge output.
+        max_tokens: Completion limit per judge call.
+        prefix: Column-name prefix.
+    """
+
+    name = "context_recall"
+    columns = ("context_recall",)
+    shows_contexts = True
+
+    def __init__(self, judge: Any = None, max_retries: int = 1, max_tokens: int = 320,
+                 prefix: str = "") -> None:
+        super().__init__(judge, max_retries, max_tokens, prefix)
+
+    def _score(
+        self, sample: Sample, resp: RagResponse
+    ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
+        if resp.error is not None:
+            return self._nan_all("target_error")
+        if not sample.answerable:
+            return self._nan_all("unanswerable")
+        if not sample.reference.strip():
+            return self._nan_all("no_reference")
+        contexts = list(resp.retrieved_contexts)
+        if not has_context(contexts):
+            value = MetricValue(0.0, "empty_context")
+            return {"context_recall": value}, {"skipped": "empty_context"}
+        fields = {
+            "contexts": format_contexts(contexts),
+            "question": sample.user_input,
+            "reference": sample.reference.strip(),
+            "max_claims": prompt.MAX_CLAIMS,
+            "n": len(contexts),
+        }
+        schema = prompt.output_model(len(contexts), min_claims=1)
+        judgement, record = self._ask(prompt.PROMPT, fields, schema)
+        if judgement.parsed is None:
+            return {"context_recall": MetricValue.nan(judgement.error or "judge_error")}, record
+        claims = judgement.parsed.claims  # type: ignore[attr-defined]
+        record["claims"] = [
+            {"claim": c.claim, "context": c.context, "attributed": c.context > 0} for c in claims
+        ]
+        attributed = sum(1 for c in claims if c.context > 0)
+        return {"context_recall": MetricValue(attributed / len(claims))}, record

@@ -1,0 +1,343 @@
+"""Asking the LLM judge: one place for retries on invalid output, call and token counting, and
+the audit record of every judgement; and the base class of the custom backend's judged metrics
+(the judge's config role is in :mod:`~rag_experiments.metrics.judge_config`).
+
+A judgement is one question to the judge. It costs one call, plus one more per retry: when the
+output does not parse, or parses but does not fit the question (a verdict count that differs
+from the context count, a context number out of range — :class:`InvalidVerdictError`), the
+judge is asked again, up to ``max_retries`` times, with its own reply and what was wrong with
+it appended to the conversation (so the retry is a different prompt: a response cache cannot
+serve the same bad answer again). Any other judge failure (output cut by the token limit,
+timeout, context overflow, …) is not retried here (the model layer retries what is
+retryable) and ends the judgement with the error's ``reason``, which becomes the metric's NaN
+reason for that row. A judgement never yields a misaligned or partial verdict list.
+
+Add a metric: subclass :class:`JudgedMetric`, declare its columns in
+:mod:`~rag_experiments.metrics.definitions`, write its prompt and output model in
+:mod:`~rag_experiments.metrics.prompts`, and implement ``_score`` (one row → values + audit).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+from tqdm.auto import tqdm
+
+from rag_experiments.errors import ConfigError, LLMError
+from rag_experiments.llm.base import ChatModel, Message
+from rag_experiments.llm.parsing import LLMParseError, parse_structured
+from rag_experiments.metrics.definitions import spec
+from rag_experiments.metrics.prompts.base import JudgePrompt
+from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
+
+log = logging.getLogger(__name__)
+
+RETRIED_REASONS = frozenset({"parse_error"})
+"""Judge failures that are retried with feedback (``max_retries`` times). Not ``truncated``:
+the same token limit would cut the retry too (raise the metric's ``max_tokens``)."""
+
+
+class InvalidVerdictError(LLMParseError):
+    """The judge's output parsed but does not fit the question (for example 3 verdicts for 4
+    contexts, or a context number that does not exist). Reason ``parse_error``."""
+
+
+@dataclass
+class Judgement:
+    """One question to the judge and its outcome.
+
+    Attributes:
+        prompt: Prompt id (``faithfulness-v1``).
+        calls: Model calls made (1 + retries).
+        prompt_tokens: Prompt tokens over all calls (as the model reports them).
+        completion_tokens: Completion tokens over all calls.
+        latency_ms: Wall time of all calls in milliseconds (of the answered ones; 0 when cached).
+        raw: The raw text of every reply, in order.
+        parsed: The validated output, or None when the judgement failed.
+        error: The failure's reason (``parse_error``, ``truncated``, ``timeout`` …) or None.
+        error_message: Its detail.
+    """
+
+    prompt: str
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: float = 0.0
+    raw: list[str] = field(default_factory=list)
+    parsed: BaseModel | None = None
+    error: str | None = None
+    error_message: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready audit record (the interpreted verdicts are in the metric's record)."""
+        return {
+            "prompt": self.prompt,
+            "calls": self.calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "latency_ms": round(self.latency_ms, 1),
+            "raw": self.raw,
+            "error": self.error,
+            "error_message": self.error_message,
+        }
+
+
+def ask_judge(
+    judge: ChatModel,
+    messages: list[Message],
+    schema: type[BaseModel],
+    *,
+    prompt_id: str,
+    check: Callable[[Any], None] | None = None,
+    max_retries: int = 1,
+    options: Mapping[str, Any] | None = None,
+) -> Judgement:
+    """Ask ``judge`` for output of ``schema`` and validate it, retrying invalid output.
+
+    Args:
+        judge: The chat model.
+        messages: The prompt's messages.
+        schema: Pydantic model the output must match (handed to the model, which constrains or
+            requests JSON of that shape).
+        prompt_id: Id of the prompt, for the audit record.
+        check: Extra validation of the parsed output; raises :class:`InvalidVerdictError`
+            when it does not fit the question.
+        max_retries: Further attempts after an invalid output (reason ``parse_error``).
+        options: Per-call model options (``max_tokens`` …).
+
+    Returns:
+        The :class:`Judgement`; ``parsed`` is set on success, ``error`` otherwise.
+
+    Raises:
+        RagExpError: A non-LLM error from the model (for example a model that cannot load).
+    """
+    record = Judgement(prompt_id)
+    opts = dict(options or {})
+    convo = list(messages)
+    for attempt in range(max_retries + 1):
+        record.calls += 1
+        raw: str | None = None
+        try:
+            completion = judge.complete(convo, schema=schema, **opts)
+            raw = completion.text
+            record.raw.append(raw)
+            record.prompt_tokens += completion.usage.prompt_tokens
+            record.completion_tokens += completion.usage.completion_tokens
+            record.latency_ms += completion.latency_ms
+            parsed = completion.parsed
+            if parsed is None:
+                parsed = parse_structured(raw, schema, finish_reason=completion.finish_reason)
+            if check is not None:
+                check(parsed)
+        except LLMError as exc:
+            if raw is None:
+                raw = getattr(exc, "raw", None)
+                if raw is not None:
+                    record.raw.append(raw)
+            record.error, record.error_message = exc.reason, str(exc)
+            if exc.reason not in RETRIED_REASONS or attempt == max_retries:
+                return record
+            convo = [
+                *messages,
+                {"role": "assistant", "content": raw or ""},
+                {"role": "user", "content": f"That reply was invalid: {exc}. Reply again "
+                 "with valid JSON only, exactly as asked."},
+            ]
+            continue
+        record.parsed, record.error, record.error_message = parsed, None, None
+        return record
+    return record  # pragma: no cover - the loop always returns
+
+
+class JudgedMetric:
+    """Base of the custom backend's LLM-judged metrics: the per-row loop, the judge call and
+    the audit trail.
+
+    A subclass sets :attr:`name`, :attr:`columns` (defined names, see
+    :mod:`~rag_experiments.metrics.definitions`) and implements :meth:`_score`.
+
+    Args:
+        judge: The judge chat model (``app.build`` injects it; a metric built without one can
+            declare its specs but raises :class:`ConfigError` when evaluating).
+        max_retries: Retries of a judgement whose output is invalid.
+        max_tokens: Completion limit per judge call (keeps small models from rambling).
+        prefix: Prefix of every column name (a second backend uses ``deepeval.``).
+
+    Raises:
+        ConfigError: ``max_retries`` < 0 or ``max_tokens`` < 1.
+    """
+
+    name = "judged"
+    columns: tuple[str, ...] = ()
+    shows_contexts = False
+    """True when the prompt starts with the numbered contexts (see :func:`evaluate_interleaved`)."""
+
+    def __init__(
+        self,
+        judge: ChatModel | None = None,
+        max_retries: int = 1,
+        max_tokens: int = 256,
+        prefix: str = "",
+    ) -> None:
+        if int(max_retries) < 0:
+            raise ConfigError(f"{self.name}.max_retries must be ≥ 0, got {max_retries}")
+        if int(max_tokens) < 1:
+            raise ConfigError(f"{self.name}.max_tokens must be ≥ 1, got {max_tokens}")
+        self.judge = judge
+        self.max_retries = int(max_retries)
+        self.max_tokens = int(max_tokens)
+        self.prefix = prefix
+        self._audit: list[dict[str, Any]] = []
+
+    def specs(self) -> list[MetricSpec]:
+        """The specs of :attr:`columns`, prefixed."""
+        return [spec(c, self.prefix) for c in self.columns]
+
+    def audit(self) -> list[dict[str, Any]]:
+        """One audit record per row of the last :meth:`evaluate` (claims, verdicts, raw judge
+        text, ``judge_calls``, ``judge_prompt_tokens``, ``judge_completion_tokens``)."""
+        return list(self._audit)
+
+    def evaluate(
+        self, samples: Sequence[Sample], responses: Sequence[RagResponse]
+    ) -> list[dict[str, MetricValue]]:
+        """Score every row (see the subclass for the formula and the edges).
+
+        Args:
+            samples: The samples.
+            responses: Their responses.
+
+        Returns:
+            One ``{column: MetricValue}`` per row, every column present.
+
+        Raises:
+            ConfigError: No judge was given.
+        """
+        self.reset_audit()
+        rows = zip(samples, responses, strict=True)
+        return [
+            self.score_row(sample, resp)
+            for sample, resp in tqdm(rows, total=len(samples), desc=self.name, unit="q",
+                                     disable=None, leave=False)
+        ]
+
+    def reset_audit(self) -> None:
+        """Forget the audit of the previous evaluation (before scoring rows one by one)."""
+        self._audit = []
+
+    def score_row(self, sample: Sample, resp: RagResponse) -> dict[str, MetricValue]:
+        """Score one row and append its audit record (rows in dataset order, after
+        :meth:`reset_audit`).
+
+        Returns:
+            ``{column: MetricValue}`` with every (prefixed) column.
+
+        Raises:
+            ConfigError: No judge was given.
+        """
+        values, record = self._score(sample, resp)
+        for key in ("judge_calls", "judge_prompt_tokens", "judge_completion_tokens"):
+            record.setdefault(key, 0)
+        self._audit.append(record)
+        return {self.prefix + k: v for k, v in values.items()}
+
+    def _score(
+        self, sample: Sample, resp: RagResponse
+    ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
+        """Values of one row (keys = :attr:`columns`, unprefixed) and its audit record."""
+        raise NotImplementedError
+
+    def _nan_all(self, reason: str) -> tuple[dict[str, MetricValue], dict[str, Any]]:
+        """Every column NaN with ``reason``, no judge call."""
+        return {c: MetricValue.nan(reason) for c in self.columns}, {"skipped": reason}
+
+    def _ask(
+        self,
+        prompt: JudgePrompt,
+        fields: Mapping[str, Any],
+        schema: type[BaseModel],
+        check: Callable[[Any], None] | None = None,
+        max_tokens: int | None = None,
+    ) -> tuple[Judgement, dict[str, Any]]:
+        """Ask the judge ``prompt`` filled with ``fields`` (completion limit ``max_tokens``,
+        default the metric's); return the judgement and the start of the row's audit record
+        (its usage and the judgement itself)."""
+        if self.judge is None:
+            raise ConfigError(
+                f"metric {self.name} needs a judge model: run it through `rag-exp run` (which "
+                "builds the `judge` config) or pass judge=<ChatModel>"
+            )
+        judgement = ask_judge(
+            self.judge,
+            prompt.messages(**{k: str(v) for k, v in fields.items()}),
+            schema,
+            prompt_id=prompt.id,
+            check=check,
+            max_retries=self.max_retries,
+            options={"max_tokens": max_tokens or self.max_tokens},
+        )
+        if judgement.error is not None:
+            log.warning("%s: judge failed (%s): %s", self.name, judgement.error,
+                        judgement.error_message)
+        record = {
+            "judge_calls": judgement.calls,
+            "judge_prompt_tokens": judgement.prompt_tokens,
+            "judge_completion_tokens": judgement.completion_tokens,
+            "judgement": judgement.to_dict(),
+        }
+        return judgement, record
+
+
+def evaluate_interleaved(
+    metrics: Sequence[JudgedMetric], samples: Sequence[Sample], responses: Sequence[RagResponse]
+) -> dict[int, list[dict[str, MetricValue]] | Exception]:
+    """Score judged metrics question by question (every metric on question 1, then on
+    question 2, …) rather than metric by metric. The values are the same as each metric's
+    :meth:`~JudgedMetric.evaluate`; only the order of the judge calls changes.
+
+    Why: the prompts of faithfulness, context precision and context recall for one question
+    begin with the same tokens (system message, numbered contexts, question), and a server
+    that keeps the previous prompt's evaluated tokens (llama.cpp, hence the embedded judge)
+    evaluates that shared prefix once instead of three times. Metrics whose prompt shows the
+    contexts (:attr:`JudgedMetric.shows_contexts`) go first, next to each other.
+
+    Args:
+        metrics: The judged metrics.
+        samples: The samples.
+        responses: Their responses.
+
+    Returns:
+        ``{id(metric): rows}``; for a metric that raised (e.g. no judge), the exception instead
+        (its audit is then incomplete and left out of ``judge_audit.jsonl``).
+    """
+    if not metrics:
+        return {}
+    started = time.perf_counter()
+    ordered = sorted(metrics, key=lambda m: not m.shows_contexts)
+    results: dict[int, list[dict[str, MetricValue]]] = {id(m): [] for m in ordered}
+    failed: dict[int, Exception] = {}
+    for m in ordered:
+        m.reset_audit()
+    rows = zip(samples, responses, strict=True)
+    for sample, resp in tqdm(rows, total=len(samples), desc="judging", unit="q", disable=None):
+        for m in ordered:
+            if id(m) in failed:
+                continue
+            try:
+                results[id(m)].append(m.score_row(sample, resp))
+            except Exception as exc:  # noqa: BLE001 - reported by the caller as metric_error
+                failed[id(m)] = exc
+    log.info("Judged %d questions with %d metrics in %.1f s", len(samples), len(ordered),
+             time.perf_counter() - started)
+    return {k: failed.get(k, v) for k, v in results.items()}
+
+
+def has_context(contexts: Sequence[str]) -> bool:
+    """Whether at least one retrieved context holds non-blank text (``[]`` and ``[""]`` do
+    not)."""
+    return any(c.strip() for c in contexts)

@@ -1,0 +1,51 @@
+"""Answer relevancy prompt (one call): questions the response answers, and whether the
+response is noncommittal."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Annotated
+
+from pydantic import BaseModel, Field, create_model
+
+from rag_experiments.metrics.prompts.base import JudgePrompt
+
+QUESTION_CHARS = 200
+"""Longest generated question accepted (characters)."""
+
+MAX_QUESTIONS = 10
+"""Most questions one call may generate."""
+
+Question = Annotated[str, Field(min_length=1, max_length=QUESTION_CHARS)]
+"""One generated question."""
+
+PROMPT = JudgePrompt(
+    name="answer_relevancy",
+    version="v1",
+    template=(
+        "Answer: {answer}\n\n"
+        "Task: write {n} different questions that this Answer answers. Set \"noncommittal\" to "
+        "true if the Answer is evasive, vague or says it does not know, else false.\n"
+        'JSON: {{"questions": ["...", ...], "noncommittal": false}}'
+    ),
+)
+
+
+class GeneratedQuestions(BaseModel):
+    """What the judge returns."""
+
+    questions: list[Question] = Field(min_length=1, max_length=MAX_QUESTIONS)
+    noncommittal: bool
+
+
+@lru_cache(maxsize=16)
+def output_model(n_questions: int) -> type[GeneratedQuestions]:
+    """:class:`GeneratedQuestions` with exactly ``n_questions`` non-empty questions."""
+    return create_model(
+        "GeneratedQuestions",
+        __base__=GeneratedQuestions,
+        questions=(
+            list[Question],
+            Field(min_length=n_questions, max_length=n_questions),
+        ),
+    )

@@ -1,0 +1,161 @@
+"""Serve a target (the built-in baseline) over HTTP, behind the API that
+:class:`~rag_experiments.targets.http.HttpTarget` calls by default.
+
+API (JSON in and out)::
+
+    POST /ask     {"question": "…", "id": "optional"}
+                  → 200 {"answer": "…", "contexts": ["…", …], "context_ids": ["doc#0", …],
+                         "doc_ids": ["doc", …], "latency_ms": 12.3}
+                  → 400 {"error": "bad_request", "message": …}   (no question)
+                  → 500 / 504 {"error": <reason>, "message": …}   (the target failed; 504 for
+                                                                  a timeout)
+    GET  /health  → 200 {"status": "ok", "target": {…describe()…}}
+
+``contexts`` are the ``top_k`` chunk texts the generator saw and ``context_ids`` their chunk ids;
+``doc_ids`` is the deeper document ranking the baseline keeps for retrieval metrics
+(``retriever.depth``), so an evaluation through HTTP sees exactly what ``target=baseline``
+sees.
+
+The server is werkzeug's threaded WSGI server (Flask's production-safe building block, no debug
+mode, no reloader) in a background thread; requests to the target are serialised by a lock,
+because the embedded model and the vector index are not meant for concurrent calls. It binds
+127.0.0.1 by default: it has no authentication.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from typing import Any
+
+from flask import Flask, jsonify, request
+from werkzeug.exceptions import HTTPException
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from rag_experiments.errors import ConfigError
+from rag_experiments.protocols import Target
+from rag_experiments.records import Sample
+
+log = logging.getLogger(__name__)
+
+
+def create_app(target: Target) -> Flask:
+    """The Flask app serving ``target`` (see the module docstring for the API).
+
+    Args:
+        target: A prepared target.
+
+    Returns:
+        The WSGI application.
+    """
+    app = Flask("rag_experiments.serve")
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    lock = threading.Lock()
+    numbers = itertools.count(1)
+
+    @app.post("/ask")
+    def ask() -> Any:
+        data = request.get_json(silent=True)
+        question = data.get("question") if isinstance(data, dict) else None
+        if not isinstance(question, str) or not question.strip():
+            return jsonify(
+                error="bad_request",
+                message='send a JSON object {"question": "<text>"} with a non-empty question',
+            ), 400
+        qid = data.get("id") if isinstance(data.get("id"), str) and data.get("id") else None
+        sample = Sample(id=qid or f"http-{next(numbers)}", user_input=question)
+        try:
+            with lock:
+                resp = target.answer(sample)
+        except Exception as exc:  # noqa: BLE001 - answer with an error, keep serving
+            log.exception("target crashed on %s", sample.id)
+            return jsonify(error="target_exception", message=f"{type(exc).__name__}: {exc}"), 500
+        if resp.error:
+            status = 504 if resp.error == "timeout" else 500
+            return jsonify(error=resp.error, message=resp.error_message), status
+        return jsonify(
+            answer=resp.response,
+            contexts=resp.retrieved_contexts,
+            context_ids=resp.retrieved_ids,
+            doc_ids=resp.retrieved_doc_ids,
+            latency_ms=round(resp.latency_ms, 3),
+        )
+
+    @app.get("/health")
+    def health() -> Any:
+        return jsonify(status="ok", target=target.describe())
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Any:
+        return jsonify(error=f"http_{exc.code}", message=exc.description), exc.code
+
+    return app
+
+
+class TargetServer:
+    """Run :func:`create_app` on a werkzeug server in a background thread.
+
+    Args:
+        target: A prepared target.
+        host: Interface to bind (127.0.0.1: this machine only).
+        port: TCP port; 0 = any free port (read :attr:`port` after :meth:`start`).
+
+    Raises:
+        ConfigError: The port is outside 0..65535.
+    """
+
+    def __init__(self, target: Target, host: str = "127.0.0.1", port: int = 8000) -> None:
+        if not 0 <= int(port) <= 65535:
+            raise ConfigError(f"serve port must be in 0..65535, got {port}")
+        self.target = target
+        self.host = host
+        self.port = int(port)
+        self._server: BaseWSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:8000``."""
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> str:
+        """Bind and serve in a background thread.
+
+        Returns:
+            The base URL.
+
+        Raises:
+            ConfigError: The address cannot be bound (port in use, no permission).
+        """
+        try:
+            self._server = make_server(self.host, self.port, create_app(self.target), threaded=True)
+        except (OSError, SystemExit) as exc:  # werkzeug prints and exits when the port is taken
+            why = "the port is in use" if isinstance(exc, SystemExit) else str(exc)
+            raise ConfigError(
+                f"cannot serve on {self.host}:{self.port} ({why}); choose another --port"
+            ) from None
+        self.port = int(self._server.server_port)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="rag-exp-serve", daemon=True
+        )
+        self._thread.start()
+        log.info("serving on %s (POST /ask, GET /health)", self.url)
+        return self.url
+
+    def stop(self) -> None:
+        """Stop serving and release the port (idempotent)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> TargetServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

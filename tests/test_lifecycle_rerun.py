@@ -1,0 +1,85 @@
+"""``rag-exp rerun``: the rerun repeats the logged config in a new run tagged ``rerun_of``, every
+per-query value is identical, the generator is answered from the response cache (0 model
+calls), and a changed dataset is refused before any run opens."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import mlflow
+import pytest
+from omegaconf import DictConfig
+
+from rag_experiments.app import PROJECT_ROOT, run_job
+from rag_experiments.errors import DatasetError
+from rag_experiments.lifecycle.rerun import RERUN_TAG, rerun
+from rag_experiments.llm.fake import FakeChat
+
+SAMPLE = PROJECT_ROOT / "datasets" / "sample"
+
+
+class CacheableFakeChat(FakeChat):
+    """The fake model, but cached like a real one (FakeChat itself opts out of the cache)."""
+
+    cacheable = True
+    model_calls = 0
+
+    def complete(self, messages, schema=None, **options):  # type: ignore[no-untyped-def]
+        CacheableFakeChat.model_calls += 1
+        return super().complete(messages, schema, **options)
+
+
+def _first_run(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> tuple[str, str]:
+    data = tmp_path / "small.jsonl"
+    data.write_text("\n".join((SAMPLE / "eval.jsonl").read_text().splitlines()[:6]) + "\n")
+    cfg = compose_cfg(
+        "dataset=jsonl", f"dataset.path={data}", f"dataset.corpus={SAMPLE / 'docs'}",
+        "dataset.name=small", "embedder=hash", "llm=fake",
+        f"llm._target_={__name__}.CacheableFakeChat", "metrics=retrieval", "metrics.generate=true",
+    )  # fmt: skip
+    run_job(cfg)
+    uri = f"sqlite:///{tmp_path}/mlruns.db"
+    (run,) = _runs(uri)
+    return run.info.run_id, uri
+
+
+def _runs(uri: str) -> list[mlflow.entities.Run]:
+    client = mlflow.MlflowClient(uri)
+    exp = client.get_experiment_by_name("rag-experiments")
+    return list(client.search_runs([exp.experiment_id]))
+
+
+def test_rerun_is_identical_with_no_model_call(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_id, uri = _first_run(compose_cfg, tmp_path)
+    first = mlflow.MlflowClient(uri).get_run(run_id)
+    assert first.data.metrics["generator.llm_calls"] == 6
+    assert first.data.metrics["generator.llm_cache_hits"] == 0
+    CacheableFakeChat.model_calls = 0
+
+    report = rerun(run_id, uri)
+
+    assert CacheableFakeChat.model_calls == 0  # every answer came from the response cache
+    assert report.model_calls == {"generator": 0.0}
+    new = mlflow.MlflowClient(uri).get_run(report.new_run_id)
+    assert new.info.run_id != run_id and new.info.status == "FINISHED"
+    assert new.data.tags[RERUN_TAG] == run_id
+    assert new.data.metrics["generator.llm_cache_hits"] == 6
+    assert report.identical, report.format()
+    assert report.changed_metrics == {} and report.changed_cells == []
+    assert new.data.metrics["nDCG_at_10"] == first.data.metrics["nDCG_at_10"]
+    assert "identical" in report.format()
+    capsys.readouterr()
+
+
+def test_rerun_refuses_a_changed_dataset(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path
+) -> None:
+    run_id, uri = _first_run(compose_cfg, tmp_path)
+    data = tmp_path / "small.jsonl"
+    data.write_text(data.read_text().replace("?", " ?", 1))  # one question edited
+    with pytest.raises(DatasetError, match="digest"):
+        rerun(run_id, uri)
+    assert len(_runs(uri)) == 1  # no run was opened

@@ -1,0 +1,182 @@
+"""Resume after a crash: ``kill -9`` a ``rag-exp run`` mid-way, then ``resume=<run_id>`` (and
+``resume=<job dir>``) continues the same MLflow run; every sample appears exactly once and only
+the missing questions are answered again. Plus the checkpoint store on its own."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+
+from rag_experiments.app import PROJECT_ROOT
+from rag_experiments.errors import ConfigError
+from rag_experiments.lifecycle.checkpoint import CheckpointedTarget, ResponseCheckpoint
+from rag_experiments.records import RagResponse, Sample
+
+SAMPLE = PROJECT_ROOT / "datasets" / "sample"
+N_QUESTIONS = 8
+DELAY_S = 0.5
+"""FakeChat sleeps this long per answer, so the run is slow enough to kill mid-way."""
+
+
+def _small_dataset(tmp_path: Path) -> Path:
+    path = tmp_path / "small.jsonl"
+    lines = (SAMPLE / "eval.jsonl").read_text(encoding="utf-8").splitlines()[:N_QUESTIONS]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _cmd(tmp_path: Path, job_dir: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "rag_experiments", "run",
+        "dataset=jsonl", f"dataset.path={_small_dataset(tmp_path)}",
+        f"dataset.corpus={SAMPLE / 'docs'}",
+        "dataset.name=small", "embedder=hash", "llm=fake", f"llm.delay_s={DELAY_S}",
+        "metrics=retrieval", "metrics.generate=true",
+        f"tracking.uri=sqlite:///{tmp_path}/mlruns.db", f"paths.cache_dir={tmp_path}/cache",
+        "progress=false", f"hydra.run.dir={job_dir}", *extra,
+    ]  # fmt: skip
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+
+
+def _kill_after(tmp_path: Path, job_dir: Path, n_lines: int) -> str:
+    """Start a run, ``kill -9`` it once ``n_lines`` answers are checkpointed; its run id."""
+    proc = subprocess.Popen(_cmd(tmp_path, job_dir), cwd=tmp_path, env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    responses = job_dir / "responses.jsonl"
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if responses.exists() and len(responses.read_text().splitlines()) >= n_lines:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    return json.loads((job_dir / "checkpoint.json").read_text())["run_id"]
+
+
+def _per_query(client: mlflow.MlflowClient, run_id: str) -> pd.DataFrame:
+    local = client.download_artifacts(run_id, "per_query_results.csv")
+    return pd.read_csv(io.StringIO(Path(local).read_text(encoding="utf-8")))
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_answers_every_sample_exactly_once(tmp_path: Path) -> None:
+    job_dir = tmp_path / "job"
+    run_id = _kill_after(tmp_path, job_dir, n_lines=2)
+    answered_before = len((job_dir / "responses.jsonl").read_text().splitlines())
+    assert 2 <= answered_before < N_QUESTIONS
+
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
+    assert client.get_run(run_id).info.status == "RUNNING"  # killed: nobody ended it
+    done = subprocess.run(_cmd(tmp_path, tmp_path / "job2", f"resume={run_id}"), cwd=tmp_path,
+                          env=_env(), capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    (run,) = client.search_runs([client.get_run(run_id).info.experiment_id])
+    assert run.info.run_id == run_id and run.info.status == "FINISHED"  # same run, no new one
+    assert run.data.tags["resumed"] == "true"
+    assert run.data.tags["job.dir"] == str(job_dir.resolve())
+    assert run.data.metrics["n_samples"] == N_QUESTIONS and run.data.metrics["n_failed"] == 0
+    # only the missing questions were answered by the (uncached, metered) fake generator
+    assert run.data.metrics["generator.llm_calls"] == N_QUESTIONS - answered_before
+
+    table = _per_query(client, run_id)
+    expected = [json.loads(x)["id"] for x in _small_dataset(tmp_path).read_text().splitlines()]
+    assert sorted(table["id"]) == sorted(expected)  # every sample exactly once
+    assert table["response"].notna().all() and (table["response"] != "").all()
+    stored = [json.loads(x)["id"] for x in (job_dir / "responses.jsonl").read_text().splitlines()]
+    assert sorted(stored) == sorted(expected)  # the checkpoint completed in the original folder
+
+
+def test_resume_finds_the_run_from_its_job_dir_and_refuses_finished_runs(tmp_path: Path) -> None:
+    from rag_experiments.lifecycle.resume import job_checkpoint
+
+    uri = f"sqlite:///{tmp_path}/mlruns.db"
+    client = mlflow.MlflowClient(uri)
+    exp = client.create_experiment("x")
+    run = client.create_run(exp, tags={"job.dir": str(tmp_path / "job"), "dataset.digest": "d1"})
+    ResponseCheckpoint(tmp_path / "job").write_meta(run.info.run_id)
+
+    by_dir = job_checkpoint({"resume": str(tmp_path / "job")}, uri)
+    by_id = job_checkpoint({"resume": run.info.run_id}, uri)
+    for job in (by_dir, by_id):
+        assert job.resume_run_id == run.info.run_id and job.dataset_digest == "d1"
+        assert job.checkpoint is not None and job.checkpoint.job_dir == tmp_path / "job"
+    with pytest.raises(ConfigError, match="dataset digest"):
+        by_id.wrap(_Target(), "d2")
+
+    client.set_terminated(run.info.run_id, "FINISHED")
+    with pytest.raises(ConfigError, match="already FINISHED"):
+        job_checkpoint({"resume": run.info.run_id}, uri)
+
+
+class _Target:
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def prepare(self, dataset: object) -> None:
+        pass
+
+    def answer(self, sample: Sample) -> RagResponse:
+        self.asked.append(sample.id)
+        if sample.id == "bad":
+            return RagResponse(error="timeout", error_message="slow")
+        return RagResponse(response=f"answer {sample.id}", retrieved_contexts=["c"], latency_ms=1.5)
+
+    def describe(self) -> dict[str, str]:
+        return {"target": "t"}
+
+
+def test_checkpoint_skips_answered_retries_failed_and_ignores_a_torn_line(tmp_path: Path) -> None:
+    samples = [Sample(id=i, user_input=f"q {i}") for i in ("a", "b", "bad")]
+    first = _Target()
+    wrapped = CheckpointedTarget(first, ResponseCheckpoint(tmp_path))
+    assert [wrapped.answer(s).response for s in samples[:2]] == ["answer a", "answer b"]
+    assert wrapped.answer(samples[2]).error == "timeout"
+    with (tmp_path / "responses.jsonl").open("a") as fh:
+        fh.write('{"id": "c", "respo')  # cut short by a kill
+
+    second = _Target()
+    resumed = CheckpointedTarget(second, ResponseCheckpoint(tmp_path))
+    answers = [resumed.answer(s) for s in samples]
+    assert second.asked == ["bad"]  # answered ones come from the checkpoint; the failure is retried
+    assert answers[0] == RagResponse(response="answer a", retrieved_contexts=["c"], latency_ms=1.5)
+    assert resumed.reused == 2
+    assert set(ResponseCheckpoint(tmp_path).load()) == {"a", "b"}
+
+
+def test_a_new_run_in_a_reused_job_dir_does_not_reuse_old_answers(tmp_path: Path) -> None:
+    from rag_experiments.lifecycle.resume import JobCheckpoint
+
+    old = ResponseCheckpoint(tmp_path)
+    old.write_meta("oldrun")
+    old.append("a", RagResponse(response="stale"))
+
+    class _Tracker:
+        run_id = "newrun"
+
+        def set_tags(self, tags: dict[str, str]) -> None:
+            self.tags = tags
+
+    JobCheckpoint(ResponseCheckpoint(tmp_path)).attach(_Tracker())
+    assert ResponseCheckpoint(tmp_path).load() == {}
+    assert (tmp_path / "responses.oldrun.jsonl").exists()
+    assert json.loads((tmp_path / "checkpoint.json").read_text())["run_id"] == "newrun"
