@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 # The main job evaluates a stratified subset of the bundled sample so it finishes in minutes on
 # 2 CPU cores with the embedded 135M model as generator and judge; MAX_SAMPLES=null = all 69.
-MAX_SAMPLES ?= 16
+MAX_SAMPLES ?= 8
 PYTEST_ARGS ?=
 
 .PHONY: install run test sweep scifact mlflow-ui clean help
