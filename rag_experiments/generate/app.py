@@ -25,13 +25,13 @@ from rag_experiments.generate.generator import (
 )
 from rag_experiments.generate.summary import GenerationSummary
 from rag_experiments.generate.template import TemplateSettings, generate_from_template
-from rag_experiments.metrics.judge_config import judge_model_node
 from rag_experiments.llm.factory import (
     build_chat,
     configure_from_config,
     identity_by_role,
     usage_by_role,
 )
+from rag_experiments.metrics.judge_config import check_judge_distinct, judge_model_node
 
 log = logging.getLogger("rag_experiments")
 
@@ -105,6 +105,7 @@ def generate_dataset(cfg: DictConfig) -> GenerationSummary:
         chat = build_chat(judge_model_node(cfg.llm), "dataset_generator")
         judge = None
         if settings.n_unanswerable:
+            check_judge_distinct(cfg.llm, cfg.judge)  # warns, or refuses with require_distinct
             judge = build_chat(judge_model_node(cfg.judge), "judge")
         chunker = instantiate(cfg.chunker)
         embedder = _embedder(cfg)
