@@ -21,6 +21,7 @@ class Verdicts(BaseModel):
         '```json\n{"verdicts": [1, 0]}\n```',
         'Sure! Here it is: {"verdicts": [1, 0]} Hope this helps.',
         '{"verdicts": [1, 0,],}',
+        '{"verdicts": [1,\n 0], "note": "line one\nline two"}',  # raw newline in a string
     ],
 )
 def test_tolerant_parsing_repairs_fences_prose_and_trailing_commas(text):

@@ -1,7 +1,8 @@
 """Tolerant parsing of model output into a pydantic model.
 
-Small local models wrap JSON in code fences, put prose around it, or leave trailing commas.
-:func:`parse_structured` repairs exactly those three things and nothing else, then validates
+Small local models wrap JSON in code fences, put prose around it, leave trailing commas, or
+write raw line breaks inside strings. :func:`parse_structured` repairs exactly those four things
+and nothing else, then validates
 with pydantic; anything still wrong raises :class:`LLMParseError` carrying the raw text.
 """
 
@@ -82,7 +83,7 @@ def parse_structured(text: str, schema: type[T], *, finish_reason: str = "stop")
     """
     candidate = extract_json_text(text)
     try:
-        data = json.loads(candidate)
+        data = json.loads(candidate, strict=False)  # raw newlines/tabs inside strings are common
     except json.JSONDecodeError as exc:
         if finish_reason == "length":
             raise LLMTruncatedError(
