@@ -22,7 +22,9 @@ OFFLINE_ENV: dict[str, str] = {
     # DeepEval: telemetry, update checks and error reporting off.
     "DEEPEVAL_TELEMETRY_OPT_OUT": "YES",
     "DEEPEVAL_UPDATE_WARNING_OPT_OUT": "YES",
+    "DEEPEVAL_UPDATE_WARNING_OPT_IN": "NO",  # deepeval 2.9: the PyPI version check is opt-in
     "ERROR_REPORTING": "NO",
+    "TELEMETRY_OPT_OUT": "YES",  # deepeval 2.9: also gates its Sentry excepthook
     # MLflow 3 usage telemetry off; the community convention as well.
     "MLFLOW_DISABLE_TELEMETRY": "true",
     "DO_NOT_TRACK": "true",

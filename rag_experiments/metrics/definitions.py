@@ -79,6 +79,11 @@ DEFINITIONS: dict[str, MetricDefinition] = {
             f"{_RAGAS} (LLMContextRecall)",
         ),
         MetricDefinition(
+            "context_relevancy", True, 0.0, 1.0,
+            "statements of the retrieved contexts relevant to the question / all their statements",
+            "DeepEval ContextualRelevancyMetric (no custom counterpart)",
+        ),
+        MetricDefinition(
             "answer_judge.accuracy", True, 0.0, 1.0,
             "judge's accuracy score against the reference, (s - 1) / 4", _JUDGE_RUBRIC,
         ),

@@ -1,0 +1,297 @@
+"""One DeepEval metric, called synchronously row by row: :class:`DeepEvalMetric`.
+
+DeepEval's ``evaluate()`` runs metrics concurrently and its own timeouts kill a run with a slow
+local judge; a bare ``measure()`` has no timeout at all. Here each row gets a fresh DeepEval
+metric (``async_mode=False``) and a fresh :class:`~.judge_llm.JudgeLLM`, and ``measure()`` runs
+in a worker thread that is waited for at most ``timeout_s`` seconds of wall-clock time.
+
+**Timeouts.** Python cannot kill a thread. After ``timeout_s`` the row is NaN ``timeout``, the
+row's judge adapter is cancelled (it refuses every later judge call), and the thread is
+abandoned: the judge call it is making, if any, runs to its end (bounded by the chat model's
+own timeout) and its result is thrown away. The thread is a daemon, so it never keeps the
+process alive; its metric and adapter are its own, so it cannot touch later rows. With the
+embedded judge (one model, calls serialised) the next row may wait for that one call.
+
+**Per-row errors** (never a 0, never a crash of the run), as NaN with a reason:
+
+- target failed → ``target_error``; a reference-based metric on an unanswerable sample →
+  ``unanswerable`` (both as in the custom backend, no judge call);
+- a test-case field DeepEval requires is None (no reference for context precision/recall) →
+  ``missing_params``;
+- the judge failed → its reason (``timeout``, ``parse_error``, ``truncated`` …); a verdict list
+  whose length does not match what it judges (claims, statements, contexts) → ``parse_error``;
+- over ``timeout_s`` → ``timeout``; any other exception in DeepEval → ``metric_error``.
+
+Otherwise the value is DeepEval's ``score`` as DeepEval computes it, edges included (see each
+subclass and the README's comparison table).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel
+from tqdm.auto import tqdm
+
+from rag_experiments.errors import ConfigError, LLMError
+from rag_experiments.llm.base import ChatModel
+from rag_experiments.metrics.definitions import spec
+from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
+
+log = logging.getLogger(__name__)
+
+PREFIX = "deepeval."
+"""Column prefix of this backend."""
+
+
+class VerdictMismatchError(LLMError):
+    """DeepEval got a verdict list whose length differs from what it judged (it would use it
+    misaligned). Reason ``parse_error``."""
+
+    reason = "parse_error"
+
+
+class DeepEvalMetric:
+    """Base of the DeepEval metrics: the per-row loop, timeout, error capture and audit.
+
+    A subclass sets :attr:`definition` (the defined metric's name, see
+    :mod:`~rag_experiments.metrics.definitions`),
+    :attr:`deepeval_class` (``module:Class``), :attr:`state_attrs` (DeepEval attributes kept
+    in the audit), and may override :meth:`_metric_kwargs`, :meth:`_check` and
+    :meth:`_adjust`.
+
+    Args:
+        judge: The judge chat model (``app.build`` injects it).
+        threshold: DeepEval's pass threshold (its ``success`` flag, kept in the audit; 1.0
+            with ``strict_mode``).
+        include_reason: Ask DeepEval for its explanation (one more judge call per row).
+        strict_mode: DeepEval's strict mode: a score below the threshold becomes 0.
+        timeout_s: Wall-clock limit of one ``measure()`` (one metric, one row), seconds.
+        max_retries: Re-asks of a judge output that does not match DeepEval's schema.
+        max_tokens: Completion limit per judge call.
+        prefix: Column prefix.
+
+    Raises:
+        ConfigError: ``threshold`` outside [0, 1], ``timeout_s`` ≤ 0, ``max_retries`` < 0 or
+            ``max_tokens`` < 1.
+    """
+
+    definition = ""
+    deepeval_class = ""
+    needs_reference = False
+    state_attrs: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        judge: ChatModel | None = None,
+        threshold: float = 0.5,
+        include_reason: bool = False,
+        strict_mode: bool = False,
+        timeout_s: float = 300.0,
+        max_retries: int = 1,
+        max_tokens: int = 512,
+        prefix: str = PREFIX,
+    ) -> None:
+        where = f"metrics.suite.{prefix}{self.definition}"
+        if not 0.0 <= float(threshold) <= 1.0:
+            raise ConfigError(f"{where}.threshold must be in [0, 1], got {threshold}")
+        if not float(timeout_s) > 0:
+            raise ConfigError(f"{where}.timeout_s must be > 0 seconds, got {timeout_s}")
+        if int(max_retries) < 0 or int(max_tokens) < 1:
+            raise ConfigError(f"{where}: max_retries must be ≥ 0 and max_tokens ≥ 1, got "
+                              f"{max_retries} and {max_tokens}")
+        self.judge = judge
+        self.threshold = float(threshold)
+        self.include_reason = bool(include_reason)
+        self.strict_mode = bool(strict_mode)
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.max_tokens = int(max_tokens)
+        self.prefix = prefix
+        self._audit: list[dict[str, Any]] = []
+
+    @property
+    def column(self) -> str:
+        """The prefixed column name (``deepeval.faithfulness``)."""
+        return self.prefix + self.definition
+
+    @property
+    def name(self) -> str:
+        """The column name, also the metric's key in ``judge_audit.jsonl`` (distinct from the
+        custom backend's)."""
+        return self.column
+
+    def specs(self) -> list[MetricSpec]:
+        """The one prefixed column of this metric."""
+        return [spec(self.definition, self.prefix)]
+
+    def audit(self) -> list[dict[str, Any]]:
+        """One record per row of the last :meth:`evaluate`: DeepEval's intermediate state
+        (claims, truths, verdicts, statements …), score, success, reason, the judge's raw
+        replies and ``judge_calls`` / ``judge_prompt_tokens`` / ``judge_completion_tokens``."""
+        return list(self._audit)
+
+    def evaluate(
+        self, samples: Sequence[Sample], responses: Sequence[RagResponse]
+    ) -> list[dict[str, MetricValue]]:
+        """Score every row with DeepEval (see the module docstring for edges and errors).
+
+        Args:
+            samples: The samples.
+            responses: Their responses.
+
+        Returns:
+            One ``{column: MetricValue}`` per row.
+
+        Raises:
+            ConfigError: No judge was given.
+        """
+        if self.judge is None:
+            raise ConfigError(
+                f"metric {self.column} needs a judge model: run it through `rag-exp run` (which "
+                "builds the `judge` config) or pass judge=<ChatModel>"
+            )
+        self._audit = []
+        out = []
+        rows = zip(samples, responses, strict=True)
+        for sample, resp in tqdm(rows, total=len(samples), desc=self.column, unit="q",
+                                 disable=None):
+            value, record = self.score_row(sample, resp)
+            for key in ("judge_calls", "judge_prompt_tokens", "judge_completion_tokens"):
+                record.setdefault(key, 0)
+            self._audit.append(record)
+            out.append({self.column: value})
+        return out
+
+    def score_row(self, sample: Sample, resp: RagResponse) -> tuple[MetricValue, dict[str, Any]]:
+        """Score one row.
+
+        Returns:
+            ``(value, audit record)``.
+
+        Raises:
+            ConfigError: No judge was given.
+        """
+        if resp.error is not None:
+            return MetricValue.nan("target_error"), {"skipped": "target_error"}
+        if self.needs_reference and not sample.answerable:
+            return MetricValue.nan("unanswerable"), {"skipped": "unanswerable"}
+        from deepeval.test_case import LLMTestCase
+
+        from rag_experiments.metrics.deepeval_backend.judge_llm import JudgeLLM
+
+        if self.judge is None:
+            raise ConfigError(f"metric {self.column} needs a judge model (judge=<ChatModel>)")
+        llm = JudgeLLM(self.judge, self.column, self.max_retries, self.max_tokens)
+        metric = self._build(llm)
+        case = LLMTestCase(
+            input=sample.user_input,
+            actual_output=resp.response,
+            expected_output=sample.reference or None,
+            retrieval_context=list(resp.retrieved_contexts),
+        )
+        started = time.perf_counter()
+        error = _measure_with_timeout(metric, case, self.timeout_s)
+        if isinstance(error, _Timeout):
+            llm.cancel()
+        if error is None:
+            try:
+                self._check(metric, case)
+                value = MetricValue(self._adjust(metric, float(metric.score)))
+            except LLMError as exc:
+                error = exc
+        record = {
+            **llm.usage(),
+            "elapsed_s": round(time.perf_counter() - started, 3),
+            **self._state(metric),
+            "judgements": [j.to_dict() for j in list(llm.judgements)],
+        }
+        if error is not None:
+            reason = _reason(error)
+            log.warning("%s, question %s: %s (%s)", self.column, sample.id, reason, error)
+            record["error"], record["error_message"] = reason, str(error)
+            return MetricValue.nan(reason), record
+        return value, record
+
+    def _metric_kwargs(self) -> dict[str, Any]:
+        """Constructor arguments of the DeepEval metric beyond the common ones."""
+        return {}
+
+    def _build(self, llm: Any) -> Any:
+        module, cls = self.deepeval_class.split(":")
+        metric_cls = getattr(importlib.import_module(module), cls)
+        return metric_cls(
+            threshold=self.threshold, model=llm, include_reason=self.include_reason,
+            async_mode=False, strict_mode=self.strict_mode, verbose_mode=False,
+            **self._metric_kwargs(),
+        )
+
+    def _check(self, metric: Any, case: Any) -> None:
+        """Raise :class:`VerdictMismatchError` when DeepEval's verdicts do not fit ``case``."""
+
+    def _adjust(self, metric: Any, score: float) -> float:
+        """The reported value from DeepEval's ``score`` (unchanged by default)."""
+        return score
+
+    def _state(self, metric: Any) -> dict[str, Any]:
+        state: dict[str, Any] = {}
+        for attr in (*self.state_attrs, "score", "success", "reason"):
+            if attr in vars(metric):
+                state[attr] = _plain(vars(metric)[attr])
+        return state
+
+
+class _Timeout(Exception):
+    """``measure()`` did not finish within the row's wall-clock limit."""
+
+
+def _measure_with_timeout(metric: Any, case: Any, timeout_s: float) -> BaseException | None:
+    """Run ``metric.measure(case)`` in a daemon thread and wait at most ``timeout_s``.
+
+    Returns:
+        None on success, the exception ``measure`` raised, or a :class:`_Timeout`.
+    """
+    outcome: dict[str, BaseException] = {}
+
+    def run() -> None:
+        try:
+            metric.measure(case, _show_indicator=False)
+        except BaseException as exc:  # noqa: BLE001 - reported per row
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name=f"deepeval-{type(metric).__name__}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        return _Timeout(f"measure() did not finish within {timeout_s:g} s (thread abandoned)")
+    return outcome.get("error")
+
+
+def _reason(error: BaseException) -> str:
+    from deepeval.errors import MissingTestCaseParamsError
+
+    if isinstance(error, _Timeout):
+        return "timeout"
+    if isinstance(error, MissingTestCaseParamsError):
+        return "missing_params"
+    if isinstance(error, LLMError):
+        return error.reason
+    if isinstance(error, ValueError | KeyError):  # DeepEval's own JSON parsing (unused path)
+        return "parse_error"
+    return "metric_error"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump()
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value

@@ -1,0 +1,127 @@
+"""Our chat model as a DeepEval model: :class:`JudgeLLM`.
+
+DeepEval's metrics call ``model.generate(prompt, schema=SomeModel)`` and, for a model that is
+not one of DeepEval's own, fall back to parsing free text (``trimAndLoadJson``) whenever that
+call raises :class:`TypeError`. :class:`JudgeLLM` always honours ``schema``: it asks our judge
+through :func:`~rag_experiments.metrics.judge.ask_judge` (the judge's response cache, usage
+meter, timeouts and transport retries, plus ``max_retries`` re-asks of an output that does not
+parse) and returns the validated pydantic instance, so DeepEval never string-parses. It never
+raises :class:`TypeError` (that would trigger the fallback); a failed judgement raises
+:class:`~rag_experiments.errors.LLMError` with the failure's reason, which the metric turns
+into a NaN with that reason.
+
+Every judgement is recorded (:attr:`JudgeLLM.judgements`) for ``judge_audit.jsonl``. One
+instance serves one metric on one row: a row abandoned after its wall-clock timeout keeps its
+own instance, which :meth:`JudgeLLM.cancel` stops before its next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from deepeval.models import DeepEvalBaseLLM
+from pydantic import BaseModel
+
+from rag_experiments.errors import LLMError
+from rag_experiments.llm.base import ChatModel
+from rag_experiments.metrics.judge import Judgement, ask_judge
+
+
+class JudgeLLM(DeepEvalBaseLLM):
+    """A :class:`~rag_experiments.llm.base.ChatModel` behind DeepEval's model interface.
+
+    Args:
+        chat: The judge chat model (as built by ``build_chat(cfg.judge, "judge")``).
+        prompt_prefix: Prefix of the audit prompt ids (``deepeval.faithfulness``); the schema's
+            class name is appended (``deepeval.faithfulness.Claims``).
+        max_retries: Re-asks of an output that does not match the schema.
+        max_tokens: Completion limit per call.
+    """
+
+    def __init__(
+        self, chat: ChatModel, prompt_prefix: str = "deepeval", max_retries: int = 1,
+        max_tokens: int = 512,
+    ) -> None:
+        self.chat = chat
+        self.prompt_prefix = prompt_prefix
+        self.max_retries = int(max_retries)
+        self.max_tokens = int(max_tokens)
+        self.judgements: list[Judgement] = []
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        super().__init__(model_name=str(chat.describe().get("model", "judge")))
+
+    def load_model(self, *args: Any, **kwargs: Any) -> ChatModel:
+        """The wrapped chat model (already built)."""
+        return self.chat
+
+    def get_model_name(self, *args: Any, **kwargs: Any) -> str:
+        """``<provider>:<model>`` of the judge (DeepEval shows it in its logs)."""
+        desc = self.chat.describe()
+        return f"{desc.get('provider', 'local')}:{desc.get('model', 'judge')}"
+
+    def cancel(self) -> None:
+        """Refuse every later call (the row was abandoned after its timeout); a call already
+        running finishes in its own time (the chat model's own timeout bounds it)."""
+        self._cancelled.set()
+
+    def generate(self, prompt: str, schema: type[BaseModel] | None = None, **_: Any) -> Any:
+        """Ask the judge ``prompt``.
+
+        Args:
+            prompt: DeepEval's prompt (sent as one user message).
+            schema: DeepEval's output model; with it the validated instance is returned.
+
+        Returns:
+            The ``schema`` instance, or the reply text without a schema.
+
+        Raises:
+            LLMError: The judgement failed (reason ``timeout``, ``parse_error``,
+                ``truncated`` …) or the row was cancelled (reason ``timeout``).
+        """
+        if self._cancelled.is_set():
+            raise LLMError("DeepEval metric row abandoned after its timeout", reason="timeout")
+        messages = [{"role": "user", "content": prompt}]
+        name = schema.__name__ if schema is not None else "text"
+        try:
+            if schema is None:
+                completion = self.chat.complete(messages, max_tokens=self.max_tokens)
+                record = Judgement(f"{self.prompt_prefix}.{name}", calls=1,
+                                   prompt_tokens=completion.usage.prompt_tokens,
+                                   completion_tokens=completion.usage.completion_tokens,
+                                   latency_ms=completion.latency_ms, raw=[completion.text])
+                self._record(record)
+                return completion.text
+            judgement = ask_judge(
+                self.chat, messages, schema, prompt_id=f"{self.prompt_prefix}.{name}",
+                max_retries=self.max_retries, options={"max_tokens": self.max_tokens},
+            )
+        except TypeError as exc:  # never let DeepEval fall back to string parsing
+            raise LLMError(f"judge call failed: {exc}", reason="judge_error") from exc
+        self._record(judgement)
+        if judgement.parsed is None:
+            raise LLMError(judgement.error_message or "judge failed",
+                           reason=judgement.error or "judge_error")
+        return judgement.parsed
+
+    async def a_generate(self, prompt: str, schema: type[BaseModel] | None = None,
+                         **kwargs: Any) -> Any:
+        """:meth:`generate` in a worker thread (the backend runs metrics with
+        ``async_mode=False``, so DeepEval does not call this)."""
+        return await asyncio.to_thread(self.generate, prompt, schema)
+
+    def _record(self, judgement: Judgement) -> None:
+        with self._lock:
+            self.judgements.append(judgement)
+
+    def usage(self) -> dict[str, int]:
+        """``judge_calls``, ``judge_prompt_tokens``, ``judge_completion_tokens`` so far."""
+        with self._lock:
+            js = list(self.judgements)
+        return {
+            "judge_calls": sum(j.calls for j in js),
+            "judge_prompt_tokens": sum(j.prompt_tokens for j in js),
+            "judge_completion_tokens": sum(j.completion_tokens for j in js),
+        }

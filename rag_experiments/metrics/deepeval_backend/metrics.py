@@ -1,0 +1,156 @@
+"""The DeepEval metrics of ``metrics=deepeval``, each DeepEval's own class called synchronously
+(see :class:`~rag_experiments.metrics.deepeval_backend.base.DeepEvalMetric`). Formulas and
+edges are DeepEval 2.9's (``deepeval/metrics/<name>/<name>.py``, ``_calculate_score``); a
+verdict is "yes" / "no" / "idk" as DeepEval's judge prompt asks.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from rag_experiments.errors import ConfigError
+from rag_experiments.llm.base import ChatModel
+from rag_experiments.metrics.deepeval_backend.base import DeepEvalMetric, VerdictMismatchError
+
+
+def _count_mismatch(what: str, n_items: int, n_verdicts: int) -> None:
+    if n_items != n_verdicts:
+        raise VerdictMismatchError(
+            f"the judge gave {n_verdicts} verdicts for {n_items} {what}; DeepEval would use "
+            "them misaligned"
+        )
+
+
+class DeepEvalFaithfulness(DeepEvalMetric):
+    """``deepeval.faithfulness`` (DeepEval ``FaithfulnessMetric``)::
+
+        score = |{claims whose verdict is not "no"}| / |claims|      (1.0 when no claim)
+
+    Three judge calls (truths of the contexts, claims of the response, one verdict per claim
+    against the truths), four with ``include_reason``. "idk" (the contexts neither support nor
+    contradict the claim) counts as faithful unless ``penalize_ambiguous_claims``; that option
+    is passed to DeepEval when the installed version has it (≥ 3), else applied here to
+    DeepEval's verdicts the same way ("idk" counts as unfaithful).
+
+    Args:
+        truths_extraction_limit: At most this many truths taken from the contexts (None = all).
+        penalize_ambiguous_claims: Count "idk" verdicts as unfaithful.
+        judge: The judge chat model (``app.build`` injects it; the parameter is named so).
+        **kwargs: The other arguments of :class:`DeepEvalMetric`.
+
+    Raises:
+        ConfigError: ``truths_extraction_limit`` < 1.
+    """
+
+    definition = "faithfulness"
+    deepeval_class = "deepeval.metrics:FaithfulnessMetric"
+    state_attrs = ("truths", "claims", "verdicts")
+
+    def __init__(
+        self,
+        judge: ChatModel | None = None,
+        truths_extraction_limit: int | None = None,
+        penalize_ambiguous_claims: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(judge, **kwargs)
+        if truths_extraction_limit is not None and int(truths_extraction_limit) < 1:
+            raise ConfigError("deepeval faithfulness truths_extraction_limit must be ≥ 1 or "
+                              f"null, got {truths_extraction_limit}")
+        self.truths_extraction_limit = (
+            None if truths_extraction_limit is None else int(truths_extraction_limit)
+        )
+        self.penalize_ambiguous_claims = bool(penalize_ambiguous_claims)
+        self._native_penalize = False
+
+    def _metric_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"truths_extraction_limit": self.truths_extraction_limit}
+        from deepeval.metrics import FaithfulnessMetric
+
+        self._native_penalize = (
+            "penalize_ambiguous_claims" in inspect.signature(FaithfulnessMetric).parameters
+        )
+        if self._native_penalize:
+            kwargs["penalize_ambiguous_claims"] = self.penalize_ambiguous_claims
+        return kwargs
+
+    def _check(self, metric: Any, case: Any) -> None:
+        if metric.verdicts or metric.claims:
+            _count_mismatch("claims", len(metric.claims), len(metric.verdicts))
+
+    def _adjust(self, metric: Any, score: float) -> float:
+        if not self.penalize_ambiguous_claims or self._native_penalize or not metric.verdicts:
+            return score
+        yes = sum(1 for v in metric.verdicts if v.verdict.strip().lower() == "yes")
+        adjusted = yes / len(metric.verdicts)
+        return 0.0 if self.strict_mode and adjusted < metric.threshold else adjusted
+
+
+class DeepEvalAnswerRelevancy(DeepEvalMetric):
+    """``deepeval.answer_relevancy`` (DeepEval ``AnswerRelevancyMetric``)::
+
+        score = |{statements whose verdict is not "no"}| / |statements|   (1.0 when none)
+
+    Two judge calls (statements of the response; one verdict per statement: is it relevant to
+    the question), three with ``include_reason``. Not the custom backend's definition (cosine
+    of generated questions, RAGAS): the values are not comparable one for one.
+    """
+
+    definition = "answer_relevancy"
+    deepeval_class = "deepeval.metrics:AnswerRelevancyMetric"
+    state_attrs = ("statements", "verdicts")
+
+    def _check(self, metric: Any, case: Any) -> None:
+        if metric.verdicts or metric.statements:
+            _count_mismatch("statements", len(metric.statements), len(metric.verdicts))
+
+
+class DeepEvalContextPrecision(DeepEvalMetric):
+    """``deepeval.context_precision`` (DeepEval ``ContextualPrecisionMetric``)::
+
+        score = Σ_k P@k · rel_k / |relevant contexts|    (0 when none is relevant)
+
+    with rel_k = 1 when the judge says context k is useful for the expected output ("yes").
+    One judge call (one verdict per context), two with ``include_reason``. The same formula as
+    the custom backend's ``context_precision``. Needs a reference (``missing_params`` without).
+    """
+
+    definition = "context_precision"
+    deepeval_class = "deepeval.metrics:ContextualPrecisionMetric"
+    needs_reference = True
+    state_attrs = ("verdicts",)
+
+    def _check(self, metric: Any, case: Any) -> None:
+        _count_mismatch("contexts", len(case.retrieval_context), len(metric.verdicts))
+
+
+class DeepEvalContextRecall(DeepEvalMetric):
+    """``deepeval.context_recall`` (DeepEval ``ContextualRecallMetric``)::
+
+        score = |{sentences of the expected output attributed to a context ("yes")}|
+                / |sentences|                              (0 when the judge lists none)
+
+    One judge call, two with ``include_reason``. Needs a reference.
+    """
+
+    definition = "context_recall"
+    deepeval_class = "deepeval.metrics:ContextualRecallMetric"
+    needs_reference = True
+    state_attrs = ("verdicts",)
+
+
+class DeepEvalContextRelevancy(DeepEvalMetric):
+    """``deepeval.context_relevancy`` (DeepEval ``ContextualRelevancyMetric``, an extra with no
+    custom counterpart)::
+
+        score = |{statements of the contexts relevant to the question ("yes")}|
+                / |statements of all contexts|             (0 when there is none)
+
+    One judge call per context (statements and their verdicts), one more with
+    ``include_reason``. With no context DeepEval makes no call and scores 0.
+    """
+
+    definition = "context_relevancy"
+    deepeval_class = "deepeval.metrics:ContextualRelevancyMetric"
+    state_attrs = ("verdicts_list",)
