@@ -12,7 +12,7 @@ ARGS ?=
 MAX_SAMPLES ?= 8
 PYTEST_ARGS ?=
 
-.PHONY: install run test sweep scifact mlflow-ui clean help
+.PHONY: install run test sweep mlflow-ui clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
