@@ -446,3 +446,30 @@ def test_run_artifacts_over_http(mlflow_server: str) -> None:  # noqa: F811
     url = tracker.run_url()
     assert url == f"{mlflow_server}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
     assert url in tracker.describe_location()
+
+
+def test_log_input_retries_only_the_parallel_insert_race(monkeypatch):
+    """Two sweep jobs inserting the same dataset row: the loser retries and links it."""
+    from rag_experiments.tracking import mlflow_tracker as mt
+
+    calls = []
+
+    def flaky(dataset, context, tags):
+        calls.append(context)
+        if len(calls) == 1:
+            raise RuntimeError("(sqlite3.IntegrityError) UNIQUE constraint failed: datasets.digest")
+
+    monkeypatch.setattr(mt.mlflow, "log_input", flaky)
+    monkeypatch.setattr(mt.time, "sleep", lambda s: None)
+    mt._log_input_racing(object(), {})
+    assert calls == ["evaluation", "evaluation"]
+
+    def broken(dataset, context, tags):
+        calls.append(context)
+        raise RuntimeError("permission denied")
+
+    calls.clear()
+    monkeypatch.setattr(mt.mlflow, "log_input", broken)
+    with pytest.raises(RuntimeError, match="permission denied"):
+        mt._log_input_racing(object(), {})
+    assert len(calls) == 1

@@ -168,6 +168,28 @@ def ensure_experiment(client: mlflow.MlflowClient, name: str, uri: str) -> str:
     return exp.experiment_id
 
 
+def _log_input_racing(dataset: Any, tags: dict[str, str], attempts: int = 4) -> None:
+    """``mlflow.log_input`` that survives parallel sweep jobs logging the same dataset.
+
+    MLflow's store inserts a dataset row keyed by (experiment, name, digest) when it does not
+    exist yet; two jobs doing so at the same moment make the slower one fail with a UNIQUE
+    constraint error (seen with the joblib launcher against an MLflow server). A retry finds
+    the row the other job wrote and only links it to this run, so such errors are retried with
+    a short backoff; any other error is raised at once.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            mlflow.log_input(dataset, context="evaluation", tags=tags)
+            return
+        except Exception as exc:  # noqa: BLE001 - MLflow raises MlflowException/RestException
+            text = str(exc)
+            racing = "UNIQUE constraint" in text or "IntegrityError" in text
+            if not racing or attempt == attempts:
+                raise
+            log.info("dataset row written by a parallel job; retrying log_input (%d)", attempt)
+            time.sleep(0.2 * attempt)
+
+
 class MlflowTracker:
     """Logs one run at a time to an MLflow tracking store.
 
@@ -462,11 +484,7 @@ class MlflowTracker:
             name=name,
             digest=digest[:MAX_DATASET_DIGEST_SIZE],
         )
-        mlflow.log_input(
-            dataset,
-            context="evaluation",
-            tags={"dataset.digest": digest[:MAX_INPUT_TAG_VALUE_SIZE]},
-        )
+        _log_input_racing(dataset, {"dataset.digest": digest[:MAX_INPUT_TAG_VALUE_SIZE]})
         tags = {"dataset.name": name, "dataset.digest": digest, "dataset.source": source}
         self._client().log_batch(
             run_id,
