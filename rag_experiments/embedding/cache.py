@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import closing, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +13,7 @@ import numpy as np
 
 from rag_experiments.errors import ConfigError
 from rag_experiments.protocols import Embedder
+from rag_experiments.sqlite_store import connect, init_store
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS embeddings (
@@ -69,22 +70,16 @@ class CachedEmbedder:
         self.inner = inner
         self.path = Path(path)
         self.stats = CacheStats()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self._connect() as conn:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute(_SCHEMA)
-        except (OSError, sqlite3.Error) as exc:
-            raise ConfigError(
-                f"Cannot open the embedding cache {self.path}: {exc}. Set paths.embedding_cache "
-                "to a writable file (or delete a corrupt one; it is rebuilt)."
-            ) from exc
+        init_store(
+            self.path,
+            _SCHEMA,
+            "the embedding cache",
+            "Set paths.embedding_cache to a writable file (or delete a corrupt one; it is rebuilt).",
+        )
 
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
+    def _connect(self) -> AbstractContextManager[sqlite3.Connection]:
         """A connection committed on success and closed afterwards."""
-        with closing(sqlite3.connect(self.path, timeout=60.0)) as conn, conn:
-            yield conn
+        return connect(self.path)
 
     @property
     def id(self) -> str:

@@ -15,8 +15,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import ChatModel, Completion, Message, Usage
 from rag_experiments.llm.parsing import LLMParseError, parse_structured
 from rag_experiments.llm.usage import UsageMeter
+from rag_experiments.sqlite_store import connect, init_store
 
 log = logging.getLogger(__name__)
 
@@ -88,21 +88,15 @@ class ResponseCache:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self._connect() as conn:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute(_SCHEMA)
-        except (OSError, sqlite3.Error) as exc:
-            raise ConfigError(
-                f"Cannot open the LLM response cache {self.path}: {exc}. Set paths.llm_cache to "
-                "a writable file, delete a corrupt one, or set cache.mode=off"
-            ) from exc
+        init_store(
+            self.path,
+            _SCHEMA,
+            "the LLM response cache",
+            "Set paths.llm_cache to a writable file, delete a corrupt one, or set cache.mode=off",
+        )
 
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        with closing(sqlite3.connect(self.path, timeout=60.0)) as conn, conn:
-            yield conn
+    def _connect(self) -> AbstractContextManager[sqlite3.Connection]:
+        return connect(self.path)
 
     def get(self, key: str) -> Completion | None:
         """The stored completion (``cached=True``, ``latency_ms=0``), or None."""
