@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -91,6 +92,10 @@ def test_json_cut_by_length_is_truncated_not_parse_error(server):
     assert info.value.raw == '{"answer": "[cut] q"}'[: len('{"answer": "[cut] q"}') // 2]
     assert "max_tokens=512" in str(info.value)
     assert server.counts["/api/chat"] == 1  # truncation is not "repaired"
+    # the failed call's tokens travel with the error (token totals include failed calls)
+    body = json.dumps(server.bodies[-1]["messages"])
+    assert info.value.usage.prompt_tokens == len(body) // 4
+    assert info.value.usage.completion_tokens == len(info.value.raw) // 4
 
 
 def test_invalid_json_is_repaired_by_a_second_request(server):

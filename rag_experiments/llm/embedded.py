@@ -21,7 +21,7 @@ from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import Completion, Message, Usage
 from rag_experiments.llm.context import TOKENS_PER_MESSAGE, TOKENS_REPLY_PRIMING
 from rag_experiments.llm.errors import ContextOverflowError, LLMTimeoutError
-from rag_experiments.llm.parsing import parse_structured
+from rag_experiments.llm.parsing import LLMParseError, parse_structured
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +229,11 @@ class EmbeddedChat:
         text = "".join(pieces)
         completion_tokens = len(pieces)
         usage = Usage(max(0, n_evaluated - completion_tokens), completion_tokens)
-        parsed = parse_structured(text, schema, finish_reason=finish) if schema else None
+        try:
+            parsed = parse_structured(text, schema, finish_reason=finish) if schema else None
+        except LLMParseError as exc:
+            exc.usage = usage  # failed calls count in the token totals too
+            raise
         return Completion(
             text=text,
             parsed=parsed,

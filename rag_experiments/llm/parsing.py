@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from rag_experiments.errors import LLMError
+
+if TYPE_CHECKING:
+    from rag_experiments.llm.base import Usage
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -27,12 +30,15 @@ class LLMParseError(LLMError):
 
     Attributes:
         raw: The model's raw text (for the audit trail).
+        usage: Tokens the failed call(s) consumed, when the provider knows them (``None``
+            otherwise), so that token totals include failed calls.
     """
 
     reason = "parse_error"
 
-    def __init__(self, message: str, raw: str) -> None:
+    def __init__(self, message: str, raw: str, usage: Usage | None = None) -> None:
         self.raw = raw
+        self.usage = usage
         super().__init__(message)
 
 

@@ -139,6 +139,10 @@ def ask_judge(
                 raw = getattr(exc, "raw", None)
                 if raw is not None:
                     record.raw.append(raw)
+                usage = getattr(exc, "usage", None)  # a failed call's tokens count too
+                if usage is not None:
+                    record.prompt_tokens += usage.prompt_tokens
+                    record.completion_tokens += usage.completion_tokens
             record.error, record.error_message = exc.reason, str(exc)
             if exc.reason not in RETRIED_REASONS or attempt == max_retries:
                 return record

@@ -75,11 +75,13 @@ class DeepEvalMetric:
         timeout_s: Wall-clock limit of one ``measure()`` (one metric, one row), seconds.
         max_retries: Re-asks of a judge output that does not match DeepEval's schema.
         max_tokens: Completion limit per judge call.
+        max_items: Most items of any list in a judge reply (see :mod:`.schemas`).
+        max_chars: Most characters of any free string in a judge reply.
         prefix: Column prefix.
 
     Raises:
-        ConfigError: ``threshold`` outside [0, 1], ``timeout_s`` ≤ 0, ``max_retries`` < 0 or
-            ``max_tokens`` < 1.
+        ConfigError: ``threshold`` outside [0, 1], ``timeout_s`` ≤ 0, ``max_retries`` < 0, or
+            ``max_tokens``, ``max_items`` or ``max_chars`` < 1.
     """
 
     definition = ""
@@ -95,7 +97,9 @@ class DeepEvalMetric:
         strict_mode: bool = False,
         timeout_s: float = 300.0,
         max_retries: int = 1,
-        max_tokens: int = 512,
+        max_tokens: int = 1024,
+        max_items: int = 8,
+        max_chars: int = 160,
         prefix: str = PREFIX,
     ) -> None:
         where = f"metrics.suite.{prefix}{self.definition}"
@@ -103,9 +107,10 @@ class DeepEvalMetric:
             raise ConfigError(f"{where}.threshold must be in [0, 1], got {threshold}")
         if not float(timeout_s) > 0:
             raise ConfigError(f"{where}.timeout_s must be > 0 seconds, got {timeout_s}")
-        if int(max_retries) < 0 or int(max_tokens) < 1:
-            raise ConfigError(f"{where}: max_retries must be ≥ 0 and max_tokens ≥ 1, got "
-                              f"{max_retries} and {max_tokens}")
+        if int(max_retries) < 0 or min(int(max_tokens), int(max_items), int(max_chars)) < 1:
+            raise ConfigError(f"{where}: max_retries must be ≥ 0 and max_tokens, max_items, "
+                              f"max_chars ≥ 1, got {max_retries}, {max_tokens}, {max_items}, "
+                              f"{max_chars}")
         self.judge = judge
         self.threshold = float(threshold)
         self.include_reason = bool(include_reason)
@@ -113,6 +118,8 @@ class DeepEvalMetric:
         self.timeout_s = float(timeout_s)
         self.max_retries = int(max_retries)
         self.max_tokens = int(max_tokens)
+        self.max_items = int(max_items)
+        self.max_chars = int(max_chars)
         self.prefix = prefix
         self._audit: list[dict[str, Any]] = []
 
@@ -188,14 +195,15 @@ class DeepEvalMetric:
 
         if self.judge is None:
             raise ConfigError(f"metric {self.column} needs a judge model (judge=<ChatModel>)")
-        llm = JudgeLLM(self.judge, self.column, self.max_retries, self.max_tokens)
-        metric = self._build(llm)
         case = LLMTestCase(
             input=sample.user_input,
             actual_output=resp.response,
             expected_output=sample.reference or None,
             retrieval_context=list(resp.retrieved_contexts),
         )
+        llm = JudgeLLM(self.judge, self.column, self.max_retries, self.max_tokens,
+                       self.max_items, self.max_chars, self._expected_verdicts(case))
+        metric = self._build(llm)
         started = time.perf_counter()
         error = _measure_with_timeout(metric, case, self.timeout_s)
         if isinstance(error, _Timeout):
@@ -222,6 +230,11 @@ class DeepEvalMetric:
     def _metric_kwargs(self) -> dict[str, Any]:
         """Constructor arguments of the DeepEval metric beyond the common ones."""
         return {}
+
+    def _expected_verdicts(self, case: Any) -> int | None:
+        """Length of DeepEval's first ``verdicts`` list for ``case`` when the test case fixes
+        it (None = unknown, or fixed later by an extraction call)."""
+        return None
 
     def _build(self, llm: Any) -> Any:
         module, cls = self.deepeval_class.split(":")

@@ -10,6 +10,13 @@ raises :class:`TypeError` (that would trigger the fallback); a failed judgement 
 :class:`~rag_experiments.errors.LLMError` with the failure's reason, which the metric turns
 into a NaN with that reason.
 
+The judge is asked with a bounded copy of DeepEval's schema
+(:func:`~.schemas.bounded_schema`): lists of at most ``max_items``, strings of at most
+``max_chars``, yes/no verdicts, and a ``verdicts`` list of exactly the length DeepEval will
+align it with when that is known — :attr:`JudgeLLM.expected_verdicts`, set by the metric (one
+verdict per retrieval context) or by the adapter itself from the previous reply (one verdict
+per claim or statement it just extracted). The reply is returned as DeepEval's own class.
+
 Every judgement is recorded (:attr:`JudgeLLM.judgements`) for ``judge_audit.jsonl``. One
 instance serves one metric on one row: a row abandoned after its wall-clock timeout keeps its
 own instance, which :meth:`JudgeLLM.cancel` stops before its next call.
@@ -26,6 +33,7 @@ from pydantic import BaseModel
 
 from rag_experiments.errors import LLMError
 from rag_experiments.llm.base import ChatModel
+from rag_experiments.metrics.deepeval_backend.schemas import bounded_schema, to_deepeval
 from rag_experiments.metrics.judge import Judgement, ask_judge
 
 
@@ -38,16 +46,26 @@ class JudgeLLM(DeepEvalBaseLLM):
             class name is appended (``deepeval.faithfulness.Claims``).
         max_retries: Re-asks of an output that does not match the schema.
         max_tokens: Completion limit per call.
+        max_items: Most items of any list in a reply (claims, truths, statements, verdicts).
+        max_chars: Most characters of any free string in a reply.
+        expected_verdicts: Length the next ``verdicts`` list must have (None = unknown).
     """
+
+    EXTRACTED_LISTS = ("claims", "statements")
+    """Fields of a reply whose length fixes the length of the next ``verdicts`` list."""
 
     def __init__(
         self, chat: ChatModel, prompt_prefix: str = "deepeval", max_retries: int = 1,
-        max_tokens: int = 512,
+        max_tokens: int = 1024, max_items: int = 8, max_chars: int = 160,
+        expected_verdicts: int | None = None,
     ) -> None:
         self.chat = chat
         self.prompt_prefix = prompt_prefix
         self.max_retries = int(max_retries)
         self.max_tokens = int(max_tokens)
+        self.max_items = int(max_items)
+        self.max_chars = int(max_chars)
+        self.expected_verdicts = expected_verdicts
         self.judgements: list[Judgement] = []
         self._cancelled = threading.Event()
         self._lock = threading.Lock()
@@ -94,8 +112,10 @@ class JudgeLLM(DeepEvalBaseLLM):
                                    latency_ms=completion.latency_ms, raw=[completion.text])
                 self._record(record)
                 return completion.text
+            asked = bounded_schema(schema, max_items=self.max_items, max_chars=self.max_chars,
+                                   n_verdicts=self.expected_verdicts)
             judgement = ask_judge(
-                self.chat, messages, schema, prompt_id=f"{self.prompt_prefix}.{name}",
+                self.chat, messages, asked, prompt_id=f"{self.prompt_prefix}.{name}",
                 max_retries=self.max_retries, options={"max_tokens": self.max_tokens},
             )
         except TypeError as exc:  # never let DeepEval fall back to string parsing
@@ -104,7 +124,11 @@ class JudgeLLM(DeepEvalBaseLLM):
         if judgement.parsed is None:
             raise LLMError(judgement.error_message or "judge failed",
                            reason=judgement.error or "judge_error")
-        return judgement.parsed
+        parsed = to_deepeval(schema, judgement.parsed)
+        for field in self.EXTRACTED_LISTS:
+            if isinstance(getattr(parsed, field, None), list):
+                self.expected_verdicts = len(getattr(parsed, field))
+        return parsed
 
     async def a_generate(self, prompt: str, schema: type[BaseModel] | None = None,
                          **kwargs: Any) -> Any:

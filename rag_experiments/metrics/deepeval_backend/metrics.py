@@ -121,6 +121,9 @@ class DeepEvalContextPrecision(DeepEvalMetric):
     needs_reference = True
     state_attrs = ("verdicts",)
 
+    def _expected_verdicts(self, case: Any) -> int | None:
+        return len(case.retrieval_context)
+
     def _check(self, metric: Any, case: Any) -> None:
         _count_mismatch("contexts", len(case.retrieval_context), len(metric.verdicts))
 
