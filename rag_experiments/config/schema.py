@@ -250,6 +250,7 @@ class FakeLLMConf:
     text: Optional[str] = None
     delay_s: float = 0.0
     model: str = "fake-chat"
+    extractive: bool = False  # answer unscripted question schemas from the prompt's passages
 
 
 @dataclass

@@ -4,6 +4,8 @@ generate, print the summary and log it to MLflow (experiment ``datasets``)."""
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from rag_experiments.generate.config import register_generate_config
 from rag_experiments.generate.docs import load_docs
 from rag_experiments.generate.generator import (
     DatasetGenerator,
+    GenerationProgress,
     GenerationSettings,
     types_from_config,
 )
@@ -76,8 +79,18 @@ def _embedder(cfg: DictConfig) -> Any:
     return embedder
 
 
-def generate_dataset(cfg: DictConfig) -> GenerationSummary:
+def generate_dataset(
+    cfg: DictConfig,
+    *,
+    on_progress: Callable[[GenerationProgress], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> GenerationSummary:
     """Generate the dataset a composed ``generate`` config describes (no MLflow).
+
+    Args:
+        cfg: The composed ``generate`` config.
+        on_progress: LLM mode: progress callback (see :meth:`DatasetGenerator.run`).
+        cancel: LLM mode: an event that stops the generation like Ctrl-C.
 
     Raises:
         ConfigError: Unknown mode or bad settings.
@@ -116,15 +129,30 @@ def generate_dataset(cfg: DictConfig) -> GenerationSummary:
     source = load_docs(_docs_value(cfg), password=cfg.docs_password)
     generator = DatasetGenerator(chat, embedder=embedder, chunker=chunker, judge=judge,
                                  settings=settings, progress=bool(cfg.progress))
-    return generator.run(source, out, overwrite=bool(cfg.overwrite))
+    return generator.run(source, out, overwrite=bool(cfg.overwrite), on_progress=on_progress,
+                         cancel=cancel)
 
 
-def run_generate(cfg: DictConfig) -> GenerationSummary:
+def run_generate(
+    cfg: DictConfig,
+    *,
+    tracker: Any = None,
+    on_progress: Callable[[GenerationProgress], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> GenerationSummary:
     """Generate inside an MLflow run of experiment ``tracking.experiment`` (``datasets``):
     params = the config, metrics = the summary counts, artifacts = ``eval.jsonl`` (and
     ``corpus.jsonl`` in template mode), ``summary.json``, ``skipped_files.json``.
 
     The run opens first, so an error anywhere ends as a FAILED run with its error.
+
+    Args:
+        cfg: The composed ``generate`` config.
+        tracker: The tracker to log with (None = ``cfg.tracking`` named after the run); after
+            the call its ``experiment_id`` and ``run_id`` name the MLflow run.
+        on_progress: Progress callback (see :meth:`DatasetGenerator.run`).
+        cancel: An event that stops the generation like Ctrl-C (then
+            :class:`GenerationInterrupted` is raised, after the summary is logged).
 
     Returns:
         The summary (also printed).
@@ -144,14 +172,15 @@ def run_generate(cfg: DictConfig) -> GenerationSummary:
     tags = {"generate.mode": str(cfg.mode), "generate.out": str(out)}
     if uses_embedded:
         tags["mlflow.note.content"] = SMALL_MODEL_NOTE
-    tracker = instantiate(cfg.tracking, run_name=name)
+    if tracker is None:
+        tracker = instantiate(cfg.tracking, run_name=name)
     with tracker.start_run(
         params=OmegaConf.to_container(cfg, resolve=True),
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
         tags=tags,
     ):
         try:
-            summary = generate_dataset(cfg)
+            summary = generate_dataset(cfg, on_progress=on_progress, cancel=cancel)
         finally:
             if cfg.mode == "llm":
                 tracker.set_tags(identity_by_role())

@@ -24,6 +24,11 @@ The flow of :meth:`DatasetGenerator.run`:
    ``retrieval_top_k`` chunks of the whole corpus most similar to the question (embedding
    cosine) go to the judge, and the question is rejected (``answered_by_corpus``) when the
    judge says they answer it.
+
+Hooks for a caller that is not a terminal (the review web app): ``run(on_progress=…)`` is called
+with a :class:`GenerationProgress` snapshot at the start and after every finished attempt, and
+``run(cancel=…)``, a :class:`threading.Event`, stops the run before the next wave of calls,
+exactly as Ctrl-C does (``summary.interrupted``; everything accepted is on disk).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -43,7 +49,7 @@ from pydantic import BaseModel, ValidationError
 from tqdm.auto import tqdm
 
 from rag_experiments.data.base import corpus_digest
-from rag_experiments.errors import ConfigError, LLMError
+from rag_experiments.errors import ConfigError, LLMError, RagExpError
 from rag_experiments.generate.checkpoint import Checkpoint, CheckpointState
 from rag_experiments.generate.dedup import Deduplicator
 from rag_experiments.generate.docs import SourceDocs
@@ -123,6 +129,48 @@ class GenerationSettings:
 
 
 @dataclass(frozen=True)
+class GenerationProgress:
+    """A snapshot of a running generation, passed to ``DatasetGenerator.run(on_progress=…)``.
+
+    Counts cover everything in the output folder (a resumed run starts from what it holds).
+
+    Attributes:
+        phase: ``answerable`` (question–answer pairs) or ``unanswerable``.
+        accepted: Accepted answerable pairs per question type.
+        unanswerable: Accepted unanswerable questions per question type.
+        rejected: Rejected attempts per question type (filters and duplicates, both kinds).
+        errors: Attempts that failed on a model error (they are tried again on a rerun).
+        remaining: Scheduled attempts per question type not made yet (both kinds); the run
+            stops before using them all once the wanted counts are reached.
+        n_wanted: Answerable pairs wanted (``settings.n``).
+        n_unanswerable_wanted: Unanswerable questions wanted.
+        attempts_done: Finished attempts (accepted or rejected).
+        attempts_planned: Attempts scheduled in all (both kinds).
+    """
+
+    phase: str
+    accepted: dict[str, int]
+    unanswerable: dict[str, int]
+    rejected: dict[str, int]
+    errors: int
+    remaining: dict[str, int]
+    n_wanted: int
+    n_unanswerable_wanted: int
+    attempts_done: int
+    attempts_planned: int
+
+    @property
+    def n_accepted(self) -> int:
+        """Accepted answerable pairs."""
+        return sum(self.accepted.values())
+
+
+class _Cancelled(RagExpError):
+    """The caller set the ``cancel`` event; caught in :meth:`DatasetGenerator.run`, which
+    stops as on Ctrl-C (it never reaches the caller)."""
+
+
+@dataclass(frozen=True)
 class _Task:
     """One planned attempt: ``kind`` is ``qa`` or ``unanswerable``; ``chunks`` are the
     passages (two for multi_hop) or, for unanswerable, the topic chunk."""
@@ -156,6 +204,9 @@ class _Run:
     generator_id: str
     judge_id: str = ""
     check: AnswerabilityCheck | None = None
+    tasks: list[_Task] = field(default_factory=list)
+    on_progress: Callable[[GenerationProgress], None] | None = None
+    cancel: threading.Event | None = None
 
     def count(self, answerable: bool, kind: str | None = None) -> int:
         return sum(
@@ -203,16 +254,28 @@ class DatasetGenerator:
 
     # --- the run -----------------------------------------------------------------------------
 
-    def run(self, source: SourceDocs, out: Path, *, overwrite: bool = False) -> GenerationSummary:
+    def run(
+        self,
+        source: SourceDocs,
+        out: Path,
+        *,
+        overwrite: bool = False,
+        on_progress: Callable[[GenerationProgress], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> GenerationSummary:
         """Generate into folder ``out`` (resuming what it holds), then summarise.
 
-        Ctrl-C stops the run after the calls in flight; everything accepted so far is on
-        disk, and the returned summary has ``interrupted=True``.
+        Ctrl-C (or setting ``cancel``) stops the run after the calls in flight; everything
+        accepted so far is on disk, and the returned summary has ``interrupted=True``.
 
         Args:
             source: The documents (see :func:`~rag_experiments.generate.docs.load_docs`).
             out: Output folder (``eval.jsonl``, ``attempts.jsonl``, ``manifest.json``).
             overwrite: Delete earlier output in ``out`` first instead of resuming it.
+            on_progress: Called (in this thread, holding no lock) with a
+                :class:`GenerationProgress` once before the first call and after every
+                finished attempt.
+            cancel: When set, the run stops before its next wave of model calls.
 
         Returns:
             The summary (counts over everything in ``out``, this run and earlier ones).
@@ -258,17 +321,20 @@ class DatasetGenerator:
                    judge_id=str(self.judge.describe().get("model", "")) if self.judge else "",
                    check=AnswerabilityCheck(self.judge, self.embedder, chunks, vectors,
                                             settings.retrieval_top_k, settings.max_concurrency)
-                   if self.judge is not None and vectors is not None else None)
+                   if self.judge is not None and vectors is not None else None,
+                   tasks=qa_tasks + un_tasks, on_progress=on_progress, cancel=cancel)
         interrupted = False
         try:
+            self._report(run, "answerable")
             self._phase(run, qa_tasks, settings.n, types, answerable=True,
                         attempt=self._attempt_qa)
             self._phase(run, un_tasks, settings.n_unanswerable, un_types, answerable=False,
                         attempt=self._attempt_unanswerable)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, _Cancelled) as exc:
             interrupted = True
-            log.warning("Interrupted: %d samples are saved in %s; run the same command again "
-                        "to resume", len(state.samples), checkpoint.eval_path)
+            log.warning("%s: %d samples are saved in %s; run the same command again to resume",
+                        "Cancelled" if isinstance(exc, _Cancelled) else "Interrupted",
+                        len(state.samples), checkpoint.eval_path)
         finally:
             run.bar.close()
 
@@ -388,12 +454,38 @@ class DatasetGenerator:
                     wave.append(task)
                 if not wave:
                     continue
+                if run.cancel is not None and run.cancel.is_set():
+                    raise _Cancelled
                 for task, outcome in zip(wave, attempt(run, wave), strict=True):
                     if run.count(answerable) >= target:
                         break
                     self._record(run, task, outcome)
                     run.bar.update(1)
+                    self._report(run, "answerable" if answerable else "unanswerable")
                 run.bar.set_postfix(accepted=run.count(True), unanswerable=run.count(False))
+
+    def _report(self, run: _Run, phase: str) -> None:
+        """Call ``run.on_progress`` with a fresh :class:`GenerationProgress` (no-op without)."""
+        if run.on_progress is None:
+            return
+        attempts = run.state.attempts
+        remaining: Counter[str] = Counter(
+            t.question_type for t in run.tasks if not run.state.done(t.key))
+        run.on_progress(GenerationProgress(
+            phase=phase,
+            accepted=dict(Counter(str(s.question_type) for s in run.state.samples
+                                  if s.answerable)),
+            unanswerable=dict(Counter(str(s.question_type) for s in run.state.samples
+                                      if not s.answerable)),
+            rejected=dict(Counter(str(a.get("question_type")) for a in attempts.values()
+                                  if a.get("status") == "rejected")),
+            errors=sum(a.get("status") == "error" for a in attempts.values()),
+            remaining=dict(remaining),
+            n_wanted=self.settings.n,
+            n_unanswerable_wanted=self.settings.n_unanswerable,
+            attempts_done=sum(run.state.done(k) for k in attempts),
+            attempts_planned=len(run.tasks),
+        ))
 
     def _requests(
         self, chat: ChatModel, requests: list[ChatRequest]

@@ -4,6 +4,18 @@ It makes no model call. Without a schema it answers with the first sentence of t
 numbered context in the last user message (or ``"I don't know."`` when there is none); with a
 schema it returns ``responses[schema.__name__]`` (a dict or a JSON string) from its script.
 Every call is counted in :attr:`calls`.
+
+**Extractive mode** (``extractive=True``, ``llm=fake llm.extractive=true``): a schema without a
+scripted response that has ``question`` and ``answer`` fields (the dataset generator's
+``QAPair``) is answered from the passages of the prompt, so a dry run of ``rag-exp generate``
+or of the review app yields pairs that pass the generator's filters on any document. The
+passages are the numbered ``[1] …``, ``[2] …`` blocks (or the text after ``Passage:``); the
+prompt's last paragraph is the instruction and is ignored. The answer is one sentence of at
+least 12 words per passage, picked by a hash of the prompt; the question names three long
+words of it ("What does the guidance say about retention, records and archive?"). A schema
+with only a ``question`` field (``UnanswerableQuestion``) gets a question that joins the
+passage's words to a topic it does not cover ("Which budget pays for … on overseas
+secondments?"); the judge still decides. Deterministic: the same prompt gives the same reply.
 """
 
 from __future__ import annotations
@@ -22,6 +34,15 @@ from rag_experiments.llm.base import Completion, Message, Usage
 from rag_experiments.llm.parsing import parse_structured
 
 _CONTEXT = re.compile(r"\[1\]\s*(.+?)(?:(?<=[.!?])\s|\n|$)", re.DOTALL)
+_NUMBERED = re.compile(r"(?:^|\n\n)\[\d+\]\s*")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+_LONG_WORD = re.compile(r"[^\W\d_][\w-]{3,}")
+_MIN_ANSWER_WORDS = 12
+_SKIP_WORDS = frozenset(
+    "that this with from have will must shall which their there these those been into when "
+    "where what each also such than then they them only other more most some after before "
+    "under over within about should would could does".split()
+)
 
 
 class FakeChat:
@@ -32,6 +53,8 @@ class FakeChat:
         text: A fixed reply for unstructured calls (None = first sentence of context [1]).
         delay_s: Sleep per call (to exercise timeouts).
         model: Model id reported in :meth:`describe`.
+        extractive: Answer unscripted question schemas from the prompt's passages (see the
+            module docstring) instead of raising.
     """
 
     provider = "fake"
@@ -44,11 +67,13 @@ class FakeChat:
         text: str | None = None,
         delay_s: float = 0.0,
         model: str = "fake-chat",
+        extractive: bool = False,
     ) -> None:
         self.responses = dict(responses or {})
         self.text = text
         self.delay_s = delay_s
         self.model = model
+        self.extractive = extractive
         self.calls = 0
         self._lock = threading.Lock()
 
@@ -58,7 +83,8 @@ class FakeChat:
         """Answer deterministically; see the module docstring.
 
         Raises:
-            LLMError: ``schema`` given but no scripted response for it.
+            LLMError: ``schema`` given but no scripted response for it (and, in extractive
+                mode, no ``question`` field).
         """
         with self._lock:
             self.calls += 1
@@ -74,6 +100,8 @@ class FakeChat:
             return Completion(text=text, usage=Usage(len(prompt.split()), len(text.split())),
                               model=self.model)
         scripted = self.responses.get(schema.__name__)
+        if scripted is None and self.extractive and "question" in schema.model_fields:
+            scripted = _extractive_reply(prompt, "answer" in schema.model_fields)
         if scripted is None:
             raise LLMError(f"FakeChat has no scripted response for {schema.__name__}",
                            reason="parse_error")
@@ -83,7 +111,42 @@ class FakeChat:
 
     def describe(self) -> dict[str, str]:
         """Provider, model id and ``digest``: a hash of the script (responses and text)."""
-        script = json.dumps({"responses": self.responses, "text": self.text}, sort_keys=True,
-                            default=str)
+        script_data: dict[str, Any] = {"responses": self.responses, "text": self.text}
+        if self.extractive:  # only then, so the digest of a scripted fake stays as it was
+            script_data["extractive"] = True
+        script = json.dumps(script_data, sort_keys=True, default=str)
         digest = hashlib.sha256(script.encode("utf-8")).hexdigest()[:16]
         return {"provider": self.provider, "model": self.model, "digest": digest}
+
+
+def _passages(prompt: str) -> list[str]:
+    """The passages of a generator prompt: the numbered ``[n]`` blocks, or the text after
+    ``Passage:``; the last paragraph (the instruction) is dropped."""
+    body = prompt.rsplit("\n\n", 1)[0] if "\n\n" in prompt else prompt
+    body = re.sub(r"^\s*Passages?:\s*", "", body)
+    return [part.strip() for part in _NUMBERED.split(body) if part.strip()]
+
+
+def _answer_sentence(passage: str, pick: int) -> str:
+    """A sentence of at least 12 words of ``passage`` (the ``pick``-th modulo their number),
+    or the passage's first 30 words when no sentence is that long."""
+    sentences = [" ".join(s.split()) for s in _SENTENCE_END.split(passage)]
+    long_enough = [s for s in sentences if len(s.split()) >= _MIN_ANSWER_WORDS]
+    if long_enough:
+        return long_enough[pick % len(long_enough)]
+    return " ".join(passage.split()[:30])
+
+
+def _extractive_reply(prompt: str, with_answer: bool) -> dict[str, str]:
+    """The extractive-mode reply for a generator prompt (see the module docstring)."""
+    pick = int(hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:8], 16)
+    passages = _passages(prompt) or [prompt]
+    answer = " ".join(_answer_sentence(p, pick) for p in passages[:2])[:600].strip()
+    words = list(dict.fromkeys(
+        w for w in _LONG_WORD.findall(answer) if w.lower() not in _SKIP_WORDS))
+    start = pick % max(1, len(words) - 2)
+    named = words[start: start + 3] or ["it"]
+    subject = ", ".join(named[:-1]) + " and " + named[-1] if len(named) > 1 else named[0]
+    if not with_answer:
+        return {"question": f"Which budget pays for {subject} on overseas secondments?"}
+    return {"question": f"What does the guidance say about {subject}?", "answer": answer}
