@@ -9,6 +9,8 @@ Subcommands::
                                        generate an evaluation dataset from documents
     rag-exp dataset stats <path> [--json]
                                        type distribution and question/answer lengths
+    rag-exp review [dataset=<file.jsonl>] [--port N] [--host H] [--workspace DIR] [--out FILE]
+                                       review, edit and approve generated pairs in the browser
     rag-exp rerun <run_id> [--tracking-uri URI] [key=value…]
                                        repeat a logged run; print what changed
     rag-exp grade-sheet <run_id> [--n 20] [--seed 0] [--out DIR]
@@ -66,6 +68,12 @@ def _dataset(argv: list[str]) -> int:
     return stats_command(argv)
 
 
+def _review(argv: list[str]) -> int:
+    from rag_experiments.review.server import review_command
+
+    return review_command(argv)
+
+
 def _rerun(argv: list[str]) -> int:
     from rag_experiments.lifecycle.rerun import rerun_command
 
@@ -89,6 +97,7 @@ COMMANDS = {
     "serve": (_serve, "serve the built-in baseline as an HTTP endpoint (POST /ask, GET /health)"),
     "generate": (_generate, "generate an evaluation dataset from PDF/DOCX/MD/TXT with a local LLM"),
     "dataset": (_dataset, "inspect a dataset: `dataset stats <path> [--json]`"),
+    "review": (_review, "review generated pairs in the browser: upload, generate, edit, approve"),
     "rerun": (_rerun, "repeat a logged run exactly (`rerun <run_id>`) and diff its metrics"),
     "grade-sheet": (_grade_sheet, "export a blinded CSV of a run's answers for human grading"),
     "agreement": (_agreement, "judge-human agreement (Cohen's kappa) from a filled grade sheet"),

@@ -103,6 +103,15 @@ class TrackingError(RagExpError):
     """Results cannot be logged (bad tracking URI, colliding metric names, …)."""
 
 
+class ReviewError(RagExpError):
+    """A request to the review web app cannot be served (a refused upload, a bad form, an
+    unreachable model, an unknown card). ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, message: str, *, status: int = 400) -> None:
+        self.status = status
+        super().__init__(message)
+
+
 class RunFailedError(RagExpError):
     """The run finished logging but its outcome is not acceptable (for example too many
     target failures); everything computed was logged before this was raised."""

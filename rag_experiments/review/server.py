@@ -1,0 +1,172 @@
+"""``rag-exp review``: serve the review app with werkzeug's threaded server (no debug mode, no
+reloader), on 127.0.0.1 by default, until Ctrl-C.
+
+    rag-exp review [dataset=<file.jsonl>] [--port 8765] [--host 127.0.0.1] [--workspace DIR]
+                   [--out FILE] [--max-upload-mb 50] [--mlflow-ui URL] [hydra overrides…]
+
+Hydra overrides apply to every generation started from the page (``embedder=hash``,
+``tracking=server``, ``llm.num_ctx=16384`` …); ``llm=<option>`` preselects the model option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from pathlib import Path
+
+from flask import Flask
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from rag_experiments.errors import ConfigError
+from rag_experiments.review.app import DEFAULT_MAX_UPLOAD_MB, DEFAULT_MLFLOW_UI, create_app
+from rag_experiments.review.workspace import Workspace
+
+log = logging.getLogger("rag_experiments")
+
+DEFAULT_PORT = 8765
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class ReviewServer:
+    """Serve a Flask app on a werkzeug threaded server in a background thread.
+
+    Args:
+        app: The review app (:func:`~rag_experiments.review.app.create_app`).
+        host: Interface to bind (127.0.0.1: this machine only).
+        port: TCP port; 0 = any free port (read :attr:`port` after :meth:`start`).
+
+    Raises:
+        ConfigError: The port is outside 0..65535.
+    """
+
+    def __init__(self, app: Flask, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
+        if not 0 <= int(port) <= 65535:
+            raise ConfigError(f"review port must be in 0..65535, got {port}")
+        self.app = app
+        self.host = host
+        self.port = int(port)
+        self._server: BaseWSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:8765``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> str:
+        """Bind and serve in a background thread.
+
+        Returns:
+            The base URL.
+
+        Raises:
+            ConfigError: The address cannot be bound (port in use, no permission).
+        """
+        try:
+            self._server = make_server(self.host, self.port, self.app, threaded=True)
+        except (OSError, SystemExit) as exc:  # werkzeug prints and exits when the port is taken
+            why = "the port is in use" if isinstance(exc, SystemExit) else str(exc)
+            raise ConfigError(f"cannot serve on {self.host}:{self.port} ({why}); choose "
+                              "another --port") from None
+        self.port = int(self._server.server_port)
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name="rag-exp-review", daemon=True)
+        self._thread.start()
+        return self.url
+
+    def stop(self) -> None:
+        """Stop serving, cancel a running generation, release the port (idempotent)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        jobs = self.app.extensions.get("rag_exp_review", {}).get("jobs")
+        if jobs is not None:
+            jobs.shutdown()
+
+    def __enter__(self) -> ReviewServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def review_command(argv: list[str], stop: threading.Event | None = None) -> int:
+    """``rag-exp review …``: parse the arguments, serve until Ctrl-C (or ``stop``).
+
+    Returns:
+        The exit code (0).
+
+    Raises:
+        ConfigError: Bad arguments, overrides that do not compose, or an unusable address.
+        DatasetError: ``dataset=`` cannot be loaded.
+    """
+    parser = argparse.ArgumentParser(
+        prog="rag-exp review",
+        allow_abbrev=False,
+        description="Review generated question-answer pairs in the browser: upload PDF/DOCX/MD "
+        "files, generate pairs with a local model (live progress, cancel), edit, approve or "
+        "reject each pair, save the approved ones as a dataset in our JSONL format. "
+        "`dataset=<file.jsonl>` reviews an existing dataset. Other arguments are Hydra "
+        "overrides of conf/generate.yaml for the generations started from the page "
+        "(e.g. embedder=hash, tracking=server; llm=ollama preselects the model option).",
+    )
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="interface to bind (default 127.0.0.1: this machine only; the app "
+                        "has no login)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"TCP port (default {DEFAULT_PORT}; 0 = any free port)")
+    parser.add_argument("--workspace", default=None,
+                        help="folder for uploads, generation output and review state (default: "
+                        "a new temporary folder); reuse it to continue a review")
+    parser.add_argument("--out", default=None,
+                        help="where Save writes the approved pairs (default: "
+                        "<workspace>/reviewed/eval.jsonl)")
+    parser.add_argument("--max-upload-mb", type=float, default=DEFAULT_MAX_UPLOAD_MB,
+                        help=f"largest upload in MB (default {DEFAULT_MAX_UPLOAD_MB})")
+    parser.add_argument("--mlflow-ui", default=DEFAULT_MLFLOW_UI,
+                        help=f"MLflow UI address for the run links (default {DEFAULT_MLFLOW_UI})")
+    opts, rest = parser.parse_known_args(argv)
+    unknown = [a for a in rest if a.startswith("-")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if opts.max_upload_mb <= 0:
+        parser.error("--max-upload-mb must be > 0")
+    dataset = None
+    overrides = []
+    for arg in rest:
+        if arg.startswith("dataset="):
+            dataset = arg.split("=", 1)[1]
+        else:
+            overrides.append(arg)
+
+    workspace = Workspace(opts.workspace)
+    app = create_app(workspace, dataset=Path(dataset).expanduser() if dataset else None,
+                     out=opts.out, mlflow_ui=opts.mlflow_ui, max_upload_mb=opts.max_upload_mb,
+                     overrides=overrides, loopback_only=opts.host in LOOPBACK)
+    server = ReviewServer(app, host=opts.host, port=opts.port)
+    url = server.start()
+    if opts.host not in LOOPBACK:
+        log.warning("serving on %s: the review app has no login; anyone who can reach this "
+                    "address can read and change the workspace", opts.host)
+    out = app.extensions["rag_exp_review"]["out"]
+    print(f"rag-exp review: open {url}  (workspace {workspace.root}; saves to {out}); "
+          "Ctrl-C to stop", flush=True)
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.stop()
+        print(f"rag-exp review: stopped; the workspace {workspace.root} is kept", flush=True)
+    return 0
