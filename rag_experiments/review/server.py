@@ -17,11 +17,10 @@ import threading
 from pathlib import Path
 
 from flask import Flask
-from werkzeug.serving import BaseWSGIServer, make_server
 
-from rag_experiments.errors import ConfigError
 from rag_experiments.review.app import DEFAULT_MAX_UPLOAD_MB, DEFAULT_MLFLOW_UI, create_app
 from rag_experiments.review.workspace import Workspace
+from rag_experiments.wsgi_server import BackgroundServer
 
 log = logging.getLogger("rag_experiments")
 
@@ -29,8 +28,8 @@ DEFAULT_PORT = 8765
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-class ReviewServer:
-    """Serve a Flask app on a werkzeug threaded server in a background thread.
+class ReviewServer(BackgroundServer):
+    """Serve the review app on a werkzeug threaded server in a background thread.
 
     Args:
         app: The review app (:func:`~rag_experiments.review.app.create_app`).
@@ -42,60 +41,19 @@ class ReviewServer:
     """
 
     def __init__(self, app: Flask, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
-        if not 0 <= int(port) <= 65535:
-            raise ConfigError(f"review port must be in 0..65535, got {port}")
+        super().__init__(host, port, "review")
         self.app = app
-        self.host = host
-        self.port = int(port)
-        self._server: BaseWSGIServer | None = None
-        self._thread: threading.Thread | None = None
 
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:8765``."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-    def start(self) -> str:
-        """Bind and serve in a background thread.
-
-        Returns:
-            The base URL.
-
-        Raises:
-            ConfigError: The address cannot be bound (port in use, no permission).
-        """
-        try:
-            self._server = make_server(self.host, self.port, self.app, threaded=True)
-        except (OSError, SystemExit) as exc:  # werkzeug prints and exits when the port is taken
-            why = "the port is in use" if isinstance(exc, SystemExit) else str(exc)
-            raise ConfigError(f"cannot serve on {self.host}:{self.port} ({why}); choose "
-                              "another --port") from None
-        self.port = int(self._server.server_port)
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="rag-exp-review", daemon=True)
-        self._thread.start()
-        return self.url
+    def wsgi_app(self) -> Flask:
+        """The review app."""
+        return self.app
 
     def stop(self) -> None:
         """Stop serving, cancel a running generation, release the port (idempotent)."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        super().stop()
         jobs = self.app.extensions.get("rag_exp_review", {}).get("jobs")
         if jobs is not None:
             jobs.shutdown()
-
-    def __enter__(self) -> ReviewServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def review_command(argv: list[str], stop: threading.Event | None = None) -> int:

@@ -31,11 +31,10 @@ from typing import Any
 
 from flask import Flask, jsonify, request
 from werkzeug.exceptions import HTTPException
-from werkzeug.serving import BaseWSGIServer, make_server
 
-from rag_experiments.errors import ConfigError
 from rag_experiments.protocols import Target
 from rag_experiments.records import Sample
+from rag_experiments.wsgi_server import BackgroundServer
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +92,7 @@ def create_app(target: Target) -> Flask:
     return app
 
 
-class TargetServer:
+class TargetServer(BackgroundServer):
     """Run :func:`create_app` on a werkzeug server in a background thread.
 
     Args:
@@ -106,56 +105,15 @@ class TargetServer:
     """
 
     def __init__(self, target: Target, host: str = "127.0.0.1", port: int = 8000) -> None:
-        if not 0 <= int(port) <= 65535:
-            raise ConfigError(f"serve port must be in 0..65535, got {port}")
+        super().__init__(host, port, "serve")
         self.target = target
-        self.host = host
-        self.port = int(port)
-        self._server: BaseWSGIServer | None = None
-        self._thread: threading.Thread | None = None
 
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:8000``."""
-        return f"http://{self.host}:{self.port}"
+    def wsgi_app(self) -> Any:
+        """The API of the module docstring over :attr:`target`."""
+        return create_app(self.target)
 
     def start(self) -> str:
-        """Bind and serve in a background thread.
-
-        Returns:
-            The base URL.
-
-        Raises:
-            ConfigError: The address cannot be bound (port in use, no permission).
-        """
-        try:
-            self._server = make_server(self.host, self.port, create_app(self.target), threaded=True)
-        except (OSError, SystemExit) as exc:  # werkzeug prints and exits when the port is taken
-            why = "the port is in use" if isinstance(exc, SystemExit) else str(exc)
-            raise ConfigError(
-                f"cannot serve on {self.host}:{self.port} ({why}); choose another --port"
-            ) from None
-        self.port = int(self._server.server_port)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="rag-exp-serve", daemon=True
-        )
-        self._thread.start()
-        log.info("serving on %s (POST /ask, GET /health)", self.url)
-        return self.url
-
-    def stop(self) -> None:
-        """Stop serving and release the port (idempotent)."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> TargetServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        """Bind and serve in a background thread (see :meth:`BackgroundServer.start`)."""
+        url = super().start()
+        log.info("serving on %s (POST /ask, GET /health)", url)
+        return url
