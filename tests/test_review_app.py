@@ -17,7 +17,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from rag_experiments.data.jsonl import write_jsonl
-from rag_experiments.errors import ReviewError
+from rag_experiments.errors import ConfigError, ReviewError
 from rag_experiments.records import Sample
 from rag_experiments.review.app import TOKEN_HEADER, create_app
 from rag_experiments.review.state import ReviewState
@@ -59,12 +59,17 @@ class Client:
 
 @pytest.fixture
 def make_client(tmp_path: Path) -> Callable[..., Client]:
-    """``make_client(samples=None, **create_app kwargs)`` on workspace ``tmp_path/ws``."""
+    """``make_client(samples=None, generated=None, **create_app kwargs)`` on workspace
+    ``tmp_path/ws``: ``samples`` as a loaded dataset (cards of origin ``dataset``),
+    ``generated`` as the workspace's generation output (origin ``generation``)."""
 
-    def _make(samples: list[Sample] | None = None, **kwargs: Any) -> Client:
+    def _make(samples: list[Sample] | None = None, generated: list[Sample] | None = None,
+              **kwargs: Any) -> Client:
         dataset = None
         if samples is not None:
             dataset = write_jsonl(samples, tmp_path / "in.jsonl")
+        if generated is not None:
+            write_jsonl(generated, tmp_path / "ws" / "generation" / "eval.jsonl")
         kwargs.setdefault("overrides", ["embedder=hash", f"paths.cache_dir={tmp_path}/cache",
                                         f"tracking.uri=sqlite:///{tmp_path}/mlruns.db"])
         return Client(create_app(tmp_path / "ws", dataset=dataset, **kwargs))
@@ -118,6 +123,42 @@ def test_uploads_get_safe_unique_names_inside_the_workspace(
     assert [p.name for p in space.uploads()] == ["My_Policy-2.md", "My_Policy.md"]
     assert all(p.parent == space.uploads_dir for p in space.uploads())
     assert (space.uploads_dir / "My_Policy.md").read_bytes() == b"# A\n"
+
+
+def test_awkward_names_are_stored_under_usable_names_and_never_share_a_document_id(
+    make_client: Callable[..., Client]
+) -> None:
+    """Non-ASCII and over-long names, and names whose stem (the corpus document id) is taken
+    by another upload of any extension."""
+    client = make_client()
+    long_name = "x" * 300 + ".md"
+    response = client.post("/upload", data={"files": [
+        (io.BytesIO(b"# A\n"), "中文.md"), (io.BytesIO(b"# B\n"), long_name),
+        (io.BytesIO(b"# C\n"), "x.md"), (io.BytesIO(b"# D\n"), "x.MD"),
+        (io.BytesIO(b"# E\n"), "policy.md"), (io.BytesIO(b"# F\n"), "policy.docx")]})
+    assert response.status_code == 200
+    assert response.json["stored"] == ["upload.md", "x" * 100 + ".md", "x.md", "x-2.MD",
+                                       "policy.md", "policy-2.docx"]
+    space: Workspace = client.app.extensions["rag_exp_review"]["workspace"]
+    stems = [p.stem for p in space.uploads()]
+    assert len(stems) == len(set(stems)) == 6
+
+
+def test_deeply_nested_json_is_a_400_not_a_500(make_client: Callable[..., Client]) -> None:
+    client = make_client([_sample("q1", GOOD_Q)])
+    body = "[" * 100_000 + "]" * 100_000
+    response = client.patch("/cards/q1", data=body, content_type="application/json")
+    assert response.status_code == 400 and "nests too deeply" in response.json["message"]
+
+
+def test_an_output_folder_or_a_file_as_workspace_is_a_clear_config_error(
+    tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError, match="is a folder"):
+        create_app(tmp_path / "ws", out=tmp_path)
+    (tmp_path / "afile").write_text("x", encoding="utf-8")
+    with pytest.raises(ConfigError, match="cannot use .* as the review workspace"):
+        create_app(tmp_path / "afile")
 
 
 class _LazyMultipart(io.RawIOBase):
@@ -274,7 +315,7 @@ def test_save_writes_only_approved_cards_with_edits_and_reports_failures_per_car
     make_client: Callable[..., Client], tmp_path: Path
 ) -> None:
     out = tmp_path / "reviewed.jsonl"
-    client = make_client([
+    client = make_client(generated=[
         _sample("q1", GOOD_Q),
         _sample("q2", "How long does the security manager take to approve remote access?",
                 question_type="timeline_sla"),
@@ -310,6 +351,41 @@ def test_save_writes_only_approved_cards_with_edits_and_reports_failures_per_car
     assert rows[0]["metadata"]["review"]["original"]["user_input"] == GOOD_Q
     assert rows[1]["metadata"] == {"source": "policy.pdf", "page": 2,
                                    "review": {"status": "approved", "edited": False}}
+
+
+def test_loaded_dataset_cards_skip_the_generators_heuristics_but_not_the_format(
+    make_client: Callable[..., Client], tmp_path: Path
+) -> None:
+    """A human-written dataset (like the bundled sample) need not use the words of its passage
+    or the generator's types; the format and the answerable flag are still checked."""
+    out = tmp_path / "reviewed.jsonl"
+    loose = "What does the team do about a suspected breach?"  # 0 words of CONTEXT
+    client = make_client([_sample("d1", loose, question_type="my_own_type"),
+                          _sample("d2", GOOD_Q.replace("Who", "Which"))], out=out)
+    client.patch("/cards/d1", json={"status": "approved"})
+    saved = client.post("/save")
+    assert saved.status_code == 200 and saved.json["n_written"] == 1
+    assert json.loads(out.read_text(encoding="utf-8"))["question_type"] == "my_own_type"
+    # flipping the flag does not make an answerable pair a valid unanswerable one
+    client.patch("/cards/d2", json={"status": "approved", "answerable": False})
+    refused = client.post("/save")
+    assert refused.status_code == 422
+    assert [p.split(":")[0] for p in refused.json["failures"]["d2"]] == [
+        "unanswerable_with_source"]
+    assert json.loads(out.read_text(encoding="utf-8"))["id"] == "d1"  # earlier file intact
+
+
+def test_an_answerable_card_without_any_source_is_refused(
+    make_client: Callable[..., Client]
+) -> None:
+    client = make_client([_sample("u1", GOOD_Q, answer="The documents do not say.",
+                                  reference_contexts=[], reference_doc_ids=[],
+                                  answerable=False)])
+    client.patch("/cards/u1", json={"status": "approved", "answerable": True})
+    refused = client.post("/save")
+    assert refused.status_code == 422
+    assert [p.split(":")[0] for p in refused.json["failures"]["u1"]] == [
+        "answerable_without_source"]
 
 
 def test_save_refuses_an_exact_duplicate_among_the_approved(

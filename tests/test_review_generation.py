@@ -306,3 +306,17 @@ def test_a_generation_that_accepts_nothing_says_so_with_the_reasons(
     assert job["rejects_by_reason"] == {"question_too_short": 4}
     assert job["message"].startswith("No pair was accepted. Rejected attempts by reason: "
                                      "question_too_short 4.")
+
+
+def test_uploads_that_cannot_be_read_are_named_on_the_page(
+    app_client: Callable[..., tuple[Any, dict[str, str]]]
+) -> None:
+    client, headers = app_client("llm=fake")
+    fake_pdf = {"files": (io.BytesIO(b"this is text, not a PDF"), "scan.pdf")}
+    assert client.post("/upload", data=fake_pdf, headers=headers).status_code == 200
+    assert client.post("/generate", headers=headers,
+                       json={"llm": "fake", "n": 1, "types": ["procedural"]}).status_code == 202
+    job = _wait(client, lambda body: body["job"]["state"] != "running")["job"]
+    assert job["state"] == "done"
+    assert "Not read (1 file(s), left out of the corpus): scan.pdf: " in job["message"]
+    assert job["message"].endswith("Remove or fix them and upload again.")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from flask import Flask, jsonify, render_template, request
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from rag_experiments.errors import RagExpError, ReviewError
+from rag_experiments.errors import ConfigError, RagExpError, ReviewError
 from rag_experiments.records import QUESTION_TYPES, Sample
 from rag_experiments.review.jobs import GenerationJob, JobManager
 from rag_experiments.review.options import (
@@ -99,7 +100,8 @@ def create_app(
         must send, ``app.extensions["rag_exp_review"]`` holds the workspace, state and jobs.
 
     Raises:
-        ConfigError: The overrides do not compose with ``conf/generate.yaml``.
+        ConfigError: The overrides do not compose with ``conf/generate.yaml``, ``out`` is a
+            folder, or the workspace cannot be created.
         DatasetError: ``dataset`` cannot be loaded.
         ReviewError: The workspace's state file is unreadable.
     """
@@ -115,6 +117,10 @@ def create_app(
     _sync_generation(space, state)
     options = GenerationOptions.from_args(Path(conf_dir or CONF_DIR), list(overrides))
     out_path = Path(out).expanduser().resolve() if out else space.default_out
+    if out_path.is_dir():
+        raise ConfigError(f"--out {out_path} is a folder; give the dataset file to write, "
+                          f"e.g. --out {out_path / 'eval.jsonl'}")
+    save_lock = threading.Lock()
     jobs = JobManager(space.root / "generation_job.json")
     max_bytes = int(max_upload_mb * 2**20)
 
@@ -177,16 +183,19 @@ def create_app(
         try:
             for item in files:
                 stored.append(space.save_upload(item.filename, item.stream, max_bytes))
-        except ReviewError:
+        except (ReviewError, OSError) as exc:  # all of the request, or none of it
             for path in stored:
                 path.unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                raise ReviewError(f"upload refused: the file could not be stored ({exc}); "
+                                  "nothing of this upload was kept") from None
             raise
         return jsonify(stored=[p.name for p in stored],
                        uploads=[p.name for p in space.uploads()])
 
     @app.post("/generate")
     def generate() -> Any:
-        form = _model(GenerateRequest, request.get_json(silent=True))
+        form = _model(GenerateRequest, _json_body())
         if not space.uploads():
             raise ReviewError("upload at least one PDF, DOCX or MD document first")
         if jobs.snapshot().state == "running":
@@ -218,7 +227,7 @@ def create_app(
 
     @app.route("/cards/<card_id>", methods=["PATCH", "POST"])
     def edit_card(card_id: str) -> Any:
-        patch = _model(CardPatch, request.get_json(silent=True))
+        patch = _model(CardPatch, _json_body())
         return jsonify(card=state.update(card_id, patch).public())
 
     @app.post("/save")
@@ -226,7 +235,8 @@ def create_app(
         cards = state.cards()
         if not any(card.status == "approved" for card in cards):
             raise ReviewError("no card is approved: approve the pairs to keep, then save")
-        result = save_approved(cards, out_path)
+        with save_lock:  # one save at a time (a double click)
+            result = save_approved(cards, out_path)
         body = {**result.to_dict(), "corpus": str(space.uploads_dir) if space.uploads() else None}
         return jsonify(body), (200 if result.ok else 422)
 
@@ -249,8 +259,8 @@ def create_app(
 
     @app.errorhandler(RequestEntityTooLarge)
     def too_large(exc: RequestEntityTooLarge) -> Any:
-        return _error(f"upload refused: the request is larger than the limit of "
-                      f"{max_upload_mb:g} MB (rag-exp review --max-upload-mb)", 413)
+        return _error(f"request refused: it is larger than the limit of {max_upload_mb:g} MB "
+                      "(rag-exp review --max-upload-mb)", 413)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Any:
@@ -262,6 +272,18 @@ def create_app(
 def _error(message: str, status: int) -> Any:
     """The JSON error answer ``{"error": "http_<status>", "message": …}``."""
     return jsonify(error=f"http_{status}", message=message), status
+
+
+def _json_body() -> Any:
+    """The request's JSON body, or None when it is not JSON.
+
+    Raises:
+        ReviewError: The JSON nests too deeply to parse (400).
+    """
+    try:
+        return request.get_json(silent=True)
+    except RecursionError:
+        raise ReviewError("invalid request: the JSON nests too deeply") from None
 
 
 def _model(model: Any, data: Any) -> Any:

@@ -183,7 +183,9 @@ class GenerationJob:
         rejects: Counter[str] = Counter()
         errors: Counter[str] = Counter()
         samples: list[Sample] = []
+        skipped: dict[str, str] = {}
         if checkpoint.exists():
+            skipped = dict((checkpoint.read_manifest() or {}).get("skipped_files") or {})
             loaded = checkpoint.load()
             samples = loaded.samples
             for record in loaded.attempts.values():
@@ -199,7 +201,8 @@ class GenerationJob:
             snap.n_accepted, snap.n_unanswerable = n_accepted, n_unanswerable
             snap.rejects_by_reason, snap.errors_by_reason = dict(rejects), dict(errors)
             snap.mlflow_url = self._run_url()
-            snap.message = _message(state, error, n_accepted, n_unanswerable, rejects, errors)
+            snap.message = _message(state, error, n_accepted, n_unanswerable, rejects, errors,
+                                    skipped)
             data = snap.to_dict()
         if self.record is not None:
             tmp = self.record.with_name(self.record.name + ".tmp")
@@ -208,8 +211,22 @@ class GenerationJob:
 
 
 def _message(state: str, error: str | None, n_accepted: int, n_unanswerable: int,
+             rejects: Counter[str], errors: Counter[str],
+             skipped: dict[str, str] | None = None) -> str:
+    """The page's sentence about a finished job; never silent about an empty result or about
+    uploads that could not be read (``skipped``: file → reason)."""
+    if skipped:
+        unread = "; ".join(f"{name}: {why}" for name, why in sorted(skipped.items()))
+        note = (f" Not read ({len(skipped)} file(s), left out of the corpus): {unread}. "
+                "Remove or fix them and upload again.")
+    else:
+        note = ""
+    return _outcome(state, error, n_accepted, n_unanswerable, rejects, errors) + note
+
+
+def _outcome(state: str, error: str | None, n_accepted: int, n_unanswerable: int,
              rejects: Counter[str], errors: Counter[str]) -> str:
-    """The page's sentence about a finished job; never silent about an empty result."""
+    """The sentence about what the job produced (see :func:`_message`)."""
     if state == "failed":
         return f"Generation failed: {error}"
     kept = f"{n_accepted} pairs and {n_unanswerable} unanswerable questions are ready to review"

@@ -3,20 +3,31 @@
 Every approved card must pass, as its current (possibly edited) text:
 
 1. the :class:`~rag_experiments.records.Sample` model (non-blank question, field types);
-2. the generator's filters (:mod:`rag_experiments.generate.filters`): ``QA_FILTERS`` for an
-   answerable pair, ``UNANSWERABLE_FILTERS`` otherwise, with the card's reference passages as
-   the source; every failing filter is reported, not only the first;
-3. the JSON Schema of one line (``rag_experiments/data/schema/sample.schema.json``);
-4. no exact duplicate (same normalised question) among the approved cards.
+2. for a generated card, the generator's filters (:mod:`rag_experiments.generate.filters`):
+   ``QA_FILTERS`` for an answerable pair, ``UNANSWERABLE_FILTERS`` otherwise, with the card's
+   reference passages as the source; every failing filter is reported, not only the first.
+   Cards of a loaded dataset skip them: those heuristics judge model output, and a dataset
+   written by people (the bundled sample included) need not phrase questions with the words
+   of its passages or use the generator's 8 types;
+3. the answerable flag agrees with the sources: an answerable pair names a source passage or
+   document (``answerable_without_source``), an unanswerable question names none
+   (``unanswerable_with_source``) — flipping the flag of a card does not make it a valid pair
+   of the other kind; reject it instead;
+4. the JSON Schema of one line (``rag_experiments/data/schema/sample.schema.json``);
+5. no exact duplicate (same normalised question) among the approved cards.
 
 If any card fails, nothing is written and the failures are returned per card id; otherwise the
-approved cards are written with :func:`~rag_experiments.data.jsonl.write_jsonl` and read back
-with :class:`~rag_experiments.data.jsonl.JsonlDataset`, the loader ``rag-exp run`` uses.
+approved cards are written with :func:`~rag_experiments.data.jsonl.write_jsonl` to a temporary
+file next to the output, read back with :class:`~rag_experiments.data.jsonl.JsonlDataset` (the
+loader ``rag-exp run`` uses) and moved over the output in one step, so an earlier file is never
+left half-written.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cache
@@ -77,10 +88,18 @@ def card_problems(card: Card) -> tuple[Sample | None, list[str]]:
     pair = {"question": card.user_input, "answer": card.reference,
             "question_type": card.question_type, "answerable": card.answerable,
             "contexts": card.reference_contexts}
-    for check in QA_FILTERS if card.answerable else UNANSWERABLE_FILTERS:
-        detail = check(pair)
-        if detail is not None:
-            problems.append(f"{check.__name__}: {detail}")
+    if card.origin == "generation":
+        for check in QA_FILTERS if card.answerable else UNANSWERABLE_FILTERS:
+            detail = check(pair)
+            if detail is not None:
+                problems.append(f"{check.__name__}: {detail}")
+    has_source = bool(card.reference_contexts or card.sample.get("reference_doc_ids"))
+    if card.answerable and not has_source:
+        problems.append("answerable_without_source: an answerable pair needs the passage or "
+                        "document that answers it; this card has none (reject it instead)")
+    if not card.answerable and has_source:
+        problems.append("unanswerable_with_source: the card still names the passage it was "
+                        "written from, so its answer is in the corpus (reject it instead)")
     if sample is not None:
         for error in _schema_validator().iter_errors(sample.model_dump(mode="json")):
             where = "/".join(map(str, error.absolute_path)) or "sample"
@@ -125,6 +144,15 @@ def save_approved(cards: Sequence[Card], out: Path) -> SaveResult:
     samples, failures = validate_cards(approved)
     if failures or not samples:
         return SaveResult(failures=failures)
-    write_jsonl(samples, out)
-    JsonlDataset(str(out)).load()  # what `rag-exp run` will read
+    out.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.saving-",
+                                        suffix=".jsonl")
+    os.close(handle)
+    tmp = Path(tmp_name)
+    try:
+        write_jsonl(samples, tmp)
+        JsonlDataset(str(tmp)).load()  # what `rag-exp run` will read
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return SaveResult(path=str(out), n_written=len(samples))

@@ -1,4 +1,6 @@
-"""The review app's workspace: one folder that holds everything a review session writes.
+"""The review app's workspace: one folder that holds the documents, generations and review
+state of a review session. (The shared embedding and LLM response caches and the MLflow store
+stay where ``paths.*`` and ``tracking.*`` put them, as for ``rag-exp generate``.)
 
 Layout::
 
@@ -11,9 +13,11 @@ Layout::
 
 Uploads are stored under a safe name only: a name holding a path (``/``, ``\\`` or ``..``) is
 refused rather than silently flattened, the rest goes through werkzeug's
-:func:`~werkzeug.utils.secure_filename`, only ``.pdf``, ``.docx`` and ``.md`` are accepted, an
-existing name gets a ``-2``, ``-3`` … suffix, and the final path is checked to resolve inside
-the workspace. Bytes are copied in blocks and counted, so a file over the limit is refused
+:func:`~werkzeug.utils.secure_filename` (a name with no ASCII letter or digit left, such as
+``中文.md``, is stored as ``upload.md``; a stem is cut to :data:`MAX_STEM_CHARS`), only
+``.pdf``, ``.docx`` and ``.md`` are accepted, a name whose stem is taken by another upload gets
+a ``-2``, ``-3`` … suffix (``policy.pdf`` beside ``policy.docx`` too: the stem is the
+document id), and the final path is checked to resolve inside the workspace. Bytes are copied in blocks and counted, so a file over the limit is refused
 without being kept.
 """
 
@@ -27,10 +31,13 @@ from typing import BinaryIO
 
 from werkzeug.utils import secure_filename
 
-from rag_experiments.errors import ReviewError
+from rag_experiments.errors import ConfigError, ReviewError
 
 ALLOWED_EXTENSIONS: tuple[str, ...] = (".pdf", ".docx", ".md")
 """File types that can be uploaded (the generator also reads .txt, the page does not offer it)."""
+
+MAX_STEM_CHARS = 100
+"""Longest stored file name without its extension (file systems allow 255 bytes)."""
 
 _BLOCK = 1 << 20
 """Bytes copied per read while storing an upload (1 MiB)."""
@@ -49,7 +56,11 @@ class Workspace:
         if root is None:
             root = tempfile.mkdtemp(prefix="rag-exp-review-")
         self.root = Path(root).expanduser().resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot use {self.root} as the review workspace ({exc}); give "
+                              "--workspace a folder that exists or can be created") from None
         self.uploads_dir = self.root / "uploads"
         self.generation_dir = self.root / "generation"
         self.state_path = self.root / "review_state.json"
@@ -89,6 +100,10 @@ class Workspace:
                 f"upload {raw!r} refused: a file name must not contain '/', '\\' or '..'. "
                 "Rename the file (e.g. policy.pdf) and upload it again")
         safe = secure_filename(raw)
+        suffix = Path(raw).suffix.lower()
+        if suffix in ALLOWED_EXTENSIONS and Path(safe).suffix.lower() != suffix:
+            safe = "upload" + suffix  # nothing ASCII left of the stem (e.g. 中文.md)
+        safe = Path(safe).stem[:MAX_STEM_CHARS] + Path(safe).suffix
         if not safe or not Path(safe).stem:
             raise ReviewError(
                 f"upload {raw!r} refused: the name has no usable characters once made safe. "
@@ -137,12 +152,13 @@ class Workspace:
             tmp.unlink(missing_ok=True)
         return target
 
-    @staticmethod
-    def _unused(path: Path) -> Path:
-        """``path``, or ``<stem>-2<suffix>``, ``-3`` … when the name is taken."""
-        if not path.exists():
+    def _unused(self, path: Path) -> Path:
+        """``path``, or ``<stem>-2<suffix>``, ``-3`` … when an upload has that stem already
+        (whatever its extension: the stem is the document id of the corpus)."""
+        taken = {p.stem for p in self.uploads()}
+        if path.stem not in taken:
             return path
         number = 2
-        while (candidate := path.with_name(f"{path.stem}-{number}{path.suffix}")).exists():
+        while (candidate := path.with_name(f"{path.stem}-{number}{path.suffix}")).stem in taken:
             number += 1
         return candidate

@@ -40,6 +40,11 @@
     return {ok: response.ok, status: response.status, data};
   }
 
+  // A POSIX shell word: left bare when it is only safe characters, else in single quotes.
+  function shellQuote(text) {
+    return /^[A-Za-z0-9_.\/:=@%+-]+$/.test(text) ? text : "'" + text.replace(/'/g, "'\\''") + "'";
+  }
+
   function showError(el, message) {
     el.textContent = message || "";
     el.hidden = !message;
@@ -454,7 +459,18 @@
 
   // --- save -------------------------------------------------------------------------------
 
-  $("#btn-save").addEventListener("click", async () => {
+  $("#btn-save").addEventListener("click", async (event) => {
+    const button = event.currentTarget;
+    if (button.disabled) return;
+    button.disabled = true; // one save at a time (a double click)
+    try {
+      await save();
+    } finally {
+      button.disabled = false;
+    }
+  });
+
+  async function save() {
     await flushAll();
     for (const node of $$(".card", cardsEl)) $(".problems", node).replaceChildren();
     const out = $("#save-result");
@@ -465,12 +481,10 @@
     if (result.ok) {
       out.classList.add("ok");
       out.textContent = "Saved " + result.data.n_written + " approved pairs to " + result.data.path + ".";
-      if (result.data.corpus) {
-        const command = $("#run-command");
-        command.textContent = "rag-exp run dataset=jsonl dataset.path=" + result.data.path +
-          " dataset.corpus=" + result.data.corpus;
-        command.hidden = false;
-      }
+      const command = $("#run-command");
+      command.textContent = "rag-exp run dataset=jsonl dataset.path=" + shellQuote(result.data.path) +
+        " dataset.corpus=" + (result.data.corpus ? shellQuote(result.data.corpus) : "<your documents folder>");
+      command.hidden = false;
       return;
     }
     out.classList.add("failed");
@@ -493,7 +507,7 @@
     }
     const first = cardNode(ids[0]);
     if (first) select(first);
-  });
+  }
 
   // --- start ------------------------------------------------------------------------------
 
