@@ -14,7 +14,9 @@ from hydra.errors import ConfigCompositionException
 from mlflow import MlflowClient
 from omegaconf import DictConfig
 
-from rag_experiments.app import CONF_DIR, run_job
+from run_helpers import evaluate_retrieval
+
+from rag_experiments.app import CONF_DIR
 from rag_experiments.cli import main
 from rag_experiments.data.corpus import load_corpus_folder
 from rag_experiments.generate.app import generate_dataset
@@ -99,18 +101,7 @@ def test_generate_command_writes_dataset_logs_mlflow_and_run_loads_it(
     assert "2 samples were there from an earlier run" in capsys.readouterr().out
 
     # `rag-exp run` evaluates it against the docs folder
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            "dataset=jsonl", f"dataset.path={out}/eval.jsonl", f"dataset.corpus={docs}",
-            "embedder=hash", "metrics=retrieval", "llm=fake", "judge=fake", "progress=false",
-            f"paths.cache_dir={tmp_path}/cache", f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
-            "run_name=eval-generated",
-        ])
-        run_job(cfg)
-    GlobalHydra.instance().clear()
-    evaluation = client.search_runs(
-        [client.get_experiment_by_name("rag-experiments").experiment_id])[0]
+    evaluation = evaluate_retrieval(tmp_path, out / "eval.jsonl", docs, "eval-generated")
     assert evaluation.data.metrics["n_samples"] == 2
     assert evaluation.data.metrics["n_unanswerable"] == 1
 

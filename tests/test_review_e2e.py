@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from mlflow import MlflowClient
 
-from rag_experiments.app import CONF_DIR, PROJECT_ROOT, run_job
+from run_helpers import evaluate_retrieval
+
+from rag_experiments.app import PROJECT_ROOT
 from rag_experiments.data.jsonl import JsonlDataset, write_jsonl
 from rag_experiments.records import Sample
 from rag_experiments.review.app import create_app
@@ -159,20 +158,7 @@ def test_upload_generate_edit_reject_approve_save_reload_and_run(
     assert len(dataset.samples) == 3 and [d.id for d in dataset.corpus] == ["data-retention"]
 
     # `rag-exp run` evaluates it against the uploaded document
-    corpus = workspace.uploads_dir
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            "dataset=jsonl", f"dataset.path={saved}", f"dataset.corpus={corpus}",
-            "embedder=hash", "metrics=retrieval", "llm=fake", "judge=fake", "progress=false",
-            f"paths.cache_dir={tmp_path}/cache", f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
-            "run_name=reviewed",
-        ])
-        run_job(cfg)
-    GlobalHydra.instance().clear()
-    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
-    (run,) = client.search_runs(
-        [client.get_experiment_by_name("rag-experiments").experiment_id])
+    run = evaluate_retrieval(tmp_path, saved, workspace.uploads_dir, "reviewed")
     assert run.data.metrics["n_samples"] == 3
 
 

@@ -1,0 +1,36 @@
+"""Helpers shared by test modules (not fixtures): a cheap ``rag-exp run`` of a JSONL dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from rag_experiments.app import CONF_DIR
+
+
+def evaluate_retrieval(tmp_path: Path, dataset: Path | str, corpus: Path | str,
+                       run_name: str) -> Any:
+    """Run ``rag-exp run dataset=jsonl metrics=retrieval embedder=hash`` on ``dataset`` (our
+    JSONL) against ``corpus`` with caches and MLflow under ``tmp_path``; return its MLflow run
+    (the one named ``run_name`` in experiment ``rag-experiments``)."""
+    from mlflow import MlflowClient
+
+    from rag_experiments.app import run_job
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            "dataset=jsonl", f"dataset.path={dataset}", f"dataset.corpus={corpus}",
+            "embedder=hash", "metrics=retrieval", "llm=fake", "judge=fake", "progress=false",
+            f"paths.cache_dir={tmp_path}/cache", f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
+            f"run_name={run_name}",
+        ])
+        run_job(cfg)
+    GlobalHydra.instance().clear()
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
+    experiment = client.get_experiment_by_name("rag-experiments").experiment_id
+    (run,) = client.search_runs([experiment], f"tags.`mlflow.runName` = '{run_name}'")
+    return run
