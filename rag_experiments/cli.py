@@ -25,6 +25,7 @@ prints the resolved config without running.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -121,7 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     handler = COMMANDS[args[0]][0]
     try:
-        return handler(args[1:])
+        code = handler(args[1:])
+        sys.stdout.flush()
+        return code
     except RagExpError as exc:
         print(f"rag-exp {args[0]}: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `rag-exp … | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python docs, signal)
+        return 0

@@ -552,3 +552,19 @@ def test_dataset_stats_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["dataset", "stats", str(path)]) == 0
     assert "definition_concept" in capsys.readouterr().out
     assert main(["dataset", "stats", str(tmp_path / "nope.jsonl")]) == 1
+
+
+def test_a_reader_that_leaves_the_pipe_early_is_not_an_error(tmp_path: Path) -> None:
+    """``rag-exp dataset stats … | head -1``: no BrokenPipeError traceback, exit 0."""
+    import subprocess
+    import sys
+
+    from rag_experiments.app import PROJECT_ROOT
+
+    sample = PROJECT_ROOT / "datasets" / "sample" / "eval.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "rag_experiments", "dataset", "stats",
+                             str(sample)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before anything is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and "Traceback" not in err, err

@@ -309,6 +309,10 @@ def test_edits_are_persisted_and_seen_by_a_new_app_on_the_same_workspace(
     assert bad.status_code == 400
     assert "status" in bad.json["message"] and "colour" in bad.json["message"]
     assert again.patch("/cards/q1", data="not json").status_code == 400
+    bogus = again.patch("/cards/q1", json={"question_type": "bogus_type"})
+    assert bogus.status_code == 400 and "'bogus_type' is not one of procedural" in bogus.json[
+        "message"]
+    assert again.patch("/cards/q1", json={"question_type": "timeline_sla"}).status_code == 200
 
 
 def test_save_writes_only_approved_cards_with_edits_and_reports_failures_per_card(
@@ -362,6 +366,9 @@ def test_loaded_dataset_cards_skip_the_generators_heuristics_but_not_the_format(
     loose = "What does the team do about a suspected breach?"  # 0 words of CONTEXT
     client = make_client([_sample("d1", loose, question_type="my_own_type"),
                           _sample("d2", GOOD_Q.replace("Who", "Which"))], out=out)
+    assert client.patch("/cards/d1", json={"question_type": "procedural"}).status_code == 200
+    back = client.patch("/cards/d1", json={"question_type": "my_own_type"})
+    assert back.status_code == 200  # a dataset's own type stays selectable
     client.patch("/cards/d1", json={"status": "approved"})
     saved = client.post("/save")
     assert saved.status_code == 200 and saved.json["n_written"] == 1
@@ -444,6 +451,10 @@ def test_the_command_serves_a_dataset_on_loopback_and_stops(
     with pytest.raises(SystemExit) as help_exit:
         main(["review", "--help"])
     assert help_exit.value.code == 0 and "--max-upload-mb" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as missing:
+        review_command([f"dataset={tmp_path}/nope.jsonl"])
+    assert missing.value.code == 2
+    assert f"dataset={tmp_path}/nope.jsonl: no such file" in capsys.readouterr().err
 
     dataset = write_jsonl([_sample("q1", GOOD_Q)], tmp_path / "in.jsonl")
     stop = threading.Event()

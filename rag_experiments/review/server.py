@@ -104,6 +104,9 @@ def review_command(argv: list[str], stop: threading.Event | None = None) -> int:
             dataset = arg.split("=", 1)[1]
         else:
             overrides.append(arg)
+    if dataset is not None and not Path(dataset).expanduser().is_file():
+        parser.error(f"dataset={dataset}: no such file; give a dataset file in our JSONL format "
+                     "(e.g. dataset=datasets/sample/eval.jsonl)")
 
     workspace = Workspace(opts.workspace)
     app = create_app(workspace, dataset=Path(dataset).expanduser() if dataset else None,

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rag_experiments.errors import ReviewError
-from rag_experiments.records import Sample
+from rag_experiments.records import QUESTION_TYPES, Sample
 
 Status = Literal["pending", "approved", "rejected"]
 STATUSES: tuple[str, ...] = ("pending", "approved", "rejected")
@@ -220,7 +220,8 @@ class ReviewState:
             The updated card.
 
         Raises:
-            ReviewError: No card has that id (404).
+            ReviewError: No card has that id (404), or the new question type is neither one
+                of the 8 nor the card's original one (400).
         """
         with self._lock:
             card = self._cards.get(card_id)
@@ -229,6 +230,12 @@ class ReviewState:
             changes = patch.model_dump(exclude_unset=True, exclude_none=True)
             if "question_type" in patch.model_fields_set and patch.question_type is None:
                 changes["question_type"] = None
+            kind = changes.get("question_type")
+            allowed = (*QUESTION_TYPES, card.original.get("question_type"))
+            if kind is not None and kind not in allowed:
+                raise ReviewError(
+                    f"card {card_id}: question_type {kind!r} is not one of "
+                    f"{', '.join(QUESTION_TYPES)} (or the card's own type)")
             updated = card.model_copy(update=changes)
             updated.edited = any(getattr(updated, k) != updated.original.get(k) for k in EDITABLE)
             self._cards[card_id] = updated
