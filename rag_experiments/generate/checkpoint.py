@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,17 @@ class CheckpointState:
         """True when attempt ``key`` was accepted or rejected before."""
         record = self.attempts.get(key)
         return record is not None and record.get("status") in DONE_STATUSES
+
+    def samples_by_type(self, answerable: bool) -> dict[str, int]:
+        """Accepted samples per question type: the answerable ones, or the unanswerable ones."""
+        return dict(Counter(str(s.question_type) for s in self.samples
+                            if s.answerable == answerable))
+
+    def attempts_by(self, status: str, key: str = "reason") -> dict[str, int]:
+        """Attempts whose latest status is ``status`` (``rejected``, ``error`` …), counted
+        per value of their field ``key`` (``reason``: the filter or error; ``question_type``)."""
+        return dict(Counter(str(a.get(key)) for a in self.attempts.values()
+                            if a.get("status") == status))
 
 
 class Checkpoint:

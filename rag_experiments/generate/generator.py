@@ -468,22 +468,19 @@ class DatasetGenerator:
         """Call ``run.on_progress`` with a fresh :class:`GenerationProgress` (no-op without)."""
         if run.on_progress is None:
             return
-        attempts = run.state.attempts
+        state = run.state
         remaining: Counter[str] = Counter(
-            t.question_type for t in run.tasks if not run.state.done(t.key))
+            t.question_type for t in run.tasks if not state.done(t.key))
         run.on_progress(GenerationProgress(
             phase=phase,
-            accepted=dict(Counter(str(s.question_type) for s in run.state.samples
-                                  if s.answerable)),
-            unanswerable=dict(Counter(str(s.question_type) for s in run.state.samples
-                                      if not s.answerable)),
-            rejected=dict(Counter(str(a.get("question_type")) for a in attempts.values()
-                                  if a.get("status") == "rejected")),
-            errors=sum(a.get("status") == "error" for a in attempts.values()),
+            accepted=state.samples_by_type(answerable=True),
+            unanswerable=state.samples_by_type(answerable=False),
+            rejected=state.attempts_by("rejected", key="question_type"),
+            errors=sum(state.attempts_by("error").values()),
             remaining=dict(remaining),
             n_wanted=self.settings.n,
             n_unanswerable_wanted=self.settings.n_unanswerable,
-            attempts_done=sum(run.state.done(k) for k in attempts),
+            attempts_done=sum(state.done(k) for k in state.attempts),
             attempts_planned=len(run.tasks),
         ))
 
@@ -642,27 +639,22 @@ class DatasetGenerator:
         wall_time_s: float,
         interrupted: bool,
     ) -> GenerationSummary:
-        attempts = list(run.state.attempts.values())
-        samples = run.state.samples
         return GenerationSummary(
             mode="llm",
             eval_path=str(run.checkpoint.eval_path),
             corpus=str(run.source.root),
             n_requested=self.settings.n,
             n_unanswerable_requested=self.settings.n_unanswerable,
-            accepted_by_type=dict(Counter(str(s.question_type) for s in samples if s.answerable)),
-            unanswerable_by_type=dict(
-                Counter(str(s.question_type) for s in samples if not s.answerable)),
-            rejects_by_filter=dict(Counter(
-                str(a["reason"]) for a in attempts if a.get("status") == "rejected")),
-            errors_by_reason=dict(Counter(
-                str(a["reason"]) for a in attempts if a.get("status") == "error")),
+            accepted_by_type=run.state.samples_by_type(answerable=True),
+            unanswerable_by_type=run.state.samples_by_type(answerable=False),
+            rejects_by_filter=run.state.attempts_by("rejected"),
+            errors_by_reason=run.state.attempts_by("error"),
             skipped_files=dict(run.source.skipped),
             n_documents=len(run.source.documents),
             n_chunks=len(chunks),
             n_eligible_chunks=len(eligible),
             n_planned=n_planned,
-            n_attempts=sum(run.state.done(a["key"]) for a in attempts),
+            n_attempts=sum(run.state.done(k) for k in run.state.attempts),
             n_resumed=n_resumed,
             wall_time_s=wall_time_s,
             interrupted=interrupted,

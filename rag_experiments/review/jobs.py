@@ -30,7 +30,7 @@ from omegaconf import DictConfig
 
 from rag_experiments.errors import RagExpError, ReviewError
 from rag_experiments.generate.app import GenerationInterrupted, run_generate
-from rag_experiments.generate.checkpoint import Checkpoint
+from rag_experiments.generate.checkpoint import Checkpoint, CheckpointState
 from rag_experiments.generate.generator import GenerationProgress
 from rag_experiments.records import Sample
 
@@ -180,21 +180,15 @@ class GenerationJob:
     def _finish(self, state: str, error: str | None) -> None:
         """Record the outcome counts from the checkpoint and the message for the page."""
         checkpoint = Checkpoint(self.out)
-        rejects: Counter[str] = Counter()
-        errors: Counter[str] = Counter()
-        samples: list[Sample] = []
+        loaded = CheckpointState()
         skipped: dict[str, str] = {}
         if checkpoint.exists():
             skipped = dict((checkpoint.read_manifest() or {}).get("skipped_files") or {})
             loaded = checkpoint.load()
-            samples = loaded.samples
-            for record in loaded.attempts.values():
-                if record.get("status") == "rejected":
-                    rejects[str(record.get("reason"))] += 1
-                elif record.get("status") == "error":
-                    errors[str(record.get("reason"))] += 1
-        n_accepted = sum(s.answerable for s in samples)
-        n_unanswerable = len(samples) - n_accepted
+        rejects = Counter(loaded.attempts_by("rejected"))
+        errors = Counter(loaded.attempts_by("error"))
+        n_accepted = sum(loaded.samples_by_type(answerable=True).values())
+        n_unanswerable = len(loaded.samples) - n_accepted
         with self._lock:
             snap = self._snapshot
             snap.state, snap.error, snap.finished_at = state, error, time.time()
