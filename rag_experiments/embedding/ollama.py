@@ -6,9 +6,9 @@ from rag_experiments.embedding.remote import RemoteEmbedder
 from rag_experiments.llm.errors import LLMHTTPError
 from rag_experiments.llm.ollama import (
     DEFAULT_BASE_URL,
-    canonical_model_name,
     not_found_error,
     specialise_http_error,
+    tagged_digest,
     unreachable_hint,
 )
 from rag_experiments.llm.transport import JsonHttp
@@ -71,14 +71,10 @@ class OllamaEmbedder(RemoteEmbedder):
         """
         if self._digest is None:
             data = self.retry.call(lambda: self.http.request("GET", "/api/tags"), self.where)
-            wanted = canonical_model_name(self.model)
-            for entry in data.get("models") or []:
-                if wanted in {canonical_model_name(str(entry.get(k) or ""))
-                              for k in ("name", "model")}:
-                    self._digest = str(entry.get("digest") or "")
-                    break
-            else:
+            digest = tagged_digest(data, self.model)
+            if digest is None:
                 raise not_found_error(f"{self.where} at {self.base_url}", self.model)
+            self._digest = digest
         return self._digest
 
     def _identity(self) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -29,6 +30,22 @@ DEFAULT_BASE_URL = "http://127.0.0.1:11434"
 def canonical_model_name(name: str) -> str:
     """``llama3.1`` → ``llama3.1:latest``: Ollama's implicit tag made explicit."""
     return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
+
+
+def tagged_digest(tags: Mapping[str, Any], model: str) -> str | None:
+    """The digest of ``model`` in a ``GET /api/tags`` reply, or None when it is not listed.
+
+    Names are compared with Ollama's implicit ``:latest`` tag made explicit
+    (:func:`canonical_model_name`), on each entry's ``name`` and ``model``.
+    """
+    wanted = canonical_model_name(model)
+    for entry in tags.get("models") or []:
+        if not isinstance(entry, Mapping):
+            continue
+        names = {canonical_model_name(str(entry.get(k) or "")) for k in ("name", "model")}
+        if wanted in names:
+            return str(entry.get("digest") or "")
+    return None
 
 
 def unreachable_hint(field: str = "llm.base_url") -> str:
@@ -162,12 +179,10 @@ class OllamaChat(RemoteChat):
             LLMError: The server is unreachable or answers an error.
         """
         data = self.retry.call(lambda: self.http.request("GET", "/api/tags"), self.where)
-        wanted = canonical_model_name(self.model)
-        for entry in data.get("models") or []:
-            names = {canonical_model_name(str(entry.get(k) or "")) for k in ("name", "model")}
-            if wanted in names:
-                return str(entry.get("digest") or "")
-        raise not_found_error(self.where, self.model)
+        digest = tagged_digest(data, self.model)
+        if digest is None:
+            raise not_found_error(self.where, self.model)
+        return digest
 
     def show(self) -> dict[str, Any]:
         """``/api/show``: the model's details and ``model_info`` (trained context length …).

@@ -19,6 +19,7 @@ import httpx
 from omegaconf import OmegaConf
 
 from rag_experiments.errors import ConfigError, ReviewError
+from rag_experiments.llm.ollama import tagged_digest
 
 TIMEOUT_S = 3.0
 """Seconds the reachability check waits for a server."""
@@ -86,12 +87,13 @@ def _check_ollama(base_url: str, model: str, role: str) -> None:
         raise ReviewError(f"{base_url}/api/tags answered HTTP {response.status_code}: is "
                           f"{base_url} an Ollama server? {_OLLAMA_START}")
     try:
-        names = {str(m.get(k)) for m in response.json().get("models", []) for k in ("name", "model")
-                 if isinstance(m, dict) and m.get(k)}
+        tags = response.json()
     except ValueError:
-        names = set()
-    wanted = {model, f"{model}:latest"} if ":" not in model else {model}
-    if not wanted & names:
+        tags = {}
+    tags = tags if isinstance(tags, dict) else {}
+    if tagged_digest(tags, model) is None:
+        names = {str(m.get(k)) for m in tags.get("models") or [] for k in ("name", "model")
+                 if isinstance(m, dict) and m.get(k)}
         listed = ", ".join(sorted(names)) or "none"
         raise ReviewError(f"the {role} model {model!r} is not available on {base_url} "
                           f"(it has: {listed}): run `ollama pull {model}` or choose another")
