@@ -20,7 +20,7 @@ from pytest_httpserver import HTTPServer
 from rag_experiments.app import CONF_DIR
 from rag_experiments.chunking.semantic import SemanticChunker
 from rag_experiments.embedding.hash import HashEmbedder
-from rag_experiments.errors import LLMError, ReviewError
+from rag_experiments.errors import ConfigError, LLMError, ReviewError
 from rag_experiments.generate.checkpoint import Checkpoint
 from rag_experiments.generate.docs import load_docs
 from rag_experiments.generate.filters import QA_FILTERS, first_rejection
@@ -213,6 +213,12 @@ def test_the_model_check_names_the_problem_and_the_fix(
         check_model(_node("ollama.OllamaChat", model="mistral", base_url=base))
     httpserver.expect_request("/v1/models").respond_with_json({"data": [{"id": "m"}]})
     check_model(_node("openai_compat.OpenAICompatChat", model="m", base_url=base + "/v1"))
+    # a key variable that is named but not set is refused as the model itself would refuse it
+    n_requests = len(httpserver.log)
+    with pytest.raises(ConfigError, match="RX_UNSET_KEY_FOR_TEST .llm.api_key_env. is not set"):
+        check_model(_node("openai_compat.OpenAICompatChat", model="m", base_url=base + "/v1",
+                          api_key_env="RX_UNSET_KEY_FOR_TEST"))
+    assert len(httpserver.log) == n_requests  # refused before any request
 
     with pytest.raises(ReviewError, match="does not exist"):
         check_model(_node("embedded.EmbeddedChat", model_path=str(tmp_path / "none.gguf")))

@@ -3,12 +3,11 @@ with embeddings on, LM Studio, Ollama's ``/v1``)."""
 
 from __future__ import annotations
 
-import os
 
 from rag_experiments.embedding.remote import RemoteEmbedder
-from rag_experiments.errors import ConfigError, LLMError
+from rag_experiments.errors import LLMError
 from rag_experiments.llm.errors import LLMHTTPError, ModelNotFoundError
-from rag_experiments.llm.transport import JsonHttp
+from rag_experiments.llm.transport import JsonHttp, bearer_headers
 
 
 class OpenAICompatEmbedder(RemoteEmbedder):
@@ -60,13 +59,7 @@ class OpenAICompatEmbedder(RemoteEmbedder):
                          backoff_s=backoff_s, backoff_max_s=backoff_max_s)
         self.base_url = base_url.rstrip("/")
         self.dimensions = dimensions
-        headers = {}
-        if api_key_env:
-            key = os.environ.get(api_key_env)
-            if not key:
-                raise ConfigError(f"{self.where}: the environment variable {api_key_env} "
-                                  "(embedder.api_key_env) is not set")
-            headers["Authorization"] = f"Bearer {key}"
+        headers = bearer_headers(api_key_env, self.where, "embedder.api_key_env")
         self.http = JsonHttp(
             self.base_url, timeout_s, where=f"{self.where} at {self.base_url}", headers=headers,
             unreachable_hint="start the server or set embedder.base_url",

@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import threading
 from typing import Any
 
 from pydantic import BaseModel
 
-from rag_experiments.errors import ConfigError, LLMError
+from rag_experiments.errors import LLMError
 from rag_experiments.llm.base import Message, Usage
 from rag_experiments.llm.errors import ContextOverflowError, LLMHTTPError, ModelNotFoundError
 from rag_experiments.llm.remote import RemoteChat, Reply
-from rag_experiments.llm.transport import JsonHttp
+from rag_experiments.llm.transport import JsonHttp, bearer_headers
 
 log = logging.getLogger(__name__)
 
@@ -93,15 +92,7 @@ class OpenAICompatChat(RemoteChat):
             timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s,
             backoff_max_s=backoff_max_s, parse_retries=parse_retries,
         )
-        headers = {}
-        if api_key_env:
-            key = os.environ.get(api_key_env)
-            if not key:
-                raise ConfigError(
-                    f"{self.where}: the environment variable {api_key_env} (api_key_env) is not "
-                    "set; export it or set api_key_env: null for a server without a key"
-                )
-            headers["Authorization"] = f"Bearer {key}"
+        headers = bearer_headers(api_key_env, self.where)
         self.api_key_env = api_key_env
         self._window = context_window
         self.http = JsonHttp(

@@ -3,11 +3,36 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
 
+from rag_experiments.errors import ConfigError
 from rag_experiments.llm.errors import LLMHTTPError, LLMTimeoutError, LLMUnreachableError
+
+
+def bearer_headers(
+    api_key_env: str | None, where: str, field: str = "api_key_env"
+) -> dict[str, str]:
+    """``{"Authorization": "Bearer <key>"}`` with the key read from environment variable
+    ``api_key_env``; ``{}`` when no variable is named (a server without a key).
+
+    Args:
+        api_key_env: Name of the variable holding the key, or None.
+        where: Names the model or server in the message.
+        field: The config key that named the variable (for the message).
+
+    Raises:
+        ConfigError: The variable is named but not set (or empty).
+    """
+    if not api_key_env:
+        return {}
+    key = os.environ.get(api_key_env)
+    if not key:
+        raise ConfigError(f"{where}: the environment variable {api_key_env} ({field}) is not "
+                          f"set; export it or set {field}: null for a server without a key")
+    return {"Authorization": f"Bearer {key}"}
 
 
 class JsonHttp:

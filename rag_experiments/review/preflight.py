@@ -11,7 +11,6 @@ and never a silently empty dataset.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from omegaconf import OmegaConf
 
 from rag_experiments.errors import ConfigError, ReviewError
 from rag_experiments.llm.ollama import tagged_digest
+from rag_experiments.llm.transport import bearer_headers
 
 TIMEOUT_S = 3.0
 """Seconds the reachability check waits for a server."""
@@ -39,6 +39,7 @@ def check_model(node: Any, role: str = "generator") -> None:
     Raises:
         ReviewError: The model is unset, missing or its server unreachable (400); the message
             says how to fix it.
+        ConfigError: ``api_key_env`` names an environment variable that is not set.
     """
     target = str(OmegaConf.select(node, "_target_") or "").rsplit(".", 1)[-1]
     if target == "EmbeddedChat":
@@ -100,9 +101,8 @@ def _check_ollama(base_url: str, model: str, role: str) -> None:
 
 
 def _check_openai(base_url: str, api_key_env: Any, role: str) -> None:
-    headers = {}
-    if api_key_env and os.environ.get(str(api_key_env)):
-        headers["Authorization"] = f"Bearer {os.environ[str(api_key_env)]}"
+    headers = bearer_headers(str(api_key_env) if api_key_env else None,
+                             f"the {role} model at {base_url}", "llm.api_key_env")
     response = _get(f"{base_url}/models", role, _OPENAI_START, headers)
     if response.status_code in (401, 403):
         raise ReviewError(f"{base_url}/models refused the request (HTTP "
