@@ -77,9 +77,7 @@ def build(cfg: DictConfig) -> Experiment:
         shared = _SharedParts(cfg)
         metrics = [_build_metric(node, shared) for node in cfg.metrics.suite.values()]
         generate = bool(cfg.metrics.generate)
-        dataset = instantiate(cfg.dataset).load()
-        if cfg.get("max_samples") is not None:
-            dataset = dataset.subset(int(cfg.max_samples), seed=int(cfg.seed))
+        dataset = load_dataset(cfg)
         target_kind = cfg.target._target_.rsplit(".", 1)[-1]
         if target_kind == "BaselineTarget":
             target = _build_baseline(cfg, metrics, generate, shared)
@@ -90,6 +88,20 @@ def build(cfg: DictConfig) -> Experiment:
             raise e.__cause__ from None
         raise
     return Experiment(dataset, target, metrics, generate)
+
+
+def load_dataset(cfg: DictConfig) -> Any:
+    """The dataset a job evaluates: ``cfg.dataset`` loaded, then the seeded ``max_samples``
+    subset when one is set (its digest is the one the run logs).
+
+    Raises:
+        RagExpError: The dataset cannot be loaded.
+        InstantiationException: ``cfg.dataset`` does not instantiate.
+    """
+    dataset = instantiate(cfg.dataset).load()
+    if cfg.get("max_samples") is not None:
+        dataset = dataset.subset(int(cfg.max_samples), seed=int(cfg.seed))
+    return dataset
 
 
 class _SharedParts:

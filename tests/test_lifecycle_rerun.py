@@ -30,13 +30,16 @@ class CacheableFakeChat(FakeChat):
         return super().complete(messages, schema, **options)
 
 
-def _first_run(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> tuple[str, str]:
+def _first_run(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path, *extra: str
+) -> tuple[str, str]:
     data = tmp_path / "small.jsonl"
     data.write_text("\n".join((SAMPLE / "eval.jsonl").read_text().splitlines()[:6]) + "\n")
     cfg = compose_cfg(
         "dataset=jsonl", f"dataset.path={data}", f"dataset.corpus={SAMPLE / 'docs'}",
         "dataset.name=small", "embedder=hash", "llm=fake",
         f"llm._target_={__name__}.CacheableFakeChat", "metrics=retrieval", "metrics.generate=true",
+        *extra,
     )  # fmt: skip
     run_job(cfg)
     uri = f"sqlite:///{tmp_path}/mlruns.db"
@@ -83,3 +86,19 @@ def test_rerun_refuses_a_changed_dataset(
     with pytest.raises(DatasetError, match="digest"):
         rerun(run_id, uri)
     assert len(_runs(uri)) == 1  # no run was opened
+
+
+def test_rerun_of_a_subset_run_checks_the_subset_it_evaluated(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path
+) -> None:
+    """The run's dataset digest is that of the ``max_samples`` subset it evaluated; the rerun
+    draws the same subset and must not mistake it for a changed dataset."""
+    run_id, uri = _first_run(compose_cfg, tmp_path, "max_samples=4")
+    first = mlflow.MlflowClient(uri).get_run(run_id)
+    assert first.data.metrics["n_samples"] == 4
+    report = rerun(run_id, uri)
+    assert report.identical, report.format()
+    data = tmp_path / "small.jsonl"
+    data.write_text(data.read_text().replace("?", " ?", 1))  # the check still holds
+    with pytest.raises(DatasetError, match="digest"):
+        rerun(run_id, uri)

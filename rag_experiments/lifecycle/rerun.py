@@ -130,9 +130,7 @@ def rerun(run_id: str, tracking_uri: str, overrides: list[str] | None = None) ->
         DatasetError: The dataset loaded now does not have the run's digest.
         RagExpError: Any error of the rerun itself (after it was recorded on the new run).
     """
-    from hydra.utils import instantiate
-
-    from rag_experiments.app import run_job
+    from rag_experiments.app import load_dataset, run_job
     from rag_experiments.tracking.mlflow_tracker import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -145,7 +143,7 @@ def rerun(run_id: str, tracking_uri: str, overrides: list[str] | None = None) ->
     cfg.tracking.uri = uri
     expected = original.data.tags.get("dataset.digest")
     if expected:
-        digest = instantiate(cfg.dataset).load().digest
+        digest = load_dataset(cfg).digest  # the max_samples subset, as the run evaluated
         if digest != expected:
             raise DatasetError(
                 f"cannot rerun {run_id}: its dataset had digest {expected[:16]}…, the dataset at "
