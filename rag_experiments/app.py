@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
-from hydra.types import RunMode
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -176,18 +174,6 @@ def _default_run_name(cfg: DictConfig, dataset_name: str) -> str:
     return f"{dataset_name}-{cfg.chunker._target_.rsplit('.', 1)[-1]}-{cfg.metrics.name}"
 
 
-def _parent_run_id() -> str | None:
-    try:
-        hc = HydraConfig.get()
-    except ValueError:
-        return None
-    if hc.mode != RunMode.MULTIRUN:
-        return None
-    from rag_experiments.tracking.sweep import read_parent_run_id
-
-    return read_parent_run_id(hc.sweep.dir)
-
-
 def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float | None:
     """Open the job's MLflow run, build the parts and evaluate inside it.
 
@@ -213,6 +199,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     from rag_experiments.lifecycle.objective import objective_value
     from rag_experiments.lifecycle.resume import job_checkpoint
     from rag_experiments.runner import evaluate_in_run
+    from rag_experiments.tracking.sweep import parent_run_id_for_job
 
     params = OmegaConf.to_container(cfg, resolve=True)
     params.pop("resume", None)  # a resumed run must log the params it started with
@@ -230,7 +217,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         params=params,
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
         tags=tags,
-        parent_run_id=_parent_run_id(),
+        parent_run_id=parent_run_id_for_job(),
         run_id=job.resume_run_id,
     ):
         job.attach(tracker)
