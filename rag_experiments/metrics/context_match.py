@@ -69,12 +69,24 @@ class _Normalised:
         return not self.tokens
 
 
-def _check_overlap(min_overlap: float) -> float:
+def check_overlap(
+    min_overlap: float,
+    key: str = "min_overlap",
+    meaning: str = "share of a reference context's distinct words that a retrieved context "
+                   "must hold",
+) -> float:
+    """``min_overlap`` as a float, checked to lie in (0, 1].
+
+    Args:
+        min_overlap: The value to check.
+        key: The config key named in the message.
+        meaning: What the share is, for the message.
+
+    Raises:
+        ConfigError: The value is outside (0, 1].
+    """
     if not 0.0 < min_overlap <= 1.0:
-        raise ConfigError(
-            f"min_overlap must be in (0, 1] (share of a reference context's distinct words that "
-            f"a retrieved context must hold), got {min_overlap}"
-        )
+        raise ConfigError(f"{key} must be in (0, 1] ({meaning}), got {min_overlap}")
     return float(min_overlap)
 
 
@@ -103,7 +115,7 @@ def context_matches(reference: str, context: str, min_overlap: float = 0.7) -> b
     Raises:
         ConfigError: ``min_overlap`` outside (0, 1].
     """
-    min_overlap = _check_overlap(min_overlap)
+    min_overlap = check_overlap(min_overlap)
     return _covers(_Normalised.of(reference), _Normalised.of(context), min_overlap)
 
 
@@ -125,7 +137,7 @@ def match_contexts(
     Raises:
         ConfigError: ``min_overlap`` outside (0, 1].
     """
-    min_overlap = _check_overlap(min_overlap)
+    min_overlap = check_overlap(min_overlap)
     refs = [_Normalised.of(r) for r in references]
     found: set[int] = set()
     out: list[int | None] = []

@@ -48,7 +48,7 @@ import ir_measures
 from ir_measures import AP, RR, P, R, Success, nDCG
 
 from rag_experiments.errors import ConfigError
-from rag_experiments.metrics.context_match import has_words, match_contexts
+from rag_experiments.metrics.context_match import check_overlap, has_words, match_contexts
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 
 _MEASURES = {
@@ -114,13 +114,8 @@ class RetrievalMetrics:
             )
         self.cutoffs = sorted({int(k) for k in cutoffs})
         self.measures = list(measures)
-        if not 0.0 < min_overlap <= 1.0:
-            raise ConfigError(
-                f"retrieval min_overlap must be in (0, 1], got {min_overlap}: it is the share of "
-                "a reference context's words a retrieved context must hold (default 0.5)"
-            )
         self.chunk_level = bool(chunk_level)
-        self.min_overlap = float(min_overlap)
+        self.min_overlap = check_overlap(min_overlap, "retrieval min_overlap")
         self._ir = {
             f"{name}@{k}": _MEASURES[name][0] @ k for name in self.measures for k in self.cutoffs
         }

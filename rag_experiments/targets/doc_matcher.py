@@ -35,10 +35,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rag_experiments.errors import ConfigError
 
 # The chunk-level rule's normalisation, reused so that both matchers see the same words.
-from rag_experiments.metrics.context_match import _Normalised
+from rag_experiments.metrics.context_match import _Normalised, check_overlap
 from rag_experiments.records import Document
 
 UNMATCHED_PREFIX = "unmatched:"
@@ -60,12 +59,8 @@ class CorpusDocMatcher:
     """
 
     def __init__(self, corpus: Sequence[Document], min_overlap: float = 0.7) -> None:
-        if not 0.0 < min_overlap <= 1.0:
-            raise ConfigError(
-                f"target.doc_min_overlap must be in (0, 1] (share of a context's words its "
-                f"document must hold), got {min_overlap}"
-            )
-        self.min_overlap = float(min_overlap)
+        self.min_overlap = check_overlap(min_overlap, "target.doc_min_overlap",
+                                         "share of a context's words its document must hold")
         self.doc_ids = [d.id for d in corpus]
         self._docs = [_Normalised.of(d.text) for d in corpus]
         postings: dict[str, list[int]] = {}
