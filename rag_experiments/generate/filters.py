@@ -38,11 +38,11 @@ from __future__ import annotations
 
 import difflib
 import re
-import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rag_experiments.records import QUESTION_TYPES
+from rag_experiments.text.normalize import word_tokens
 
 Pair = Mapping[str, Any]
 Filter = Callable[[Pair], "str | None"]
@@ -122,7 +122,7 @@ _STOP_WORDS = frozenset(
 
 def normalize_for_match(text: str) -> str:
     """NFKC, case-folded word tokens (``\\w+``) joined by single spaces."""
-    return " ".join(_WORD.findall(unicodedata.normalize("NFKC", text).casefold()))
+    return " ".join(word_tokens(text))
 
 
 def _question(pair: Pair) -> str:

@@ -36,15 +36,11 @@ should be read with that in mind:
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rag_experiments.errors import ConfigError
-
-_WORD = re.compile(r"\w+")
-
+from rag_experiments.text.normalize import word_tokens
 
 @dataclass(frozen=True)
 class _Normalised:
@@ -61,7 +57,7 @@ class _Normalised:
 
     @classmethod
     def of(cls, text: str) -> _Normalised:
-        words = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+        words = word_tokens(text)
         return cls(frozenset(words), f" {' '.join(words)} ")
 
     @property

@@ -22,17 +22,13 @@ blank texts → 0.0 flagged ``empty_context``.
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Sequence
 
 from rag_experiments.metrics.definitions import spec
 from rag_experiments.metrics.judge import has_context
 from rag_experiments.metrics.refusal import compile_patterns, is_refusal
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
-
-_WORD = re.compile(r"\w+")
-
+from rag_experiments.text.normalize import word_tokens
 
 def _stop_words() -> frozenset[str]:
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
@@ -42,7 +38,7 @@ def _stop_words() -> frozenset[str]:
 
 def content_words(text: str, stop_words: frozenset[str]) -> set[str]:
     """W(text): the content words of ``text`` (rule in the module docstring)."""
-    words = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+    words = word_tokens(text)
     return {
         w for w in words
         if w not in stop_words and (len(w) >= 3 or any(ch.isdigit() for ch in w))

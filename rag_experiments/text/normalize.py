@@ -37,6 +37,7 @@ _HSPACE = re.compile(r"[^\S\n]+")
 _SPACE_AROUND_NEWLINE = re.compile(r" ?\n ?")
 _HYPHEN_BREAK = re.compile(r"(?<=[^\W\d_])[-\u2010]\n(?=[^\W\d_])")
 _BLANK_RUNS = re.compile(r"\n{3,}")
+_WORD = re.compile(r"\w+")
 
 
 def _join_hyphenated(match: re.Match[str]) -> str:
@@ -66,3 +67,13 @@ def normalize_text(text: str) -> str:
     text = _HYPHEN_BREAK.sub(_join_hyphenated, text)
     text = _BLANK_RUNS.sub("\n\n", text)
     return text.strip()
+
+
+def word_tokens(text: str) -> list[str]:
+    """The word tokens of ``text`` as the matching rules compare them: Unicode NFKC,
+    case-folded, then runs of ``\\w`` (Python ``re``, Unicode-aware), in order.
+
+    Used by the chunk-level context match, the HTTP target's document matcher, keyword
+    faithfulness and the dataset generator's grounding filters.
+    """
+    return _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
