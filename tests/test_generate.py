@@ -281,6 +281,24 @@ def test_dedup_exact_after_normalisation_then_near_by_cosine() -> None:
     assert dedup.check("How long does the storage team keep nightly backups?") is None
 
 
+def test_a_checked_question_that_is_kept_is_embedded_once() -> None:
+    class Counting(HashEmbedder):
+        texts: list[str] = []
+
+        def embed_documents(self, texts: list[str]) -> np.ndarray:
+            Counting.texts += texts
+            return super().embed_documents(texts)
+
+    dedup = Deduplicator(Counting(dim=64), threshold=0.95)
+    dedup.add("Who approves remote access?", "q1")
+    question = "How long are nightly backups kept?"
+    assert dedup.check(question) is None
+    dedup.add(question, "q2")
+    assert Counting.texts == ["Who approves remote access?", question]  # not embedded again
+    near = dedup.check("Nightly backups are kept how long?")  # the reused vector is right
+    assert near is not None and near[0] == "duplicate_near" and "q2" in near[1]
+
+
 def test_dedup_threshold_is_configurable_and_checked() -> None:
     vectors = {"a": np.array([1.0, 0.0]), "b": np.array([0.9, np.sqrt(1 - 0.81)])}
 

@@ -31,7 +31,9 @@ def question_key(text: str) -> str:
 class Deduplicator:
     """Remembers kept questions and tells whether a new one duplicates any of them.
 
-    Not thread-safe: call it from one thread (the generator does, as results come in).
+    Not thread-safe: call it from one thread (the generator does, as results come in). The
+    vector :meth:`check` computes for a question is reused when that question is then added,
+    so a kept question is embedded once.
 
     Args:
         embedder: Embeds questions for the near-duplicate check; None = exact check only.
@@ -52,6 +54,7 @@ class Deduplicator:
         self._keys: dict[str, str] = {}
         self._ids: list[str] = []
         self._vectors: list[np.ndarray] = []
+        self._checked: dict[str, np.ndarray] = {}  # question → vector, from check() to add()
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -69,6 +72,7 @@ class Deduplicator:
         if self.embedder is None or not self._vectors:
             return None
         vector = np.asarray(self.embedder.embed_documents([question]), dtype=np.float32)[0]
+        self._checked = {question: vector}  # only the latest: the one that may be added next
         similarities = np.stack(self._vectors) @ vector
         best = int(np.argmax(similarities))
         if float(similarities[best]) >= self.threshold:
@@ -91,5 +95,10 @@ class Deduplicator:
             self._keys.setdefault(question_key(question), item_id)
             self._ids.append(item_id)
         if self.embedder is not None:
-            vectors = self.embedder.embed_documents([q for q, _ in items])
-            self._vectors.extend(np.asarray(vectors, dtype=np.float32))
+            vectors = dict(self._checked)
+            new = [q for q, _ in items if q not in vectors]
+            if new:
+                embedded = np.asarray(self.embedder.embed_documents(new), dtype=np.float32)
+                vectors.update(zip(new, embedded, strict=True))
+            self._vectors.extend(vectors[q] for q, _ in items)
+            self._checked = {}
