@@ -209,10 +209,9 @@ class _Run:
     cancel: threading.Event | None = None
 
     def count(self, answerable: bool, kind: str | None = None) -> int:
-        return sum(
-            1 for s in self.state.samples
-            if s.answerable == answerable and (kind is None or s.question_type == kind)
-        )
+        """Accepted samples, answerable or not, of type ``kind`` (None = every type)."""
+        by_type = self.state.samples_by_type(answerable)
+        return sum(by_type.values()) if kind is None else by_type.get(kind, 0)
 
 
 class DatasetGenerator:
