@@ -124,13 +124,19 @@ class _SharedParts:
 
     def embedder(self) -> Any:
         if self._embedder is None:
-            embedder = instantiate(self.cfg.embedder)
-            if self.cfg.paths.embedding_cache:
-                from rag_experiments.embedding.cache import CachedEmbedder
-
-                embedder = CachedEmbedder(embedder, path=self.cfg.paths.embedding_cache)
-            self._embedder = embedder
+            self._embedder = build_embedder(self.cfg)
         return self._embedder
+
+
+def build_embedder(cfg: DictConfig) -> Any:
+    """The configured embedder (``cfg.embedder``), behind the shared embedding cache
+    (``paths.embedding_cache``) when one is set."""
+    embedder = instantiate(cfg.embedder)
+    if cfg.paths.embedding_cache:
+        from rag_experiments.embedding.cache import CachedEmbedder
+
+        embedder = CachedEmbedder(embedder, path=cfg.paths.embedding_cache)
+    return embedder
 
 
 def _build_metric(node: DictConfig, shared: _SharedParts) -> Any:

@@ -14,7 +14,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rag_experiments.app import CONF_DIR, SMALL_MODEL_NOTE
+from rag_experiments.app import CONF_DIR, SMALL_MODEL_NOTE, build_embedder
 from rag_experiments.data.base import samples_digest
 from rag_experiments.errors import ConfigError, RagExpError
 from rag_experiments.generate.checkpoint import Checkpoint
@@ -69,16 +69,6 @@ def settings_from_config(cfg: DictConfig) -> GenerationSettings:
     )
 
 
-def _embedder(cfg: DictConfig) -> Any:
-    """The configured embedder, behind the shared embedding cache when one is set."""
-    embedder = instantiate(cfg.embedder)
-    if cfg.paths.embedding_cache:
-        from rag_experiments.embedding.cache import CachedEmbedder
-
-        embedder = CachedEmbedder(embedder, path=cfg.paths.embedding_cache)
-    return embedder
-
-
 def generate_dataset(
     cfg: DictConfig,
     *,
@@ -121,7 +111,7 @@ def generate_dataset(
             check_judge_distinct(cfg.llm, cfg.judge)  # warns, or refuses with require_distinct
             judge = build_chat(judge_model_node(cfg.judge), "judge")
         chunker = instantiate(cfg.chunker)
-        embedder = _embedder(cfg)
+        embedder = build_embedder(cfg)
     except InstantiationException as exc:
         if isinstance(exc.__cause__, RagExpError):
             raise exc.__cause__ from None
