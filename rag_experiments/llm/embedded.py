@@ -7,6 +7,7 @@ plumbing and demos: its answers and judgements are not trustworthy.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.resources
 import logging
@@ -50,8 +51,17 @@ def bundled_model_path() -> Path:
 
 
 def _file_digest(path: Path) -> str:
+    """First 16 hex digits of the file's sha256, hashed once per process for a given
+    (path, size, modification time): the generator and the judge often share one GGUF."""
+    stat = path.stat()
+    return _hash_file(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _hash_file(path: str, size: int, mtime_ns: int) -> str:
+    """sha256 prefix of ``path``; ``size`` and ``mtime_ns`` are part of the cache key only."""
     h = hashlib.sha256()
-    with path.open("rb") as fh:
+    with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()[:16]
