@@ -35,6 +35,18 @@ SMALL_MODEL_NOTE = (
 )
 
 
+def target_class(node: Any) -> str:
+    """The class name of a config node's ``_target_`` (``BaselineTarget``, ``EmbeddedChat``),
+    ``""`` when it has none."""
+    return str(OmegaConf.select(node, "_target_") or "").rsplit(".", 1)[-1]
+
+
+def is_embedded_model(node: Any) -> bool:
+    """True when chat-model config ``node`` is the in-process embedded model (whose scores
+    come with :data:`SMALL_MODEL_NOTE`)."""
+    return "EmbeddedChat" in target_class(node)
+
+
 def _register() -> None:
     register_configs()
     if not OmegaConf.has_resolver("rx.root"):
@@ -76,8 +88,7 @@ def build(cfg: DictConfig) -> Experiment:
         metrics = [_build_metric(node, shared) for node in cfg.metrics.suite.values()]
         generate = bool(cfg.metrics.generate)
         dataset = load_dataset(cfg)
-        target_kind = cfg.target._target_.rsplit(".", 1)[-1]
-        if target_kind == "BaselineTarget":
+        if target_class(cfg.target) == "BaselineTarget":
             target = _build_baseline(cfg, metrics, generate, shared)
         else:
             target = instantiate(cfg.target)
@@ -116,7 +127,7 @@ class _SharedParts:
         from rag_experiments.metrics.judge_config import check_judge_distinct, judge_model_node
 
         if self._judge is None:
-            baseline = str(self.cfg.target._target_).endswith("BaselineTarget")
+            baseline = target_class(self.cfg.target) == "BaselineTarget"
             if self.cfg.metrics.generate and baseline:  # the generator is cfg.llm
                 check_judge_distinct(self.cfg.llm, self.cfg.judge)
             self._judge = build_chat(judge_model_node(self.cfg.judge), "judge")
@@ -211,7 +222,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     params.pop("resume", None)  # a resumed run must log the params it started with
     tags = {"metrics.backend": str(cfg.metrics.name), **(extra_tags or {})}
     uses_embedded = bool(cfg.metrics.generate) and any(
-        "EmbeddedChat" in str(node._target_) for node in (cfg.llm, cfg.judge)
+        is_embedded_model(node) for node in (cfg.llm, cfg.judge)
     )
     if uses_embedded:
         tags["mlflow.note.content"] = SMALL_MODEL_NOTE

@@ -23,7 +23,7 @@ import hydra
 from hydra.utils import get_class
 from omegaconf import DictConfig, open_dict
 
-from rag_experiments.app import CONF_DIR, SMALL_MODEL_NOTE, build
+from rag_experiments.app import CONF_DIR, SMALL_MODEL_NOTE, build, is_embedded_model, target_class
 from rag_experiments.errors import ConfigError
 from rag_experiments.targets.http_server import TargetServer
 
@@ -60,7 +60,7 @@ def serve_job(
         ConfigError: ``target`` is not the baseline, or the address cannot be bound.
         RagExpError: Building the baseline or its index failed.
     """
-    kind = str(cfg.target._target_).rsplit(".", 1)[-1]
+    kind = target_class(cfg.target)
     if kind != "BaselineTarget":
         raise ConfigError(
             f"rag-exp serve runs the built-in baseline; target={kind} cannot be served. "
@@ -77,11 +77,11 @@ def serve_job(
     if host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s: the API has no authentication; anyone who can reach "
                     "this address can query the corpus", host)
-    mode = "answers with " + str(cfg.llm._target_).rsplit(".", 1)[-1] if exp.generate else (
+    mode = "answers with " + target_class(cfg.llm) if exp.generate else (
         "retrieval only (metrics.generate is false)")
     print(f"rag-exp serve: listening on {url}  (POST {url}/ask, GET {url}/health; {mode}); "
           "Ctrl-C to stop", flush=True)
-    if exp.generate and "EmbeddedChat" in str(cfg.llm._target_):
+    if exp.generate and is_embedded_model(cfg.llm):
         print(f"  NOTE: {SMALL_MODEL_NOTE}", flush=True)
     try:
         while not stop.wait(0.5):

@@ -14,7 +14,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rag_experiments.app import CONF_DIR, SMALL_MODEL_NOTE, build_embedder
+from rag_experiments.app import CONF_DIR, SMALL_MODEL_NOTE, build_embedder, is_embedded_model
 from rag_experiments.data.base import samples_digest
 from rag_experiments.errors import ConfigError, RagExpError
 from rag_experiments.generate.checkpoint import Checkpoint
@@ -158,7 +158,7 @@ def run_generate(
         raise ConfigError("docs is required: rag-exp generate docs=<folder or [files]> out=…")
     out = Path(str(cfg.out)).expanduser()
     name = cfg.run_name or out.name or "dataset"
-    uses_embedded = cfg.mode == "llm" and "EmbeddedChat" in str(cfg.llm.get("_target_", ""))
+    uses_embedded = cfg.mode == "llm" and is_embedded_model(cfg.llm)
     tags = {"generate.mode": str(cfg.mode), "generate.out": str(out)}
     if uses_embedded:
         tags["mlflow.note.content"] = SMALL_MODEL_NOTE

@@ -28,10 +28,11 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rag_experiments.app import target_class  # (importing app registers the config schemas)
 from rag_experiments.errors import ConfigError, ReviewError
 from rag_experiments.records import QUESTION_TYPES
 from rag_experiments.review.workspace import Workspace
@@ -50,8 +51,7 @@ FORM_FIELDS: dict[str, tuple[str, ...]] = {
 
 def form_fields(node: Any) -> tuple[str, ...]:
     """The keys of chat-model config ``node`` that the form sets."""
-    target = str(OmegaConf.select(node, "_target_") or "")
-    return FORM_FIELDS.get(target.rsplit(".", 1)[-1], ())
+    return FORM_FIELDS.get(target_class(node), ())
 
 
 class GenerateRequest(BaseModel):
@@ -164,7 +164,6 @@ class GenerationOptions:
         """
         if llm not in self.llm_options and self.llm_options:
             raise ReviewError(f"llm={llm!r} is not one of {', '.join(self.llm_options)}")
-        import rag_experiments.app  # noqa: F401  (registers the schemas)
         import rag_experiments.generate.app  # noqa: F401  (registers generate_schema)
 
         overrides = [*(self.overrides if with_overrides else []), f"llm={llm}",
@@ -227,4 +226,4 @@ def compose_generate_config(
 
 
 def _is_fake(node: Any) -> bool:
-    return str(OmegaConf.select(node, "_target_") or "").endswith(".FakeChat")
+    return target_class(node) == "FakeChat"

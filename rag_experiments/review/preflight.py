@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from omegaconf import OmegaConf
 
+from rag_experiments.app import target_class
 from rag_experiments.errors import ConfigError, ReviewError
 from rag_experiments.llm.ollama import tagged_digest
 from rag_experiments.llm.transport import bearer_headers
@@ -41,7 +41,7 @@ def check_model(node: Any, role: str = "generator") -> None:
             says how to fix it.
         ConfigError: ``api_key_env`` names an environment variable that is not set.
     """
-    target = str(OmegaConf.select(node, "_target_") or "").rsplit(".", 1)[-1]
+    target = target_class(node)
     if target == "EmbeddedChat":
         _check_gguf(node.get("model_path"), role)
     elif target in ("OllamaChat", "OpenAICompatChat"):

@@ -17,8 +17,8 @@ refused rather than silently flattened, the rest goes through werkzeug's
 ``中文.md``, is stored as ``upload.md``; a stem is cut to :data:`MAX_STEM_CHARS`), only
 ``.pdf``, ``.docx`` and ``.md`` are accepted, a name whose stem is taken by another upload gets
 a ``-2``, ``-3`` … suffix (``policy.pdf`` beside ``policy.docx`` too: the stem is the
-document id), and the final path is checked to resolve inside the workspace. Bytes are copied in blocks and counted, so a file over the limit is refused
-without being kept.
+document id), and the final path is checked to resolve inside the workspace. Bytes are
+copied in blocks and counted, so a file over the limit is refused without being kept.
 """
 
 from __future__ import annotations
