@@ -37,7 +37,6 @@ single label.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
 import os
@@ -52,6 +51,7 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 
 from rag_experiments.errors import DatasetError, TrackingError
+from rag_experiments.tracking.mlflow_tracker import read_table
 
 
 @dataclass(frozen=True)
@@ -101,17 +101,6 @@ def _client(uri: str) -> mlflow.MlflowClient:
     return mlflow.MlflowClient(tracking_uri=resolve_tracking_uri(uri))
 
 
-def _per_query(client: mlflow.MlflowClient, run_id: str) -> pd.DataFrame:
-    try:
-        local = client.download_artifacts(run_id, "per_query_results.csv")
-    except (MlflowException, OSError) as exc:
-        raise TrackingError(
-            f"cannot fetch per_query_results.csv of run {run_id} from {client.tracking_uri}: "
-            f"{exc}. Check the run id and --tracking-uri"
-        ) from exc
-    return pd.read_csv(io.StringIO(Path(local).read_text(encoding="utf-8")), dtype={"id": str})
-
-
 def _contexts(cell: Any) -> str:
     try:
         items = json.loads(cell) if isinstance(cell, str) else []
@@ -138,7 +127,7 @@ def grade_sheet(run_id: str, tracking_uri: str, n: int = 20, seed: int = 0,
         TrackingError: The run or its table cannot be fetched.
         DatasetError: The run has no judged metric of :data:`LABEL_SETS` with a value.
     """
-    table = _per_query(_client(tracking_uri), run_id)
+    table = read_table(_client(tracking_uri), run_id)
     metrics = [m for m, ls in LABEL_SETS.items()
                if ls.source in table.columns and table[ls.source].notna().any()]
     if not metrics:

@@ -14,7 +14,6 @@ counters (a rerun's calls are cache hits).
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 import os
@@ -28,6 +27,7 @@ from mlflow.exceptions import MlflowException
 from omegaconf import DictConfig, OmegaConf
 
 from rag_experiments.errors import ConfigError, DatasetError, TrackingError
+from rag_experiments.tracking.mlflow_tracker import read_table
 from rag_experiments.tracking.names import REDACTED
 
 log = logging.getLogger(__name__)
@@ -191,11 +191,11 @@ def _metric_diff(old: dict[str, float], new: dict[str, float]) -> dict[str, tupl
 
 
 def _per_query(client: mlflow.MlflowClient, run_id: str) -> pd.DataFrame | None:
+    """The run's per-query table, or None when it has none (nothing to compare)."""
     try:
-        local = client.download_artifacts(run_id, "per_query_results.csv")
-    except (MlflowException, OSError):
+        return read_table(client, run_id)
+    except TrackingError:
         return None
-    return pd.read_csv(io.StringIO(Path(local).read_text(encoding="utf-8")), dtype={"id": str})
 
 
 def _table_diff(
