@@ -22,21 +22,28 @@ TOKENS_REPLY_PRIMING = 3
 """Tokens the template adds to start the assistant's reply (same source)."""
 
 
-def estimate_tokens(messages: Sequence[Message]) -> int:
-    """Estimate a chat prompt's size in tokens without a tokenizer.
-
-    ``sum over messages of (ceil(len(content) / 4) + 4) + 3`` (see :data:`CHARS_PER_TOKEN`).
+def estimate_tokens(
+    messages: Sequence[Message], count: Callable[[str], int] | None = None
+) -> int:
+    """A chat prompt's size in tokens: each content's tokens plus the chat template's
+    overhead, ``sum over messages of (count(content) + 4) + 3``.
 
     Args:
         messages: Chat messages.
+        count: Tokens of one text (a model's tokenizer); None = the estimate without one,
+            ``ceil(len(text) / 4)`` (see :data:`CHARS_PER_TOKEN`).
 
     Returns:
-        Estimated prompt tokens (>= 3).
+        Prompt tokens (>= 3).
     """
+    count = count or _estimate_text_tokens
     return TOKENS_REPLY_PRIMING + sum(
-        TOKENS_PER_MESSAGE + math.ceil(len(m.get("content") or "") / CHARS_PER_TOKEN)
-        for m in messages
+        TOKENS_PER_MESSAGE + count(m.get("content") or "") for m in messages
     )
+
+
+def _estimate_text_tokens(text: str) -> int:
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
 @dataclass(frozen=True)

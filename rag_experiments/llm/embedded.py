@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import Completion, Message, Usage
-from rag_experiments.llm.context import TOKENS_PER_MESSAGE, TOKENS_REPLY_PRIMING
+from rag_experiments.llm.context import estimate_tokens
 from rag_experiments.llm.errors import ContextOverflowError, LLMTimeoutError
 from rag_experiments.llm.parsing import LLMParseError, parse_structured
 
@@ -149,9 +149,7 @@ class EmbeddedChat:
         """Prompt tokens of ``messages``: each content in the model's tokenizer plus the chat
         template's overhead (:data:`~rag_experiments.llm.context.TOKENS_PER_MESSAGE` per
         message and :data:`~rag_experiments.llm.context.TOKENS_REPLY_PRIMING`)."""
-        return TOKENS_REPLY_PRIMING + sum(
-            TOKENS_PER_MESSAGE + self.count_tokens(m.get("content") or "") for m in messages
-        )
+        return estimate_tokens(messages, self.count_tokens)
 
     def prompt_budget(self, **options: Any) -> int:
         """Tokens a prompt may use: ``n_ctx`` minus the completion's ``max_tokens``."""
