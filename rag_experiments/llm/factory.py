@@ -31,7 +31,7 @@ class _Session:
     cache_path: str | None = None
     cache_mode: str = "read_write"
     meters: dict[str, UsageMeter] = field(default_factory=dict)
-    models: dict[str, list[CachedChat]] = field(default_factory=dict)
+    first_models: dict[str, CachedChat] = field(default_factory=dict)  # per role
     caches: dict[str, ResponseCache] = field(default_factory=dict)
 
 
@@ -95,7 +95,7 @@ def build_chat(
                 cache = _session.caches[path] = ResponseCache(path)
         meter = _session.meters.setdefault(role, UsageMeter(role))
         model = CachedChat(inner, meter, cache, mode if path else "off")
-        _session.models.setdefault(role, []).append(model)
+        _session.first_models.setdefault(role, model)
     return model
 
 
@@ -115,7 +115,7 @@ def identity_by_role() -> dict[str, str]:
     """Tags ``<role>.<key>`` from the ``describe()`` of each role's first model (provider,
     model, digest, base_url, options), plus ``<role>.cache_mode``."""
     with _lock:
-        firsts = {role: models[0] for role, models in _session.models.items() if models}
+        firsts = dict(_session.first_models)
     tags: dict[str, str] = {}
     for role, model in firsts.items():
         tags.update({f"{role}.{k}": str(v) for k, v in model.describe().items()})
