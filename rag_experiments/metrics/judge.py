@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.llm.base import ChatModel, Message
 from rag_experiments.llm.parsing import LLMParseError, parse_structured
+from rag_experiments.metrics.audit import USAGE_KEYS
 from rag_experiments.metrics.definitions import spec
 from rag_experiments.metrics.prompts.base import JudgePrompt
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
@@ -85,6 +86,16 @@ class Judgement:
             "error": self.error,
             "error_message": self.error_message,
         }
+
+
+def judge_usage(judgements: Sequence[Judgement]) -> dict[str, int]:
+    """The audit's usage counters (:data:`~rag_experiments.metrics.audit.USAGE_KEYS`) summed
+    over ``judgements``: ``judge_calls``, ``judge_prompt_tokens``, ``judge_completion_tokens``."""
+    return {
+        "judge_calls": sum(j.calls for j in judgements),
+        "judge_prompt_tokens": sum(j.prompt_tokens for j in judgements),
+        "judge_completion_tokens": sum(j.completion_tokens for j in judgements),
+    }
 
 
 def ask_judge(
@@ -245,7 +256,7 @@ class JudgedMetric:
             ConfigError: No judge was given.
         """
         values, record = self._score(sample, resp)
-        for key in ("judge_calls", "judge_prompt_tokens", "judge_completion_tokens"):
+        for key in USAGE_KEYS:
             record.setdefault(key, 0)
         self._audit.append(record)
         return {self.prefix + k: v for k, v in values.items()}
@@ -288,12 +299,7 @@ class JudgedMetric:
         if judgement.error is not None:
             log.warning("%s: judge failed (%s): %s", self.name, judgement.error,
                         judgement.error_message)
-        record = {
-            "judge_calls": judgement.calls,
-            "judge_prompt_tokens": judgement.prompt_tokens,
-            "judge_completion_tokens": judgement.completion_tokens,
-            "judgement": judgement.to_dict(),
-        }
+        record = {**judge_usage([judgement]), "judgement": judgement.to_dict()}
         return judgement, record
 
 

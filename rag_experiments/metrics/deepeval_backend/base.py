@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 
 from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.llm.base import ChatModel
+from rag_experiments.metrics.audit import USAGE_KEYS
 from rag_experiments.metrics.definitions import spec
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 
@@ -170,7 +171,7 @@ class DeepEvalMetric:
         for sample, resp in tqdm(rows, total=len(samples), desc=self.column, unit="q",
                                  disable=None):
             value, record = self.score_row(sample, resp)
-            for key in ("judge_calls", "judge_prompt_tokens", "judge_completion_tokens"):
+            for key in USAGE_KEYS:
                 record.setdefault(key, 0)
             self._audit.append(record)
             out.append({self.column: value})

@@ -34,7 +34,7 @@ from pydantic import BaseModel
 from rag_experiments.errors import LLMError
 from rag_experiments.llm.base import ChatModel
 from rag_experiments.metrics.deepeval_backend.schemas import bounded_schema, to_deepeval
-from rag_experiments.metrics.judge import Judgement, ask_judge
+from rag_experiments.metrics.judge import Judgement, ask_judge, judge_usage
 
 
 class JudgeLLM(DeepEvalBaseLLM):
@@ -143,9 +143,4 @@ class JudgeLLM(DeepEvalBaseLLM):
     def usage(self) -> dict[str, int]:
         """``judge_calls``, ``judge_prompt_tokens``, ``judge_completion_tokens`` so far."""
         with self._lock:
-            js = list(self.judgements)
-        return {
-            "judge_calls": sum(j.calls for j in js),
-            "judge_prompt_tokens": sum(j.prompt_tokens for j in js),
-            "judge_completion_tokens": sum(j.completion_tokens for j in js),
-        }
+            return judge_usage(list(self.judgements))
