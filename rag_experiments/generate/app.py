@@ -199,7 +199,7 @@ def _log_summary(tracker: Any, summary: GenerationSummary, name: str) -> None:
     if summary.mode == "template":
         corpus = Path(summary.corpus)
         tracker.log_text(corpus.read_text(encoding="utf-8"), "dataset/corpus.jsonl")
-    samples = Checkpoint(eval_path.parent).load().samples
+    samples = Checkpoint(eval_path.parent).samples()
     if samples:
         tracker.log_dataset(name, samples_digest(samples), str(eval_path.resolve()),
                             [s.model_dump(mode="json") for s in samples])

@@ -103,15 +103,7 @@ class Checkpoint:
             DatasetError: A line other than a torn last line is not valid JSON, or a sample
                 line is not a valid sample.
         """
-        state = CheckpointState()
-        for number, row in _read_rows(self.eval_path):
-            try:
-                state.samples.append(Sample.model_validate(row))
-            except ValidationError as exc:
-                raise DatasetError(
-                    f"{self.eval_path}:{number}: not a valid sample ({exc.errors()[0]['msg']}); "
-                    "fix or delete the line, or pass overwrite=true to start again"
-                ) from exc
+        state = CheckpointState(samples=self.samples())
         for _, row in _read_rows(self.attempts_path):
             if isinstance(row.get("key"), str):
                 state.attempts[row["key"]] = row
@@ -123,6 +115,24 @@ class Checkpoint:
                     "question_type": sample.question_type, "answerable": sample.answerable,
                 }
         return state
+
+    def samples(self) -> list[Sample]:
+        """The accepted samples written so far (``eval.jsonl`` only, in file order).
+
+        Raises:
+            DatasetError: A line other than a torn last line is not valid JSON, or is not a
+                valid sample.
+        """
+        samples = []
+        for number, row in _read_rows(self.eval_path):
+            try:
+                samples.append(Sample.model_validate(row))
+            except ValidationError as exc:
+                raise DatasetError(
+                    f"{self.eval_path}:{number}: not a valid sample ({exc.errors()[0]['msg']}); "
+                    "fix or delete the line, or pass overwrite=true to start again"
+                ) from exc
+        return samples
 
     def append_sample(self, sample: Sample) -> None:
         """Append one accepted sample to ``eval.jsonl`` and flush it to disk."""

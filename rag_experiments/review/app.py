@@ -308,5 +308,5 @@ def _sync_generation(space: Workspace, state: ReviewState) -> None:
 
     checkpoint = Checkpoint(space.generation_dir)
     if checkpoint.eval_path.is_file():
-        samples: list[Sample] = checkpoint.load().samples
+        samples: list[Sample] = checkpoint.samples()
         state.add_samples(samples, "generation")

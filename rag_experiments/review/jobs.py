@@ -167,7 +167,7 @@ class GenerationJob:
         """Hand the samples of ``eval.jsonl`` to ``on_samples`` when their number changed."""
         if not force and accepted == self._seen:
             return
-        samples = Checkpoint(self.out).load().samples
+        samples = Checkpoint(self.out).samples()
         self._seen = len(samples)
         self.on_samples(samples)
 
