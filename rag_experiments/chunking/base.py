@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rag_experiments.errors import ConfigError
 from rag_experiments.records import Chunk, Document
 
 
@@ -50,3 +51,22 @@ def trimmed_span(text: str, start: int, end: int) -> tuple[int, int]:
     while end > start and text[end - 1].isspace():
         end -= 1
     return start, end
+
+
+def check_sizes(size: int, name: str, value: int, fix: str) -> None:
+    """Check a sized chunker's arguments: ``size`` ≥ 1 and ``0 <= value < size``, both
+    integers (``name`` is the second argument's config key: ``overlap``, ``min_size``).
+
+    Raises:
+        ConfigError: Either is not an integer or out of range; ``fix`` says what to change.
+    """
+    for key, given in (("size", size), (name, value)):
+        if isinstance(given, bool) or not isinstance(given, int):
+            raise ConfigError(f"chunker.{key} must be an integer, got {given!r}.")
+    if size < 1:
+        raise ConfigError(f"chunker.size must be >= 1, got {size}.")
+    if not 0 <= value < size:
+        raise ConfigError(
+            f"chunker.{name} must satisfy 0 <= {name} < size, got {name}={value} "
+            f"with size={size}; {fix}."
+        )

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from rag_experiments.chunking.base import make_chunk
-from rag_experiments.errors import ConfigError
+from rag_experiments.chunking.base import check_sizes, make_chunk
 from rag_experiments.records import Chunk, Document
 
 
@@ -29,16 +28,7 @@ class FixedChunker:
     """
 
     def __init__(self, size: int = 512, overlap: int = 64) -> None:
-        for name, value in (("size", size), ("overlap", overlap)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"chunker.{name} must be an integer, got {value!r}.")
-        if size < 1:
-            raise ConfigError(f"chunker.size must be >= 1, got {size}.")
-        if not 0 <= overlap < size:
-            raise ConfigError(
-                f"chunker.overlap must satisfy 0 <= overlap < size, got overlap={overlap} "
-                f"with size={size}; lower the overlap or raise the size."
-            )
+        check_sizes(size, "overlap", overlap, "lower the overlap or raise the size")
         self.size = size
         self.overlap = overlap
 

@@ -48,8 +48,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rag_experiments.chunking.base import make_chunk, trimmed_span
-from rag_experiments.errors import ConfigError
+from rag_experiments.chunking.base import check_sizes, make_chunk, trimmed_span
 from rag_experiments.records import Chunk, Document
 
 HEADING_MAX_CHARS = 80
@@ -96,16 +95,7 @@ class SemanticChunker:
     """
 
     def __init__(self, size: int = 800, min_size: int = 200) -> None:
-        for name, value in (("size", size), ("min_size", min_size)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"chunker.{name} must be an integer, got {value!r}.")
-        if size < 1:
-            raise ConfigError(f"chunker.size must be >= 1, got {size}.")
-        if not 0 <= min_size < size:
-            raise ConfigError(
-                f"chunker.min_size must satisfy 0 <= min_size < size, got min_size={min_size} "
-                f"with size={size}; lower min_size or raise size."
-            )
+        check_sizes(size, "min_size", min_size, "lower min_size or raise size")
         self.size = size
         self.min_size = min_size
 
