@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -197,6 +197,3 @@ class MetricSpec:
     low: float = 0.0
     high: float = 1.0
     description: str = ""
-
-
-Role = Literal["generator", "judge"]
