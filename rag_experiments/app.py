@@ -249,7 +249,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
                 tracker,
                 max_failure_rate=float(cfg.max_failure_rate),
                 progress=bool(cfg.progress),
-                max_concurrency=int(cfg.get("max_concurrency", 1)),
+                max_concurrency=cfg.get("max_concurrency"),
                 seed=int(cfg.seed),
             )
         finally:  # LLM usage per role and model identity, also when the run fails

@@ -58,7 +58,14 @@ class Embedder(Protocol):
 
 @runtime_checkable
 class Target(Protocol):
-    """The RAG system under test: answers one question."""
+    """The RAG system under test: answers one question.
+
+    ``max_concurrency`` declares how many questions it takes at once (the runner answers that
+    many from threads unless the run sets ``max_concurrency``); with more than 1, ``answer``
+    must be thread-safe.
+    """
+
+    max_concurrency: int
 
     def prepare(self, dataset: EvalDataset) -> None:
         """Get ready for ``dataset`` (build or reuse an index, check an endpoint)."""

@@ -9,22 +9,24 @@ a metric that crashes marks its columns NaN with ``metric_error`` for every row.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tqdm.auto import tqdm
-
 from rag_experiments.aggregate import Aggregate, aggregate, percentile, to_metrics
 from rag_experiments.data.base import EvalDataset
-from rag_experiments.errors import RagExpError, RunFailedError
+from rag_experiments.errors import ConfigError, RagExpError, RunFailedError
+from rag_experiments.llm.errors import JUDGE_ERROR_REASONS, SERVICE_ERROR_REASONS
 from rag_experiments.metrics.audit import collect_audit, to_jsonl
-from rag_experiments.metrics.judge import JudgedMetric, evaluate_interleaved
+from rag_experiments.metrics.scheduler import JudgedRowMetric, JudgeScheduler, RowResults
+from rag_experiments.progress import Progress
 from rag_experiments.protocols import Metric, Target
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 
@@ -78,7 +80,11 @@ class EvalResult:
     audit: list[dict[str, Any]] = field(default_factory=list)
     """Per-question judge audit records (``judge_audit.jsonl``; empty without judged metrics)."""
     run_values: dict[str, float] = field(default_factory=dict)
-    """Run-level values beside the aggregates (``judge_calls_per_question``, judge tokens)."""
+    """Run-level values beside the aggregates (``judge_calls_per_question``, judge tokens,
+    ``judge.errors.<reason>``)."""
+    judge_errors: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Cells of judged columns that are NaN because a judge call failed: ``{column: {reason:
+    cells}}`` (:func:`judge_error_counts`)."""
 
     def metrics(self) -> dict[str, float]:
         """Flat metric dict for the tracker: aggregates plus counts (no NaN)."""
@@ -144,44 +150,63 @@ def _answer_one(target: Target, sample: Sample) -> RagResponse:
 
 
 def _answer_all(
-    target: Target, samples: Sequence[Sample], progress: bool, max_concurrency: int = 1
+    target: Target,
+    samples: Sequence[Sample],
+    *,
+    progress: bool,
+    max_concurrency: int,
+    on_answer: Callable[[int, Sample, RagResponse], None],
 ) -> list[RagResponse]:
-    answer_many = getattr(target, "answer_many", None)
-    if answer_many is not None:  # the target answers concurrently (HttpTarget.max_concurrency)
-        batch: list[RagResponse] = answer_many(samples, progress=progress)
-        for sample, resp in zip(samples, batch, strict=True):
-            if resp.error:
-                log.warning("question %s: target error %s: %s", sample.id, resp.error, resp.error_message)
-        return batch
-    bar = {"desc": "answering", "unit": "q", "disable": not progress, "total": len(samples)}
-    if max_concurrency > 1:  # answer() calls in threads (server-backed generators)
-        with ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="answer") as pool:
-            return list(tqdm(pool.map(lambda s: _answer_one(target, s), samples), **bar))
-    return [_answer_one(target, s) for s in tqdm(samples, **bar)]
+    """Answer every sample, ``max_concurrency`` at a time, and hand each answer to
+    ``on_answer`` in sample order (answer ``i`` once answers ``0..i`` are in), so judging
+    starts while later questions are still being answered."""
+    with Progress(len(samples), "answering", enabled=progress, position=0) as bar:
+        if max_concurrency <= 1:
+            responses = []
+            for i, sample in enumerate(samples):
+                responses.append(_answer_one(target, sample))
+                bar.update()
+                on_answer(i, sample, responses[-1])
+            return responses
+        with ThreadPoolExecutor(max_concurrency, thread_name_prefix="answer") as pool:
+            futures = [pool.submit(_answer_one, target, s) for s in samples]
+            for future in futures:
+                future.add_done_callback(lambda _: bar.update())
+            try:
+                for i, (sample, future) in enumerate(zip(samples, futures, strict=True)):
+                    on_answer(i, sample, future.result())
+            except BaseException:  # Ctrl-C: drop the questions not sent yet
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            return [f.result() for f in futures]
 
 
 def _score_all(
-    metrics: Sequence[Metric], samples: list[Sample], responses: list[RagResponse]
-) -> tuple[list[MetricSpec], list[dict[str, MetricValue]]]:
+    metrics: Sequence[Metric],
+    samples: list[Sample],
+    responses: list[RagResponse],
+    judged: dict[int, RowResults],
+) -> tuple[list[MetricSpec], list[dict[str, MetricValue]], dict[str, list[dict[str, Any]]]]:
+    """Every metric's values per row (judged ones from ``judged``, the others computed now)
+    and the judged metrics' audit records by metric name."""
     specs: list[MetricSpec] = []
     values: list[dict[str, MetricValue]] = [{} for _ in samples]
-    # Judged metrics are scored question by question (shared prompt prefixes; same values).
-    judged = evaluate_interleaved([m for m in metrics if isinstance(m, JudgedMetric)], samples,
-                                  responses)
+    audits: dict[str, list[dict[str, Any]]] = {}
     for metric in metrics:
         mspecs = metric.specs()
         specs.extend(mspecs)
         try:
-            if id(metric) in judged:
-                per_row = judged[id(metric)]
-            else:
+            result = judged.get(id(metric))
+            if result is None:
                 per_row = metric.evaluate(samples, responses)
-            if isinstance(per_row, Exception):
-                raise per_row
-        except Exception as exc:  # noqa: BLE001 - keep every other metric's results
+            elif result.error is not None:
+                raise result.error
+            else:
+                per_row = result.values
+                audits[str(metric.name)] = result.audit
+        except Exception:  # noqa: BLE001 - keep every other metric's results
             log.exception("metric %s failed", type(metric).__name__)
             per_row = [{s.name: MetricValue.nan("metric_error") for s in mspecs} for _ in samples]
-            del exc
         for row, new in zip(values, per_row, strict=True):
             row.update(new)
     seen: set[str] = set()
@@ -189,7 +214,31 @@ def _score_all(
         if s.name in seen:
             raise RagExpError(f"two metrics declare the column {s.name!r}; rename one in the metrics config")
         seen.add(s.name)
-    return specs, values
+    return specs, values, audits
+
+
+def judge_error_counts(
+    metrics: Sequence[Metric], values: Sequence[dict[str, MetricValue]]
+) -> dict[str, dict[str, int]]:
+    """Cells of judged metrics that are NaN because a judge call failed, by column and reason.
+
+    Args:
+        metrics: The run's metrics (only :class:`JudgedRowMetric` columns count).
+        values: One ``{column: MetricValue}`` per row.
+
+    Returns:
+        ``{column: {reason: cells}}`` for reasons in
+        :data:`~rag_experiments.llm.errors.JUDGE_ERROR_REASONS` (content reasons such as
+        ``no_claims`` or ``unanswerable`` are not judge errors); columns without one are absent.
+    """
+    columns = [s.name for m in metrics if isinstance(m, JudgedRowMetric) for s in m.specs()]
+    out: dict[str, dict[str, int]] = {}
+    for col in columns:
+        counts = Counter(row[col].reason for row in values
+                         if col in row and row[col].reason in JUDGE_ERROR_REASONS)
+        if counts:
+            out[col] = dict(sorted(counts.items()))
+    return out
 
 
 def evaluate(
@@ -198,34 +247,56 @@ def evaluate(
     metrics: Sequence[Metric],
     *,
     progress: bool = True,
-    max_concurrency: int = 1,
+    max_concurrency: int | None = None,
     seed: int = 0,
 ) -> EvalResult:
     """Prepare the target, answer every sample, score every metric and aggregate.
 
+    Answering and judging overlap: LLM-judged metrics (:class:`~rag_experiments.metrics.
+    scheduler.JudgedRowMetric`) score question ``i`` on the judge's own pool (``judge.
+    max_concurrency`` rows at once) as soon as questions ``0..i`` are answered, so the wall
+    time approaches the longer of answering and judging rather than their sum. The other
+    metrics run over all rows afterwards. Values never depend on either concurrency.
+
     Args:
         dataset: Samples and corpus.
-        target: System under test (its ``prepare`` is called first). A target with an
-            ``answer_many(samples, progress=…)`` method answers all samples in one call (e.g.
-            concurrently, :class:`~rag_experiments.targets.http.HttpTarget`); it must return one
-            response per sample, in order, and never raise.
+        target: System under test (its ``prepare`` is called first); ``answer`` must be
+            thread-safe when more than one question is answered at once.
         metrics: Metric groups; their column names must be distinct.
-        progress: Show progress bars.
-        max_concurrency: Samples answered at once by ``target.answer`` in threads (1 = in
-            order, one by one); the target must then be thread-safe (the baseline is; its
-            embedded model serialises its own calls).
+        progress: Show progress bars (and log a line every tenth of each phase).
+        max_concurrency: Questions answered at once; None = what the target declares
+            (``target.max_concurrency``).
         seed: Seed of the bootstrap confidence intervals.
 
     Returns:
-        The full :class:`EvalResult` (with the judge audit of metrics that offer ``audit()``).
+        The full :class:`EvalResult` (with the judge audit of judged metrics).
+
+    Raises:
+        ConfigError: ``max_concurrency`` < 1.
     """
     started = time.perf_counter()
     target.prepare(dataset)
     samples = list(dataset.samples)
-    responses = _answer_all(target, samples, progress, max_concurrency)
-    specs, values = _score_all(metrics, samples, responses)
+    answer_concurrency = int(target.max_concurrency if max_concurrency is None else max_concurrency)
+    if answer_concurrency < 1:
+        raise ConfigError(f"max_concurrency must be >= 1 (questions answered at once), got "
+                          f"{answer_concurrency}")
+    judged_metrics = [m for m in metrics if isinstance(m, JudgedRowMetric)]
+    with (
+        _progress_to_log(progress),
+        JudgeScheduler(judged_metrics, len(samples), progress=progress, position=1) as judging,
+    ):
+        responses = _answer_all(target, samples, progress=progress,
+                                max_concurrency=answer_concurrency, on_answer=judging.submit)
+        judged = judging.finish()
+    specs, values, audits = _score_all(metrics, samples, responses, judged)
     aggs = aggregate([s.name for s in specs], values, [s.question_type for s in samples], seed=seed)
-    audit, run_values = collect_audit(metrics, samples)
+    audit, run_values = collect_audit(audits, samples)
+    judge_errors = judge_error_counts(metrics, values)
+    for by_reason in judge_errors.values():
+        for reason, n in by_reason.items():
+            key = f"judge.errors.{reason}"
+            run_values[key] = run_values.get(key, 0.0) + n
     latencies = [r.latency_ms for r in responses if r.error is None]
     counts = {
         "n_samples": float(len(samples)),
@@ -235,7 +306,22 @@ def evaluate(
         "latency_ms_p50": percentile(latencies, 50),
         "latency_ms_p95": percentile(latencies, 95),
     }
-    return EvalResult(samples, responses, values, specs, aggs, counts, audit, run_values)
+    log.info("Answered and judged %d questions in %.1f s (%d answered at once; judging: %s)",
+             len(samples), counts["duration_s"], answer_concurrency, judging.describe())
+    return EvalResult(samples, responses, values, specs, aggs, counts, audit, run_values,
+                      judge_errors)
+
+
+@contextlib.contextmanager
+def _progress_to_log(progress: bool) -> Iterator[None]:
+    """While bars are shown, print console log lines above them instead of through them."""
+    if not progress:
+        yield
+        return
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    with logging_redirect_tqdm():
+        yield
 
 
 def run_experiment(
@@ -291,7 +377,7 @@ def evaluate_in_run(
     *,
     max_failure_rate: float = 0.2,
     progress: bool = True,
-    max_concurrency: int = 1,
+    max_concurrency: int | None = None,
     seed: int = 0,
 ) -> EvalResult:
     """Evaluate and log into the tracker's open run (the caller owns the run, e.g. to build the
@@ -301,14 +387,17 @@ def evaluate_in_run(
     ``per_query_results.csv``), ``average_results.csv``, the metric specs, metrics (means,
     ``_n_valid``, ``_ci_low``/``_ci_high``, per-type values, counts, judge usage), tags (target
     identity) and, with judged metrics, ``judge_audit.jsonl``. Everything is logged before the
-    failure-rate check.
+    failure-rate checks.
 
     Args:
         dataset: Samples and corpus.
         target: System under test.
         metrics: Metric groups.
         tracker: Where results go; a run must be open (``tracker.start_run``).
-        max_failure_rate: Highest acceptable share of samples whose target failed.
+        max_failure_rate: Highest acceptable share of samples whose target failed, and of
+            any judged column's cells that failed for a model service error
+            (:data:`~rag_experiments.llm.errors.SERVICE_ERROR_REASONS`: unreachable, timeout,
+            HTTP error …; not content reasons such as ``no_claims`` or ``parse_error``).
         progress: Show progress bars.
         max_concurrency: Samples answered at once (see :func:`evaluate`).
         seed: Seed of the bootstrap confidence intervals.
@@ -317,7 +406,7 @@ def evaluate_in_run(
         The evaluation's :class:`EvalResult`.
 
     Raises:
-        RunFailedError: More than ``max_failure_rate`` of the samples failed (after logging).
+        RunFailedError: A failure rate above ``max_failure_rate`` (after logging).
     """
     tracker.log_dataset(
         dataset.name,
@@ -354,4 +443,26 @@ def evaluate_in_run(
             f"{json.dumps(reasons)}. Everything computed was logged; fix the target or raise "
             "max_failure_rate"
         )
+    _check_judge_failures(result, max_failure_rate)
     return result
+
+
+def _check_judge_failures(result: EvalResult, max_failure_rate: float) -> None:
+    """Raise :class:`RunFailedError` when a judged column lost more than
+    ``max_failure_rate`` of its cells to model service errors (a judge that is down or
+    overloaded: its NaNs say nothing about the answers)."""
+    n = max(1, len(result.samples))
+    failed = {}
+    for col, by_reason in result.judge_errors.items():
+        service = {r: c for r, c in by_reason.items() if r in SERVICE_ERROR_REASONS}
+        if sum(service.values()) / n > max_failure_rate:
+            failed[col] = service
+    if failed:
+        detail = "; ".join(f"{col}: {sum(c.values())} of {n} ({json.dumps(c)})"
+                           for col, c in failed.items())
+        raise RunFailedError(
+            f"the judge failed on too many questions (> max_failure_rate="
+            f"{max_failure_rate:.0%}): {detail}. Everything computed was logged; check that the "
+            "judge server is up and not overloaded (judge.base_url, judge.timeout_s, "
+            "judge.max_concurrency), then resume the run with resume=<run id>"
+        )

@@ -240,7 +240,7 @@ def test_judge_calls_per_question_are_collected_like_the_custom_backend() -> Non
     recall = DeepEvalContextRecall(judge=FakeChat(responses={"Verdicts": _verdicts("yes")}))
     for m in (faith, recall):
         m.evaluate(samples, responses)
-    rows, run = collect_audit([faith, recall], samples)
+    rows, run = collect_audit({m.name: m.audit() for m in (faith, recall)}, samples)
     assert [r["judge_calls"] for r in rows] == [4, 0]
     assert rows[0]["deepeval.faithfulness"]["claims"] == ["claim 0", "claim 1", "claim 2"]
     assert [j["prompt"] for j in rows[0]["deepeval.faithfulness"]["judgements"]] == [

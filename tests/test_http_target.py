@@ -23,7 +23,7 @@ from rag_experiments.errors import ConfigError, RunFailedError, TargetError
 from rag_experiments.metrics.keyword_coverage import KeywordCoverage
 from rag_experiments.metrics.retrieval import RetrievalMetrics
 from rag_experiments.records import Document, Sample
-from rag_experiments.runner import run_experiment
+from rag_experiments.runner import evaluate, run_experiment
 from rag_experiments.targets.doc_matcher import CorpusDocMatcher
 from rag_experiments.targets.http import HttpTarget
 from rag_experiments.targets.request_template import RequestTemplate
@@ -340,8 +340,8 @@ def test_concurrency_keeps_order_and_per_row_latency():
     samples = [_sample(i) for i in range(8)]
     with ScriptedServer(answer, delay_s=lambda body: 0.25) as srv:
         target = HttpTarget(f"{srv.url}/ask", max_concurrency=4)
-        started = time.perf_counter()
-        out = target.answer_many(samples, progress=False)
+        started = time.perf_counter()  # the runner answers target.max_concurrency at once
+        out = evaluate(EvalDataset("t", samples, []), target, [], progress=False).responses
         wall = time.perf_counter() - started
     assert [r.response for r in out] == [s.user_input.upper() for s in samples]
     assert srv.peak == 4  # four requests in flight at once

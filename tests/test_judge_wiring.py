@@ -97,6 +97,7 @@ def test_build_injects_one_judge_and_the_baseline_embedder(compose_cfg):
 
 
 class _Target:
+    max_concurrency = 1
     def prepare(self, dataset):
         pass
 

@@ -50,6 +50,8 @@ def _claims(*contexts: int) -> dict:
 class SequenceJudge:
     """Replies from a list, one per call (the last one repeats); an exception is raised."""
 
+    max_concurrency = 1  # stateful: one call at a time
+
     def __init__(self, *replies):
         self.replies = list(replies)
         self.calls = 0
@@ -141,7 +143,7 @@ def test_core_metrics_cost_at_most_four_judge_calls_per_question():
     responses = [_resp() for _ in samples]
     for m in core:
         m.evaluate(samples, responses)
-    rows, run = collect_audit(core, samples)
+    rows, run = collect_audit({m.name: m.audit() for m in core}, samples)
     assert judge.calls == 5 * 4 + 2  # the unanswerable one: faithfulness + relevancy only
     assert run["judge_calls"] == judge.calls
     assert run["judge_calls_per_question_max"] == 4
@@ -412,10 +414,10 @@ def test_refusal_rates_split_by_answerability():
 
 
 class RecordingJudge(FakeChat):
-    """FakeChat that records the schema of every call, in order."""
+    """FakeChat that records the schema of every call, in order (one call at a time)."""
 
     def __init__(self, responses):
-        super().__init__(responses)
+        super().__init__(responses, max_concurrency=1)
         self.order: list[str] = []
 
     def complete(self, messages, schema=None, **options):
@@ -424,7 +426,7 @@ class RecordingJudge(FakeChat):
 
 
 def test_interleaved_scoring_gives_the_same_values_with_context_prompts_adjacent():
-    from rag_experiments.metrics.judge import evaluate_interleaved
+    from rag_experiments.metrics.scheduler import judge_rows
 
     samples = [_sample(id="a"), _sample(id="b")]
     responses = [_resp(), _resp()]
@@ -436,19 +438,19 @@ def test_interleaved_scoring_gives_the_same_values_with_context_prompts_adjacent
     separate = [m.evaluate(samples, responses) for m in suite(FakeChat(SCRIPT))]
     judge = RecordingJudge(SCRIPT)
     metrics = suite(judge)
-    together = evaluate_interleaved(metrics, samples, responses)
-    assert [together[id(m)] for m in metrics] == separate
+    together = judge_rows(metrics, samples, responses, progress=False)
+    assert [together[id(m)].values for m in metrics] == separate
     # per question: the three prompts that start with the contexts, then the others
     per_question = ["FaithfulnessOutput", "ContextVerdicts", "FaithfulnessOutput",
                     "GeneratedQuestions", "AnswerGrades"]
     assert judge.order == per_question * 2
-    assert len(metrics[1].audit()) == 2
+    assert len(together[id(metrics[1])].audit) == 2
 
 
 def test_interleaved_scoring_isolates_a_failing_metric():
-    from rag_experiments.metrics.judge import evaluate_interleaved
+    from rag_experiments.metrics.scheduler import judge_rows
 
     ok, broken = Faithfulness(judge=FakeChat(SCRIPT)), ContextRecall()  # no judge
-    out = evaluate_interleaved([broken, ok], [_sample()], [_resp()])
-    assert isinstance(out[id(broken)], ConfigError)
-    assert out[id(ok)][0]["faithfulness"].value == 0.5
+    out = judge_rows([broken, ok], [_sample()], [_resp()], progress=False)
+    assert isinstance(out[id(broken)].error, ConfigError)
+    assert out[id(ok)].values[0]["faithfulness"].value == 0.5

@@ -129,6 +129,7 @@ def test_resume_finds_the_run_from_its_job_dir_and_refuses_finished_runs(tmp_pat
 
 
 class _Target:
+    max_concurrency = 1
     def __init__(self) -> None:
         self.asked: list[str] = []
 

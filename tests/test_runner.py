@@ -22,6 +22,8 @@ from rag_experiments.tracking.mlflow_tracker import MlflowTracker
 class ScriptedTarget:
     """Answers from a script; question ids in ``fail`` get a timeout, ``crash`` raises."""
 
+    max_concurrency = 1
+
     def __init__(self, fail=(), crash=()):
         self.fail, self.crash = set(fail), set(crash)
 

@@ -111,8 +111,9 @@ def test_http_run_against_served_baseline_matches_baseline(served_baseline, comp
     target = instantiate(cfg.target)
     target.prepare(dataset)
     samples = dataset.samples[:20]
-    by_text = target.answer_many(samples, progress=False)
-    with_ids = HttpTarget(f"{url}/ask").answer_many(samples, progress=False)
+    by_text = [target.answer(s) for s in samples]
+    with_doc_ids = HttpTarget(f"{url}/ask")
+    with_ids = [with_doc_ids.answer(s) for s in samples]
     for s, a, b in zip(samples, by_text, with_ids, strict=True):
         assert a.error is None and a.metadata["doc_ids_source"] == "text_match"
         own_docs = list(dict.fromkeys(cid.rsplit("#", 1)[0] for cid in b.retrieved_ids))
@@ -127,6 +128,8 @@ def test_http_run_against_served_baseline_matches_baseline(served_baseline, comp
 
 class _EchoTarget:
     """Answers with the question as its context; ``boom`` fails, ``crash`` raises."""
+
+    max_concurrency = 1
 
     def prepare(self, dataset):
         pass

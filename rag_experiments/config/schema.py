@@ -249,6 +249,8 @@ class FakeLLMConf:
     responses: Dict[str, Any] = field(default_factory=dict)
     text: Optional[str] = None
     delay_s: float = 0.0
+    jitter_s: float = 0.0  # extra delay in [0, jitter_s), fixed per prompt (concurrency tests)
+    max_concurrency: int = 4
     model: str = "fake-chat"
     extractive: bool = False  # answer unscripted question schemas from the prompt's passages
 
@@ -271,6 +273,8 @@ class OllamaLLMConf:
     backoff_s: float = 0.5
     backoff_max_s: float = 8.0
     parse_retries: int = 2
+    max_concurrency: int = 8
+    """Most requests in flight to the server at once (lowered under HTTP 429/503)."""
     options: Dict[str, Any] = field(default_factory=dict)
 
 
@@ -291,6 +295,8 @@ class OpenAILLMConf:
     backoff_s: float = 0.5
     backoff_max_s: float = 8.0
     parse_retries: int = 2
+    max_concurrency: int = 8
+    """Most requests in flight to the server at once (lowered under HTTP 429/503)."""
 
 
 @dataclass
@@ -377,7 +383,9 @@ class RootConf:
     max_samples: Optional[int] = None
     """Evaluate a seeded subset of this many samples, stratified by question type and
     answerability (``EvalDataset.subset``); null = all."""
-    max_concurrency: int = 1
+    max_concurrency: Optional[int] = None
+    """Questions answered at once; null = what the target declares (its generator's
+    ``max_concurrency`` for the baseline, ``target.max_concurrency`` for HTTP)."""
     cache: CacheConf = field(default_factory=lambda: CacheConf())
     resume: Optional[str] = None
     """Continue an interrupted run: its MLflow run id or its job folder."""

@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -153,8 +152,11 @@ class CheckpointedTarget:
         self.checkpoint = checkpoint
         self.done = checkpoint.load()
         self.reused = 0
-        if hasattr(inner, "answer_many"):  # the runner looks the method up with getattr
-            self.answer_many = self._answer_many
+
+    @property
+    def max_concurrency(self) -> int:
+        """The inner target's."""
+        return int(self.inner.max_concurrency)
 
     def prepare(self, dataset: EvalDataset) -> None:
         """Prepare the inner target; log how many answers the checkpoint already holds."""
@@ -174,18 +176,6 @@ class CheckpointedTarget:
         if resp.error is None:
             self.checkpoint.append(sample.id, resp)
         return resp
-
-    def _answer_many(self, samples: Sequence[Sample], progress: bool = True) -> list[RagResponse]:
-        """Batch form for targets with ``answer_many``: new answers are stored after the
-        batch (not one by one)."""
-        todo = [s for s in samples if s.id not in self.done]
-        fresh = dict(zip([s.id for s in todo],
-                         self.inner.answer_many(todo, progress=progress), strict=True))
-        for sid, resp in fresh.items():
-            if resp.error is None:
-                self.checkpoint.append(sid, resp)
-        self.reused += len(samples) - len(todo)
-        return [self.done[s.id] if s.id in self.done else fresh[s.id] for s in samples]
 
     def describe(self) -> dict[str, str]:
         """The inner target's identity."""

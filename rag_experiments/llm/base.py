@@ -50,7 +50,13 @@ class ChatModel(Protocol):
     ``complete`` sends ``messages``; with ``schema`` (a pydantic model class) the model is
     constrained or asked to answer JSON of that shape, and ``Completion.parsed`` holds the
     validated instance. Failures raise :class:`~rag_experiments.errors.LLMError` subclasses.
+
+    ``max_concurrency`` declares how many calls the model takes at once (1 for the embedded
+    model, whose calls are serialised; the configured bound for a server); schedulers size
+    their pools by it.
     """
+
+    max_concurrency: int
 
     def complete(
         self, messages: list[Message], schema: type[BaseModel] | None = None, **options: Any

@@ -216,6 +216,11 @@ class CachedChat:
         return self.inner.describe()
 
     @property
+    def max_concurrency(self) -> int:
+        """Calls the inner model takes at once (its declared ``max_concurrency``)."""
+        return int(self.inner.max_concurrency)
+
+    @property
     def context_window(self) -> int | None:
         """The inner model's context window, when it has one."""
         return getattr(self.inner, "context_window", None)

@@ -86,6 +86,8 @@ class EmbeddedChat:
     """
 
     provider = "embedded"
+    max_concurrency = 1
+    """One call at a time: the context is shared and calls are serialised."""
 
     def __init__(
         self,

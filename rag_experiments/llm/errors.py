@@ -70,13 +70,17 @@ class LLMHTTPError(LLMError):
         status: The HTTP status code.
         body: The response body (only its first :data:`BODY_SNIPPET_CHARS` characters are
             quoted in the message).
+        retry_after_s: The server's ``Retry-After`` in seconds, if it sent one.
     """
 
     reason = "http_error"
 
-    def __init__(self, message: str, *, status: int, body: str = "") -> None:
+    def __init__(
+        self, message: str, *, status: int, body: str = "", retry_after_s: float | None = None
+    ) -> None:
         self.status = status
         self.body = body
+        self.retry_after_s = retry_after_s
         snippet = " ".join(body.split())[:BODY_SNIPPET_CHARS]
         super().__init__(f"{message} (HTTP {status}: {snippet or '<empty body>'})")
 
@@ -100,6 +104,19 @@ class ContextOverflowError(LLMError):
         super().__init__(message)
 
 
+SERVICE_ERROR_REASONS = frozenset(
+    {"unreachable", "timeout", "http_error", "model_not_found", "unexpected_error"}
+)
+"""Reasons that say the model service failed (down, overloaded, misconfigured), not that the
+content was hard to judge: a run losing too many cells to them fails
+(``max_failure_rate``)."""
+
+JUDGE_ERROR_REASONS = SERVICE_ERROR_REASONS | {
+    "context_overflow", "truncated", "parse_error", "llm_error"
+}
+"""Every reason a judge call can fail with (counted per run as ``judge.errors.<reason>``)."""
+
+
 def is_retryable(exc: BaseException) -> bool:
     """True for errors another attempt may cure: timeouts, no connection, HTTP 429 and 5xx.
 
@@ -109,6 +126,8 @@ def is_retryable(exc: BaseException) -> bool:
     Returns:
         Whether to retry (after a backoff).
     """
+    if not getattr(exc, "retryable", True):  # e.g. an open endpoint breaker (llm.gate)
+        return False
     if isinstance(exc, (LLMTimeoutError, LLMUnreachableError)):
         return True
     return isinstance(exc, LLMHTTPError) and exc.status in RETRYABLE_STATUS

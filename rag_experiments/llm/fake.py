@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rag_experiments.errors import LLMError
+from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.llm.base import Completion, Message, Usage
 from rag_experiments.llm.parsing import parse_structured
 
@@ -52,6 +52,10 @@ class FakeChat:
         responses: Scripted structured outputs keyed by the schema's class name.
         text: A fixed reply for unstructured calls (None = first sentence of context [1]).
         delay_s: Sleep per call (to exercise timeouts).
+        jitter_s: Extra sleep per call in ``[0, jitter_s)``, fixed by a hash of the messages
+            (so concurrent calls finish out of order, the same way on every run).
+        max_concurrency: Calls it takes at once (declared for the schedulers; it is
+            thread-safe at any number).
         model: Model id reported in :meth:`describe`.
         extractive: Answer unscripted question schemas from the prompt's passages (see the
             module docstring) instead of raising.
@@ -68,10 +72,17 @@ class FakeChat:
         delay_s: float = 0.0,
         model: str = "fake-chat",
         extractive: bool = False,
+        jitter_s: float = 0.0,
+        max_concurrency: int = 4,
     ) -> None:
+        if int(max_concurrency) < 1 or delay_s < 0 or jitter_s < 0:
+            raise ConfigError(f"fake model: max_concurrency must be >= 1 and delays >= 0, got "
+                              f"{max_concurrency}, {delay_s}, {jitter_s}")
         self.responses = dict(responses or {})
         self.text = text
         self.delay_s = delay_s
+        self.jitter_s = jitter_s
+        self.max_concurrency = int(max_concurrency)
         self.model = model
         self.extractive = extractive
         self.calls = 0
@@ -88,8 +99,8 @@ class FakeChat:
         """
         with self._lock:
             self.calls += 1
-        if self.delay_s:
-            time.sleep(self.delay_s)
+        if self.delay_s or self.jitter_s:
+            time.sleep(self.delay_s + self.jitter_s * _unit_hash(messages))
         prompt = messages[-1]["content"] if messages else ""
         if schema is None:
             if self.text is not None:
@@ -117,6 +128,12 @@ class FakeChat:
         script = json.dumps(script_data, sort_keys=True, default=str)
         digest = hashlib.sha256(script.encode("utf-8")).hexdigest()[:16]
         return {"provider": self.provider, "model": self.model, "digest": digest}
+
+
+def _unit_hash(messages: list[Message]) -> float:
+    """A number in [0, 1) fixed by the messages (SHA-256 of their JSON)."""
+    blob = json.dumps(messages, sort_keys=True).encode("utf-8")
+    return int.from_bytes(hashlib.sha256(blob).digest()[:8], "big") / 2**64
 
 
 def _passages(prompt: str) -> list[str]:

@@ -84,6 +84,8 @@ class OllamaChat(RemoteChat):
         backoff_s: First backoff scale in seconds.
         backoff_max_s: Cap of one backoff wait in seconds.
         parse_retries: Repair attempts for structured replies that do not validate.
+        max_concurrency: Most requests in flight to the server at once (see
+            :mod:`rag_experiments.llm.gate`).
         options: Other Ollama ``options`` (``top_k``, ``repeat_penalty`` …), sent as given.
 
     Raises:
@@ -106,12 +108,14 @@ class OllamaChat(RemoteChat):
         backoff_s: float = 0.5,
         backoff_max_s: float = 8.0,
         parse_retries: int = 2,
+        max_concurrency: int = 8,
         options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             model, base_url, max_tokens=max_tokens, temperature=temperature, seed=seed,
             timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s,
             backoff_max_s=backoff_max_s, parse_retries=parse_retries,
+            max_concurrency=max_concurrency,
         )
         if num_ctx < 1:
             raise ConfigError(f"{self.where}: num_ctx must be >= 1, got {num_ctx}")

@@ -65,6 +65,8 @@ class OpenAICompatChat(RemoteChat):
         backoff_s: First backoff scale in seconds.
         backoff_max_s: Cap of one backoff wait in seconds.
         parse_retries: Repair attempts for structured replies that do not validate.
+        max_concurrency: Most requests in flight to the server at once (see
+            :mod:`rag_experiments.llm.gate`).
 
     Raises:
         ConfigError: ``api_key_env`` names a variable that is not set.
@@ -86,11 +88,13 @@ class OpenAICompatChat(RemoteChat):
         backoff_s: float = 0.5,
         backoff_max_s: float = 8.0,
         parse_retries: int = 2,
+        max_concurrency: int = 8,
     ) -> None:
         super().__init__(
             model, base_url, max_tokens=max_tokens, temperature=temperature, seed=seed,
             timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s,
             backoff_max_s=backoff_max_s, parse_retries=parse_retries,
+            max_concurrency=max_concurrency,
         )
         headers = bearer_headers(api_key_env, self.where)
         self.api_key_env = api_key_env

@@ -19,6 +19,7 @@ from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import Completion, Message, Usage
 from rag_experiments.llm.context import estimate_tokens
 from rag_experiments.llm.errors import ContextOverflowError
+from rag_experiments.llm.gate import EndpointGate
 from rag_experiments.llm.parsing import LLMParseError, LLMTruncatedError, parse_structured
 from rag_experiments.llm.retry import RetryPolicy
 
@@ -64,6 +65,9 @@ class RemoteChat:
         backoff_s: First backoff scale in seconds (exponential, full jitter).
         backoff_max_s: Cap of one backoff wait in seconds.
         parse_retries: Repair attempts after a structured reply that does not validate.
+        max_concurrency: Most requests in flight to this server at once, from every thread
+            (:class:`~rag_experiments.llm.gate.EndpointGate`: lowered under HTTP 429/503,
+            paused by ``Retry-After``, failing fast once the server is gone).
 
     Raises:
         ConfigError: A negative or zero setting.
@@ -84,6 +88,7 @@ class RemoteChat:
         backoff_s: float = 0.5,
         backoff_max_s: float = 8.0,
         parse_retries: int = 2,
+        max_concurrency: int = 8,
     ) -> None:
         if not model:
             raise ConfigError(f"{self.provider}: model is empty; set llm.model (or judge.model)")
@@ -100,6 +105,12 @@ class RemoteChat:
         self.timeout_s = timeout_s
         self.parse_retries = parse_retries
         self.retry = RetryPolicy(max_retries, backoff_s, backoff_max_s)
+        self.gate = EndpointGate(max_concurrency, where=self.where)
+
+    @property
+    def max_concurrency(self) -> int:
+        """Most requests this model sends at once (``max_concurrency``)."""
+        return self.gate.limit
 
     # --- to implement -------------------------------------------------------------------
     @property
@@ -188,7 +199,9 @@ class RemoteChat:
         convo = list(messages)
         attempt = 0
         while True:
-            reply = self.retry.call(lambda c=convo: self._attempt(c, schema, opts), self.where)
+            reply = self.retry.call(
+                lambda c=convo: self.gate.call(lambda: self._attempt(c, schema, opts)), self.where
+            )
             prompt_tokens += reply.usage.prompt_tokens
             completion_tokens += reply.usage.completion_tokens
             parsed = None

@@ -10,6 +10,7 @@ import httpx
 
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm.errors import LLMHTTPError, LLMTimeoutError, LLMUnreachableError
+from rag_experiments.net import retry_after_s
 
 
 def bearer_headers(
@@ -107,7 +108,8 @@ class JsonHttp:
             ) from exc
         if response.status_code >= 400:
             raise LLMHTTPError(f"{self.where}: {method} {path} failed",
-                               status=response.status_code, body=response.text)
+                               status=response.status_code, body=response.text,
+                               retry_after_s=retry_after_s(response.headers))
         try:
             return response.json()
         except ValueError as exc:

@@ -1,17 +1,17 @@
 """The judge audit trail and judge usage of a run.
 
-A metric may offer ``audit() -> list[dict]``: one JSON-ready record per row of its last
-``evaluate`` (claims and verdicts, generated questions, per-context verdicts, the judge's raw
-text, and its usage as ``judge_calls``, ``judge_prompt_tokens``, ``judge_completion_tokens``).
-:func:`collect_audit` joins them per question into the rows of ``judge_audit.jsonl`` and sums the
-usage into run-level values, the same way for every backend that follows this convention.
+Every judged metric yields one JSON-ready audit record per row (claims and verdicts, generated
+questions, per-context verdicts, the judge's raw text, and its usage as ``judge_calls``,
+``judge_prompt_tokens``, ``judge_completion_tokens``). :func:`collect_audit` joins them per
+question into the rows of ``judge_audit.jsonl`` and sums the usage into run-level values, the
+same way for every backend.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rag_experiments.records import Sample
@@ -21,37 +21,31 @@ USAGE_KEYS = ("judge_calls", "judge_prompt_tokens", "judge_completion_tokens")
 
 
 def collect_audit(
-    metrics: Sequence[Any], samples: Sequence[Sample]
+    audits: Mapping[str, Sequence[dict[str, Any]]], samples: Sequence[Sample]
 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Join the metrics' audit records per question and sum judge usage.
 
     Args:
-        metrics: The run's metrics (those without ``audit`` are skipped, as is a metric whose
-            audit does not have one record per sample, e.g. because it crashed).
+        audits: ``{metric name: one record per sample}`` (a metric whose records do not
+            number one per sample, e.g. because it crashed, is left out).
         samples: The samples, in row order.
 
     Returns:
-        ``(rows, run_values)``. ``rows`` (empty when no metric audits): per question ``id``,
+        ``(rows, run_values)``. ``rows`` (empty without audits): per question ``id``,
         ``question_type``, the summed ``judge_calls`` / tokens and one entry per metric name.
         ``run_values``: ``judge_calls`` (total), ``judge_calls_per_question`` (mean over all
         questions), ``judge_calls_per_question_max``, ``judge_prompt_tokens``,
         ``judge_completion_tokens`` (totals) and ``judge_tokens_per_question`` (mean).
     """
-    audits: list[tuple[str, list[dict[str, Any]]]] = []
-    for m in metrics:
-        fn = getattr(m, "audit", None)
-        if not callable(fn):
-            continue
-        records = fn()
-        if len(records) == len(samples):
-            audits.append((str(getattr(m, "name", type(m).__name__)), records))
-    if not audits or not samples:
+    kept = [(name, list(records)) for name, records in audits.items()
+            if len(records) == len(samples)]
+    if not kept or not samples:
         return [], {}
     rows = []
     for i, sample in enumerate(samples):
         row: dict[str, Any] = {"id": sample.id, "question_type": sample.question_type}
         row.update({k: 0 for k in USAGE_KEYS})
-        for name, records in audits:
+        for name, records in kept:
             rec = records[i]
             row[name] = rec
             for k in USAGE_KEYS:

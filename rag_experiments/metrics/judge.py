@@ -20,13 +20,11 @@ Add a metric: subclass :class:`JudgedMetric`, declare its columns in
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
-from tqdm.auto import tqdm
 
 from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.llm.base import ChatModel, Message
@@ -34,6 +32,7 @@ from rag_experiments.llm.parsing import LLMParseError, parse_structured
 from rag_experiments.metrics.audit import USAGE_KEYS
 from rag_experiments.metrics.definitions import spec
 from rag_experiments.metrics.prompts.base import JudgePrompt
+from rag_experiments.metrics.scheduler import JudgedRowMetric
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 
 log = logging.getLogger(__name__)
@@ -169,9 +168,9 @@ def ask_judge(
     return record  # pragma: no cover - the loop always returns
 
 
-class JudgedMetric:
-    """Base of the custom backend's LLM-judged metrics: the per-row loop, the judge call and
-    the audit trail.
+class JudgedMetric(JudgedRowMetric):
+    """Base of the custom backend's LLM-judged metrics: the judge call and the audit record of
+    one row (rows are scheduled by :mod:`~rag_experiments.metrics.scheduler`).
 
     A subclass sets :attr:`name`, :attr:`columns` (defined names, see
     :mod:`~rag_experiments.metrics.definitions`) and implements :meth:`_score`.
@@ -189,8 +188,6 @@ class JudgedMetric:
 
     name = "judged"
     columns: tuple[str, ...] = ()
-    shows_contexts = False
-    """True when the prompt starts with the numbered contexts (see :func:`evaluate_interleaved`)."""
 
     def __init__(
         self,
@@ -207,50 +204,19 @@ class JudgedMetric:
         self.max_retries = int(max_retries)
         self.max_tokens = int(max_tokens)
         self.prefix = prefix
-        self._audit: list[dict[str, Any]] = []
 
     def specs(self) -> list[MetricSpec]:
         """The specs of :attr:`columns`, prefixed."""
         return [spec(c, self.prefix) for c in self.columns]
 
-    def audit(self) -> list[dict[str, Any]]:
-        """One audit record per row of the last :meth:`evaluate` (claims, verdicts, raw judge
-        text, ``judge_calls``, ``judge_prompt_tokens``, ``judge_completion_tokens``)."""
-        return list(self._audit)
-
-    def evaluate(
-        self, samples: Sequence[Sample], responses: Sequence[RagResponse]
-    ) -> list[dict[str, MetricValue]]:
-        """Score every row (see the subclass for the formula and the edges).
-
-        Args:
-            samples: The samples.
-            responses: Their responses.
+    def score_row(
+        self, sample: Sample, resp: RagResponse
+    ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
+        """Score one row (see the subclass for the formula and the edges).
 
         Returns:
-            One ``{column: MetricValue}`` per row, every column present.
-
-        Raises:
-            ConfigError: No judge was given.
-        """
-        self.reset_audit()
-        rows = zip(samples, responses, strict=True)
-        return [
-            self.score_row(sample, resp)
-            for sample, resp in tqdm(rows, total=len(samples), desc=self.name, unit="q",
-                                     disable=None, leave=False)
-        ]
-
-    def reset_audit(self) -> None:
-        """Forget the audit of the previous evaluation (before scoring rows one by one)."""
-        self._audit = []
-
-    def score_row(self, sample: Sample, resp: RagResponse) -> dict[str, MetricValue]:
-        """Score one row and append its audit record (rows in dataset order, after
-        :meth:`reset_audit`).
-
-        Returns:
-            ``{column: MetricValue}`` with every (prefixed) column.
+            ``({column: MetricValue}, audit record)`` with every (prefixed) column; the record
+            holds the claims/verdicts, the raw judge text and the usage counters.
 
         Raises:
             ConfigError: No judge was given.
@@ -258,8 +224,7 @@ class JudgedMetric:
         values, record = self._score(sample, resp)
         for key in USAGE_KEYS:
             record.setdefault(key, 0)
-        self._audit.append(record)
-        return {self.prefix + k: v for k, v in values.items()}
+        return {self.prefix + k: v for k, v in values.items()}, record
 
     def _score(
         self, sample: Sample, resp: RagResponse
@@ -301,50 +266,6 @@ class JudgedMetric:
                         judgement.error_message)
         record = {**judge_usage([judgement]), "judgement": judgement.to_dict()}
         return judgement, record
-
-
-def evaluate_interleaved(
-    metrics: Sequence[JudgedMetric], samples: Sequence[Sample], responses: Sequence[RagResponse]
-) -> dict[int, list[dict[str, MetricValue]] | Exception]:
-    """Score judged metrics question by question (every metric on question 1, then on
-    question 2, …) rather than metric by metric. The values are the same as each metric's
-    :meth:`~JudgedMetric.evaluate`; only the order of the judge calls changes.
-
-    Why: the prompts of faithfulness, context precision and context recall for one question
-    begin with the same tokens (system message, numbered contexts, question), and a server
-    that keeps the previous prompt's evaluated tokens (llama.cpp, hence the embedded judge)
-    evaluates that shared prefix once instead of three times. Metrics whose prompt shows the
-    contexts (:attr:`JudgedMetric.shows_contexts`) go first, next to each other.
-
-    Args:
-        metrics: The judged metrics.
-        samples: The samples.
-        responses: Their responses.
-
-    Returns:
-        ``{id(metric): rows}``; for a metric that raised (e.g. no judge), the exception instead
-        (its audit is then incomplete and left out of ``judge_audit.jsonl``).
-    """
-    if not metrics:
-        return {}
-    started = time.perf_counter()
-    ordered = sorted(metrics, key=lambda m: not m.shows_contexts)
-    results: dict[int, list[dict[str, MetricValue]]] = {id(m): [] for m in ordered}
-    failed: dict[int, Exception] = {}
-    for m in ordered:
-        m.reset_audit()
-    rows = zip(samples, responses, strict=True)
-    for sample, resp in tqdm(rows, total=len(samples), desc="judging", unit="q", disable=None):
-        for m in ordered:
-            if id(m) in failed:
-                continue
-            try:
-                results[id(m)].append(m.score_row(sample, resp))
-            except Exception as exc:  # noqa: BLE001 - reported by the caller as metric_error
-                failed[id(m)] = exc
-    log.info("Judged %d questions with %d metrics in %.1f s", len(samples), len(ordered),
-             time.perf_counter() - started)
-    return {k: failed.get(k, v) for k, v in results.items()}
 
 
 def has_context(contexts: Sequence[str]) -> bool:

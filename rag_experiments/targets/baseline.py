@@ -66,6 +66,12 @@ class BaselineTarget:
         self.truncate_contexts = truncate_contexts
         self.collection: str | None = None
 
+    @property
+    def max_concurrency(self) -> int:
+        """Questions worth answering at once: what the generator takes at once (1 for the
+        embedded model; ``llm.max_concurrency`` for a server), 1 when retrieval only."""
+        return int(self.generator.max_concurrency) if self.generator is not None else 1
+
     def prepare(self, dataset: EvalDataset) -> None:
         """Chunk the corpus and build (or reuse) its vector index.
 

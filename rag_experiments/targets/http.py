@@ -32,9 +32,10 @@ retried: the same request would fail the same way.
 measured in the worker that sends it (queueing for a worker is not counted). It is recorded on
 failed rows too; the run's ``latency_ms_p50``/``p95`` are over successful rows (runner).
 
-**Concurrency**: :meth:`HttpTarget.answer_many` sends up to ``max_concurrency`` requests at
-once from a thread pool (one shared ``httpx.Client``, which is thread-safe); the runner uses it
-when a target offers it.
+**Concurrency**: the target declares ``max_concurrency``; the runner answers that many
+questions at once (unless the run's ``max_concurrency`` says otherwise), each with
+:meth:`HttpTarget.answer` from its own thread (one shared ``httpx.Client``, which is
+thread-safe), and checkpoints every answer as it arrives.
 
 **Document ids** for doc-level retrieval metrics, in order of preference: the endpoint's
 ``doc_ids`` (or per-context ``context_doc_id``) when mapped and present; else, when
@@ -55,16 +56,15 @@ import re
 import ssl
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 from tenacity import wait_exponential
-from tqdm.auto import tqdm
 
 from rag_experiments.errors import ConfigError, TargetError
+from rag_experiments.net import retry_after_s
 from rag_experiments.records import RagResponse, Sample
 from rag_experiments.targets.doc_matcher import CorpusDocMatcher
 from rag_experiments.targets.request_template import RequestTemplate
@@ -99,16 +99,8 @@ class _RetryableStatusError(TargetError):
 
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
-        self.retry_after = _retry_after_s(response)
+        self.retry_after = retry_after_s(response.headers)
         super().__init__(f"http_{response.status_code}", f"HTTP {response.status_code}")
-
-
-def _retry_after_s(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after", "").strip()
-    try:
-        return max(0.0, float(value)) if value else None
-    except ValueError:  # an HTTP date: fall back to the backoff
-        return None
 
 
 def _snippet(text: str) -> str:
@@ -144,7 +136,7 @@ class HttpTarget:
         backoff_s: First wait between attempts in seconds; doubles each time.
         backoff_max_s: Longest wait between attempts.
         retry_statuses: HTTP statuses that are retried.
-        max_concurrency: Requests in flight at once in :meth:`answer_many` (>= 1).
+        max_concurrency: Questions the runner sends at once (>= 1).
         health_url: If set, ``prepare`` GETs it (with the same retries) and fails fast unless
             it answers 2xx.
         doc_ids_from_text: Match contexts to corpus documents by text when the endpoint gives
@@ -295,39 +287,6 @@ class HttpTarget:
         resp.metadata["attempts"] = attempts[0]
         resp.latency_ms = (time.perf_counter() - started) * 1000.0
         return resp
-
-    def answer_many(self, samples: Sequence[Sample], progress: bool = True) -> list[RagResponse]:
-        """Answer every sample, ``max_concurrency`` requests at a time, in sample order.
-
-        Args:
-            samples: The questions.
-            progress: Show a progress bar.
-
-        Returns:
-            One response per sample, same order; an unexpected exception in a worker becomes
-            ``RagResponse(error="target_exception")``.
-        """
-        out: list[RagResponse | None] = [None] * len(samples)
-        bar = tqdm(total=len(samples), desc="answering", unit="q", disable=not progress)
-        pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="http-target")
-        with bar, pool:
-            futures = {pool.submit(self.answer, s): i for i, s in enumerate(samples)}
-            try:
-                for future in as_completed(futures):
-                    i = futures[future]
-                    try:
-                        out[i] = future.result()
-                    except Exception as exc:  # noqa: BLE001 - one bad question never kills a run
-                        log.exception("HTTP target crashed on question %s", samples[i].id)
-                        out[i] = RagResponse(
-                            error="target_exception",
-                            error_message=self.template.scrub(f"{type(exc).__name__}: {exc}"),
-                        )
-                    bar.update(1)
-            except BaseException:  # Ctrl-C: drop the questions not sent yet
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-        return [r for r in out if r is not None]
 
     def describe(self) -> dict[str, str]:
         """Tags: URL, method, headers (secrets redacted), body template, mapping, limits and

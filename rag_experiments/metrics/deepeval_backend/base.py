@@ -1,9 +1,11 @@
-"""One DeepEval metric, called synchronously row by row: :class:`DeepEvalMetric`.
+"""One DeepEval metric, called synchronously per row: :class:`DeepEvalMetric`.
 
 DeepEval's ``evaluate()`` runs metrics concurrently and its own timeouts kill a run with a slow
 local judge; a bare ``measure()`` has no timeout at all. Here each row gets a fresh DeepEval
-metric (``async_mode=False``) and a fresh :class:`~.judge_llm.JudgeLLM`, and ``measure()`` runs
-in a worker thread that is waited for at most ``timeout_s`` seconds of wall-clock time.
+metric (``async_mode=False``) and a fresh :class:`~.judge_llm.JudgeLLM` (DeepEval metric
+objects keep state, so no two rows share one), and ``measure()`` runs in a worker thread that
+is waited for at most ``timeout_s`` seconds of wall-clock time. Rows are scored
+``judge.max_concurrency`` at a time by :mod:`~rag_experiments.metrics.scheduler`.
 
 **Timeouts.** Python cannot kill a thread. After ``timeout_s`` the row is NaN ``timeout``, the
 row's judge adapter is cancelled (it refuses every later judge call), and the thread is
@@ -33,16 +35,15 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
-from tqdm.auto import tqdm
 
 from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.llm.base import ChatModel
 from rag_experiments.metrics.audit import USAGE_KEYS
 from rag_experiments.metrics.definitions import spec
+from rag_experiments.metrics.scheduler import JudgedRowMetric
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,9 @@ class VerdictMismatchError(LLMError):
     reason = "parse_error"
 
 
-class DeepEvalMetric:
-    """Base of the DeepEval metrics: the per-row loop, timeout, error capture and audit.
+class DeepEvalMetric(JudgedRowMetric):
+    """Base of the DeepEval metrics: one row's scoring, timeout, error capture and audit
+    (rows are scheduled concurrently by :mod:`~rag_experiments.metrics.scheduler`).
 
     A subclass sets :attr:`definition` (the defined metric's name, see
     :mod:`~rag_experiments.metrics.definitions`),
@@ -122,7 +124,10 @@ class DeepEvalMetric:
         self.max_items = int(max_items)
         self.max_chars = int(max_chars)
         self.prefix = prefix
-        self._audit: list[dict[str, Any]] = []
+        # Import DeepEval here, on the thread that builds the metric: rows are scored on worker
+        # threads, and DeepEval's first import installs signal handlers (main thread only).
+        module, cls = self.deepeval_class.split(":")
+        self._metric_cls = getattr(importlib.import_module(module), cls)
 
     @property
     def column(self) -> str:
@@ -139,53 +144,26 @@ class DeepEvalMetric:
         """The one prefixed column of this metric."""
         return [spec(self.definition, self.prefix)]
 
-    def audit(self) -> list[dict[str, Any]]:
-        """One record per row of the last :meth:`evaluate`: DeepEval's intermediate state
-        (claims, truths, verdicts, statements …), score, success, reason, the judge's raw
-        replies and ``judge_calls`` / ``judge_prompt_tokens`` / ``judge_completion_tokens``."""
-        return list(self._audit)
-
-    def evaluate(
-        self, samples: Sequence[Sample], responses: Sequence[RagResponse]
-    ) -> list[dict[str, MetricValue]]:
-        """Score every row with DeepEval (see the module docstring for edges and errors).
-
-        Args:
-            samples: The samples.
-            responses: Their responses.
+    def score_row(
+        self, sample: Sample, resp: RagResponse
+    ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
+        """Score one row with a fresh DeepEval metric and judge adapter (see the module
+        docstring for edges and errors).
 
         Returns:
-            One ``{column: MetricValue}`` per row.
+            ``({column: value}, audit record)``: DeepEval's intermediate state (claims,
+            truths, verdicts, statements …), score, success, reason, the judge's raw replies
+            and ``judge_calls`` / ``judge_prompt_tokens`` / ``judge_completion_tokens``.
 
         Raises:
             ConfigError: No judge was given.
         """
-        if self.judge is None:
-            raise ConfigError(
-                f"metric {self.column} needs a judge model: run it through `rag-exp run` (which "
-                "builds the `judge` config) or pass judge=<ChatModel>"
-            )
-        self._audit = []
-        out = []
-        rows = zip(samples, responses, strict=True)
-        for sample, resp in tqdm(rows, total=len(samples), desc=self.column, unit="q",
-                                 disable=None):
-            value, record = self.score_row(sample, resp)
-            for key in USAGE_KEYS:
-                record.setdefault(key, 0)
-            self._audit.append(record)
-            out.append({self.column: value})
-        return out
+        value, record = self._score_row(sample, resp)
+        for key in USAGE_KEYS:
+            record.setdefault(key, 0)
+        return {self.column: value}, record
 
-    def score_row(self, sample: Sample, resp: RagResponse) -> tuple[MetricValue, dict[str, Any]]:
-        """Score one row.
-
-        Returns:
-            ``(value, audit record)``.
-
-        Raises:
-            ConfigError: No judge was given.
-        """
+    def _score_row(self, sample: Sample, resp: RagResponse) -> tuple[MetricValue, dict[str, Any]]:
         if resp.error is not None:
             return MetricValue.nan("target_error"), {"skipped": "target_error"}
         if self.needs_reference and not sample.answerable:
@@ -238,9 +216,7 @@ class DeepEvalMetric:
         return None
 
     def _build(self, llm: Any) -> Any:
-        module, cls = self.deepeval_class.split(":")
-        metric_cls = getattr(importlib.import_module(module), cls)
-        return metric_cls(
+        return self._metric_cls(
             threshold=self.threshold, model=llm, include_reason=self.include_reason,
             async_mode=False, strict_mode=self.strict_mode, verbose_mode=False,
             **self._metric_kwargs(),

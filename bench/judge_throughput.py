@@ -1,0 +1,239 @@
+"""Judging throughput against a served judge: our custom backend, our DeepEval backend and
+DeepEval's own ``evaluate()``, on the same answers, against the same server, in one run.
+
+A fake OpenAI-compatible server on 127.0.0.1 (:class:`~rag_experiments.llm.fake_openai.
+FakeOpenAIServer`, in its own process, as a real server would be) answers every chat request after ``--latency`` seconds in one of ``--slots``
+parallel slots, like a vLLM or llama.cpp server. The answers are made once, by the baseline with
+the fake generator and the hash embedder on the bundled sample (69 questions). Then, one after
+the other, the same four core metrics (faithfulness, answer relevancy, context precision,
+context recall) judge them:
+
+- ``rag-exp custom``: our metrics (:mod:`rag_experiments.metrics`), ``judge.max_concurrency
+  = slots``;
+- ``rag-exp deepeval``: our DeepEval backend (DeepEval's metric classes, one per row);
+- ``deepeval evaluate()``: DeepEval's own runner with a ``DeepEvalBaseLLM`` that calls the same
+  server (async, its default concurrency), with ``include_reason=False`` and with its defaults.
+
+For each: judge calls (counted by the server), wall time, the ideal time ``calls x latency /
+slots`` (every slot busy all the time) and wall / ideal, and DeepEval ``evaluate()``'s wall
+time over ours. No response cache: every call reaches the server. A benchmark, not a test::
+
+    .venv/bin/python bench/judge_throughput.py [--latency 0.2] [--slots 8] [--questions 69]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+import rag_experiments.offline  # noqa: F401 - telemetry off before DeepEval is imported
+from rag_experiments.chunking.semantic import SemanticChunker
+from rag_experiments.data.jsonl import JsonlDataset
+from rag_experiments.embedding.hash import HashEmbedder
+from rag_experiments.index.chroma import ChromaIndex
+from rag_experiments.llm.fake import FakeChat
+from rag_experiments.llm.openai_compat import OpenAICompatChat
+from rag_experiments.metrics.answer_relevancy import AnswerRelevancy
+from rag_experiments.metrics.context_precision import ContextPrecision
+from rag_experiments.metrics.context_recall import ContextRecall
+from rag_experiments.metrics.deepeval_backend import (
+    DeepEvalAnswerRelevancy,
+    DeepEvalContextPrecision,
+    DeepEvalContextRecall,
+    DeepEvalFaithfulness,
+)
+from rag_experiments.metrics.faithfulness import Faithfulness
+from rag_experiments.metrics.scheduler import judge_rows
+from rag_experiments.retrieval.retriever import Retriever
+from rag_experiments.runner import evaluate
+from rag_experiments.targets.baseline import BaselineTarget
+
+
+def answers(n: int) -> tuple[list[Any], list[Any], Any]:
+    """The bundled sample's first ``n`` questions answered by the baseline (fake generator,
+    hash embedder), and the embedder."""
+    dataset = JsonlDataset("datasets/sample/eval.jsonl", corpus="datasets/sample/docs").load()
+    if n < len(dataset.samples):
+        dataset = dataset.subset(n, seed=0)
+    embedder = HashEmbedder()
+    target = BaselineTarget(
+        chunker=SemanticChunker(), embedder=embedder, retriever=Retriever(top_k=5),
+        index=ChromaIndex(path=tempfile.mkdtemp(prefix="bench-chroma-")),
+        generator=FakeChat(), generate=True,
+    )
+    result = evaluate(dataset, target, [], progress=False)
+    return result.samples, result.responses, embedder
+
+
+class ServerProcess:
+    """``python -m rag_experiments.llm.fake_openai`` in a child process."""
+
+    def __init__(self, latency: float, slots: int) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rag_experiments.llm.fake_openai", "--latency", str(latency),
+             "--slots", str(slots)], stdout=subprocess.PIPE, text=True)
+        self.url = self.proc.stdout.readline().strip() if self.proc.stdout else ""
+        self.root = self.url.removesuffix("/v1")
+        self.model = "fake-judge"
+
+    @property
+    def requests(self) -> int:
+        """Chat requests the server has received."""
+        return int(httpx.get(f"{self.root}/stats", trust_env=False).json()["requests"])
+
+    def stop(self) -> None:
+        """End the server."""
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def timed(server: ServerProcess, fn: Callable[[], Any]) -> tuple[int, float, Any]:
+    """``(calls the server received, wall seconds, fn's result)``."""
+    before = server.requests
+    started = time.perf_counter()
+    out = fn()
+    return server.requests - before, time.perf_counter() - started, out
+
+
+def deepeval_llm(base_url: str, model: str) -> Any:
+    """A ``DeepEvalBaseLLM`` that asks the server for JSON of DeepEval's schema, as a user of
+    DeepEval with a local OpenAI-compatible server would write it."""
+    from deepeval.models import DeepEvalBaseLLM
+
+    class ServerLLM(DeepEvalBaseLLM):
+        def __init__(self) -> None:
+            self.client = httpx.Client(base_url=base_url, timeout=120, trust_env=False)
+            self.aclient: httpx.AsyncClient | None = None
+            super().__init__(model)
+
+        def load_model(self) -> Any:
+            return self
+
+        def _body(self, prompt: str, schema: Any) -> dict[str, Any]:
+            body: dict[str, Any] = {"model": model, "temperature": 0,
+                                    "messages": [{"role": "user", "content": prompt}]}
+            if schema is not None:
+                body["response_format"] = {"type": "json_schema", "json_schema": {
+                    "name": schema.__name__, "schema": schema.model_json_schema()}}
+            return body
+
+        @staticmethod
+        def _out(reply: httpx.Response, schema: Any) -> Any:
+            text = reply.json()["choices"][0]["message"]["content"]
+            return schema.model_validate_json(text) if schema is not None else text
+
+        def generate(self, prompt: str, schema: Any = None) -> Any:
+            reply = self.client.post("/chat/completions", json=self._body(prompt, schema))
+            return self._out(reply, schema)
+
+        async def a_generate(self, prompt: str, schema: Any = None) -> Any:
+            if self.aclient is None:  # one per event loop
+                self.aclient = httpx.AsyncClient(base_url=base_url, timeout=120, trust_env=False,
+                                                 limits=httpx.Limits(max_connections=100))
+            reply = await self.aclient.post("/chat/completions", json=self._body(prompt, schema))
+            return self._out(reply, schema)
+
+        def get_model_name(self) -> str:
+            return model
+
+    return ServerLLM()
+
+
+def deepeval_evaluate(samples: list[Any], responses: list[Any], llm: Any,
+                      include_reason: bool) -> Any:
+    """DeepEval's own ``evaluate()`` on the four core metrics, quiet, no cache."""
+    from deepeval import evaluate as de_evaluate
+    from deepeval.evaluate import AsyncConfig, CacheConfig, DisplayConfig
+    from deepeval.metrics import (
+        AnswerRelevancyMetric,
+        ContextualPrecisionMetric,
+        ContextualRecallMetric,
+        FaithfulnessMetric,
+    )
+    from deepeval.test_case import LLMTestCase
+
+    cases = [LLMTestCase(input=s.user_input, actual_output=r.response,
+                         expected_output=s.reference or "-",
+                         retrieval_context=list(r.retrieved_contexts) or ["-"])
+             for s, r in zip(samples, responses, strict=True)]
+    kw: dict[str, Any] = {"model": llm} if include_reason else {"model": llm,
+                                                               "include_reason": False}
+    metrics = [FaithfulnessMetric(**kw), AnswerRelevancyMetric(**kw),
+               ContextualPrecisionMetric(**kw), ContextualRecallMetric(**kw)]
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    return de_evaluate(test_cases=cases, metrics=metrics, async_config=AsyncConfig(),
+                       display_config=DisplayConfig(show_indicator=False, print_results=False),
+                       cache_config=CacheConfig(write_cache=False, use_cache=False))
+
+
+def main() -> None:
+    """Parse the arguments, run the four systems, print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency", type=float, default=0.2, help="server latency per call (s)")
+    parser.add_argument("--slots", type=int, default=8, help="requests the server serves at once")
+    parser.add_argument("--questions", type=int, default=69, help="questions (69 = the sample)")
+    parser.add_argument("--skip", nargs="*", default=[],
+                        choices=["custom", "deepeval", "evaluate", "evaluate-defaults"],
+                        help="systems to leave out")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    os.chdir(os.path.join(os.path.dirname(__file__), ".."))
+    samples, responses, embedder = answers(args.questions)
+
+    rows: list[tuple[str, int, float]] = []
+    server = ServerProcess(args.latency, args.slots)
+    try:
+        judge = OpenAICompatChat(base_url=server.url, model=server.model, max_retries=0,
+                                 max_concurrency=args.slots)
+        judge.complete([{"role": "user", "content": "warm-up"}])
+        print(f"fake OpenAI-compatible judge at {server.url}: {args.latency * 1000:.0f} ms per "
+              f"call, {args.slots} slots; {len(samples)} questions; 4 core metrics")
+        if "custom" not in args.skip:
+            core = [Faithfulness(judge=judge), AnswerRelevancy(judge=judge, embedder=embedder),
+                    ContextPrecision(judge=judge), ContextRecall(judge=judge)]
+            calls, wall, _ = timed(server, lambda: judge_rows(core, samples, responses,
+                                                              progress=False))
+            rows.append(("rag-exp metrics=custom", calls, wall))
+        if "deepeval" not in args.skip:
+            ours = [cls(judge=judge) for cls in (DeepEvalFaithfulness, DeepEvalAnswerRelevancy,
+                                                 DeepEvalContextPrecision, DeepEvalContextRecall)]
+            calls, wall, _ = timed(server, lambda: judge_rows(ours, samples, responses,
+                                                              progress=False))
+            rows.append(("rag-exp metrics=deepeval", calls, wall))
+        for name, with_reason in (("evaluate", False), ("evaluate-defaults", True)):
+            if name in args.skip:
+                continue
+            llm = deepeval_llm(server.url, server.model)  # its async client binds to one loop
+            calls, wall, _ = timed(server, lambda r=with_reason, m=llm: deepeval_evaluate(
+                samples, responses, m, include_reason=r))
+            label = "deepeval evaluate(), include_reason=False" if not with_reason else \
+                "deepeval evaluate(), defaults"
+            rows.append((label, calls, wall))
+    finally:
+        server.stop()
+
+    ours_wall = {name: wall for name, _, wall in rows if name.startswith("rag-exp")}
+    print(f"\n{'system':<44} {'calls':>6} {'wall s':>7} {'ideal s':>8} {'wall/ideal':>10} "
+          f"{'vs custom':>10}")
+    for name, calls, wall in rows:
+        ideal = calls * args.latency / args.slots
+        vs = wall / ours_wall["rag-exp metrics=custom"] if "rag-exp metrics=custom" in ours_wall \
+            else float("nan")
+        print(f"{name:<44} {calls:>6} {wall:>7.2f} {ideal:>8.2f} {wall / ideal:>10.2f} "
+              f"{vs:>9.2f}x")
+    print("\nwall/ideal: 1.00 = every slot busy the whole time; 'vs custom': that system's wall "
+          "time over rag-exp metrics=custom's (> 1 = slower than ours).")
+
+
+if __name__ == "__main__":
+    main()

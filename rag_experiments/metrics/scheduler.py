@@ -1,0 +1,256 @@
+"""Scoring LLM-judged metrics concurrently, row by row, as answers arrive.
+
+A judged metric of either backend (:class:`JudgedRowMetric`: the custom metrics of
+:mod:`~rag_experiments.metrics.judge`, the DeepEval ones of
+:mod:`~rag_experiments.metrics.deepeval_backend`) scores one row at a time with
+:meth:`~JudgedRowMetric.score_row`, which returns the row's values and its audit record and
+changes no state. :class:`JudgeScheduler` runs those (row, metric) tasks on one thread pool per
+judge model, sized by what the model declares (``judge.max_concurrency``: 1 for the embedded
+model, the configured bound for a server), while the runner is still answering later
+questions: it calls :meth:`JudgeScheduler.submit` for question ``i`` as soon as questions
+``0..i`` are answered.
+
+**Results never depend on concurrency.** Values and audit records are stored by row index, so
+the per-query table, ``judge_audit.jsonl`` and the cache keys (the same prompts) are the same
+at any pool size; only the wall time changes. With one worker the calls happen in the order of
+the former one-at-a-time loop: question by question, and within a question the metrics whose
+prompt starts with the numbered contexts first (``shows_contexts``), so a llama.cpp judge
+reuses the shared prompt prefix.
+
+**Failures.** A row whose judge call fails is NaN with the judge's reason (inside
+``score_row``). A metric that cannot work at all — it raises a
+:class:`~rag_experiments.errors.RagExpError` that is not a model error, e.g. no judge given —
+stops being scheduled and its result carries that error (the runner marks its columns
+``metric_error``). Any other exception in one row is that row's NaN ``metric_error``: one bad
+question never costs the other rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from rag_experiments.errors import LLMError, RagExpError
+from rag_experiments.llm.base import ChatModel
+from rag_experiments.metrics.audit import USAGE_KEYS
+from rag_experiments.progress import Progress
+from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
+
+log = logging.getLogger(__name__)
+
+
+class JudgedRowMetric:
+    """Base of metrics scored one row at a time by an LLM judge (both backends).
+
+    A subclass sets :attr:`name`, may set :attr:`shows_contexts`, and implements
+    :meth:`specs` and :meth:`score_row`. :meth:`evaluate` and :meth:`audit` come from here.
+
+    Attributes:
+        judge: The judge chat model (None: every row raises
+            :class:`~rag_experiments.errors.ConfigError`).
+    """
+
+    name = "judged"
+    shows_contexts = False
+    """True when the prompt starts with the numbered contexts (scheduled first in a row)."""
+    judge: ChatModel | None = None
+
+    def specs(self) -> list[MetricSpec]:
+        """The metric's (prefixed) columns."""
+        raise NotImplementedError
+
+    def score_row(
+        self, sample: Sample, resp: RagResponse
+    ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
+        """Score one row; called from worker threads, so it must not change the metric.
+
+        Returns:
+            ``({column: MetricValue}, audit record)``, every (prefixed) column present; the
+            record holds the :data:`~rag_experiments.metrics.audit.USAGE_KEYS` counters.
+
+        Raises:
+            ConfigError: No judge was given.
+        """
+        raise NotImplementedError
+
+    def evaluate(
+        self, samples: Sequence[Sample], responses: Sequence[RagResponse]
+    ) -> list[dict[str, MetricValue]]:
+        """Score every row, ``judge.max_concurrency`` rows at once.
+
+        Args:
+            samples: The samples.
+            responses: Their responses.
+
+        Returns:
+            One ``{column: MetricValue}`` per row; :meth:`audit` then has one record per row.
+
+        Raises:
+            RagExpError: The metric cannot work (e.g. ``ConfigError``: no judge).
+        """
+        (result,) = judge_rows([self], samples, responses, progress=False).values()
+        if result.error is not None:
+            raise result.error
+        self._last_audit = result.audit
+        return result.values
+
+    def audit(self) -> list[dict[str, Any]]:
+        """One audit record per row of the last :meth:`evaluate` (``[]`` before any)."""
+        return list(getattr(self, "_last_audit", []))
+
+
+@dataclass
+class RowResults:
+    """One metric's outcome over all rows.
+
+    Attributes:
+        values: One ``{column: MetricValue}`` per row.
+        audit: One audit record per row.
+        error: The error that stopped the metric (then ``values`` and ``audit`` are
+            incomplete and must not be used), else None.
+    """
+
+    values: list[dict[str, MetricValue]]
+    audit: list[dict[str, Any]]
+    error: BaseException | None = None
+
+
+class JudgeScheduler:
+    """Runs judged metrics on rows submitted one by one (see the module docstring).
+
+    Use as a context manager: leaving it on an exception (Ctrl-C) cancels what has not
+    started.
+
+    Args:
+        metrics: The judged metrics.
+        n_rows: Rows that will be submitted (indices ``0 .. n_rows - 1``).
+        progress: Show a ``judging`` bar and log lines (:class:`~rag_experiments.progress.
+            Progress`).
+        position: Line of the bar (1 when an ``answering`` bar is shown above it).
+    """
+
+    def __init__(
+        self,
+        metrics: Sequence[JudgedRowMetric],
+        n_rows: int,
+        *,
+        progress: bool = True,
+        position: int | None = None,
+    ) -> None:
+        self.metrics = sorted(metrics, key=lambda m: not m.shows_contexts)
+        self.n_rows = n_rows
+        self._pools: dict[int, ThreadPoolExecutor] = {}
+        self._labels: dict[int, str] = {}
+        for m in self.metrics:
+            key = id(m.judge)
+            if key not in self._pools:
+                workers = max(1, int(m.judge.max_concurrency)) if m.judge is not None else 1
+                self._pools[key] = ThreadPoolExecutor(workers, thread_name_prefix="judge")
+                who = m.judge.describe() if m.judge is not None else {}
+                name = f"{who.get('provider', '')} {who.get('model', '')}".strip() or "no judge"
+                self._labels[key] = f"{name}, {workers} at once"
+        self._values: dict[int, list[Any]] = {id(m): [None] * n_rows for m in self.metrics}
+        self._audit: dict[int, list[Any]] = {id(m): [None] * n_rows for m in self.metrics}
+        self._errors: dict[int, BaseException] = {}
+        self._left = [len(self.metrics)] * n_rows
+        self._lock = threading.Lock()
+        self._futures: list[Future[None]] = []
+        self._progress = Progress(n_rows, "judging", enabled=progress and bool(self.metrics),
+                                  position=position)
+
+    def describe(self) -> str:
+        """``"openai qwen2.5-7b, 8 at once"`` per judge model, or ``"none"``."""
+        return "; ".join(self._labels.values()) or "none"
+
+    def submit(self, index: int, sample: Sample, resp: RagResponse) -> None:
+        """Queue every metric of row ``index`` (call in row order, as answers arrive)."""
+        for m in self.metrics:
+            pool = self._pools[id(m.judge)]
+            self._futures.append(pool.submit(self._run, m, index, sample, resp))
+
+    def _run(self, metric: JudgedRowMetric, index: int, sample: Sample,
+             resp: RagResponse) -> None:
+        if id(metric) not in self._errors:
+            try:
+                values, record = metric.score_row(sample, resp)
+            except RagExpError as exc:
+                if isinstance(exc, LLMError):  # a model error that escaped: this row only
+                    values, record = _row_error(metric, sample, exc)
+                else:  # the metric cannot work (no judge, a model that cannot load)
+                    with self._lock:
+                        self._errors.setdefault(id(metric), exc)
+                    values, record = {}, {}
+            except Exception as exc:  # noqa: BLE001 - one bad row never costs the others
+                values, record = _row_error(metric, sample, exc)
+            for key in USAGE_KEYS:
+                record.setdefault(key, 0)
+            self._values[id(metric)][index] = values
+            self._audit[id(metric)][index] = record
+        with self._lock:
+            self._left[index] -= 1
+            row_done = self._left[index] == 0
+        if row_done:
+            self._progress.update()
+
+    def finish(self) -> dict[int, RowResults]:
+        """Wait for every queued task.
+
+        Returns:
+            ``{id(metric): RowResults}`` for every metric.
+        """
+        for future in self._futures:
+            future.result()
+        self._progress.close()
+        return {
+            id(m): RowResults(self._values[id(m)], self._audit[id(m)], self._errors.get(id(m)))
+            for m in self.metrics
+        }
+
+    def close(self, cancel: bool = False) -> None:
+        """Stop the worker pools (``cancel``: drop tasks not started)."""
+        for pool in self._pools.values():
+            pool.shutdown(wait=not cancel, cancel_futures=cancel)
+        self._progress.close()
+
+    def __enter__(self) -> JudgeScheduler:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(cancel=exc_type is not None)
+
+
+def judge_rows(
+    metrics: Sequence[JudgedRowMetric],
+    samples: Sequence[Sample],
+    responses: Sequence[RagResponse],
+    *,
+    progress: bool = True,
+) -> dict[int, RowResults]:
+    """Score ``metrics`` on rows whose answers are all known (see :class:`JudgeScheduler`).
+
+    Returns:
+        ``{id(metric): RowResults}``.
+    """
+    with JudgeScheduler(metrics, len(samples), progress=progress) as scheduler:
+        for i, (sample, resp) in enumerate(zip(samples, responses, strict=True)):
+            scheduler.submit(i, sample, resp)
+        return scheduler.finish()
+
+
+def _row_error(
+    metric: JudgedRowMetric, sample: Sample, exc: BaseException
+) -> tuple[dict[str, MetricValue], dict[str, Any]]:
+    """Every column of ``metric`` NaN for one row after an unexpected exception."""
+    reason = exc.reason if isinstance(exc, LLMError) else "metric_error"
+    log.error("%s failed on question %s: %s: %s", metric.name, sample.id, type(exc).__name__,
+              exc, exc_info=not isinstance(exc, LLMError))
+    values = {s.name: MetricValue.nan(reason) for s in metric.specs()}
+    return values, {"error": reason, "error_message": f"{type(exc).__name__}: {exc}"}
