@@ -28,53 +28,63 @@ import math
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from typing import Any
 
 FAULTS = ("429", "500", "garbage", "drop")
 """Fault kinds :class:`FakeOpenAIServer` can inject."""
 
 
-def schema_instance(schema: dict[str, Any], root: dict[str, Any] | None = None) -> Any:
-    """The smallest JSON value valid against ``schema`` (the subset pydantic emits).
+def schema_instance(
+    schema: dict[str, Any],
+    root: dict[str, Any] | None = None,
+    pick: Callable[[int], int] | None = None,
+) -> Any:
+    """A small JSON value valid against ``schema`` (the subset pydantic emits).
 
     Args:
         schema: A JSON schema node.
         root: The document holding ``$defs`` (default: ``schema``).
+        pick: Chooses among ``n`` allowed values (returns ``0 .. n-1``) for enums, booleans
+            and bounded integers; None = always the first (the smallest instance).
 
     Returns:
         A JSON-ready value: objects with every required property, arrays of
-        ``max(minItems, 1)`` items (0 only when ``maxItems`` is 0), the first ``enum`` value or
-        the ``const``, numbers at ``minimum`` (else 1), strings of ``minLength`` ``"x"``
-        characters (at least one when allowed), ``true`` for booleans.
+        ``max(minItems, 1)`` items (0 only when ``maxItems`` is 0), an ``enum`` value or the
+        ``const``, numbers from ``minimum`` (else 1), strings of ``minLength`` ``"x"``
+        characters (at least one when allowed), booleans.
     """
     root = root if root is not None else schema
+    choose = pick or (lambda n: 0)
     if "$ref" in schema:
         name = schema["$ref"].rsplit("/", 1)[-1]
-        return schema_instance(root.get("$defs", {})[name], root)
+        return schema_instance(root.get("$defs", {})[name], root, pick)
     if "const" in schema:
         return schema["const"]
     if "enum" in schema:
-        return schema["enum"][0]
+        return schema["enum"][choose(len(schema["enum"]))]
     for key in ("anyOf", "oneOf", "allOf"):
         if key in schema:
             options = [o for o in schema[key] if o.get("type") != "null"] or schema[key]
-            return schema_instance(options[0], root)
+            return schema_instance(options[0], root, pick)
     kind = schema.get("type", "object")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object":
         props = schema.get("properties", {})
-        return {k: schema_instance(props[k], root) for k in schema.get("required", props)}
+        return {k: schema_instance(props[k], root, pick) for k in schema.get("required", props)}
     if kind == "array":
         n = max(int(schema.get("minItems", 1)), 1)
         if "maxItems" in schema:
             n = min(n, int(schema["maxItems"]))
-        return [schema_instance(schema.get("items", {}), root) for _ in range(n)]
+        return [schema_instance(schema.get("items", {}), root, pick) for _ in range(n)]
     if kind in ("integer", "number"):
-        low = schema.get("minimum", schema.get("exclusiveMinimum", 0) + 1)
-        return int(low) if kind == "integer" else float(low)
+        low = int(schema.get("minimum", schema.get("exclusiveMinimum", 0) + 1))
+        if kind == "integer" and "maximum" in schema:
+            low += choose(int(schema["maximum"]) - low + 1)
+        return low if kind == "integer" else float(low)
     if kind == "boolean":
-        return True
+        return choose(2) == 0
     if kind == "null":
         return None
     n = max(int(schema.get("minLength", 1)), 1)
@@ -120,6 +130,7 @@ class FakeOpenAIServer:
         self.retry_after_s = retry_after_s
         self.requests = 0
         self.faults = 0
+        self.gone = False
         self.in_flight = 0
         self.peak_in_flight = 0
         self._slots = threading.BoundedSemaphore(slots)
@@ -135,7 +146,9 @@ class FakeOpenAIServer:
         return self
 
     def stop(self) -> None:
-        """Stop serving and close the socket."""
+        """Stop serving and close the socket; requests on kept-alive connections are then
+        dropped unanswered, as by a server that died."""
+        self.gone = True
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -161,6 +174,8 @@ class FakeOpenAIServer:
             self.requests += 1
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            if self.gone:
+                return "drop"
             share = self.fault_share
             if self.fault and math.floor((n + 1) * share) > math.floor(n * share):
                 self.faults += 1
