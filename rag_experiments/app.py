@@ -264,6 +264,11 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
             print(f"  {spec.name:<30} {summary[spec.name]:.4f} {ci:<16} (n={n})")
     print(f"  samples {int(result.counts['n_samples'])}, failed {int(result.counts['n_failed'])}, "
           f"{result.counts['duration_s']:.1f} s")
+    judge_errors = {k.removeprefix("judge.errors."): int(v) for k, v in summary.items()
+                    if k.startswith("judge.errors.")}
+    if judge_errors:
+        print("  judge errors (NaN cells): " + ", ".join(
+            f"{reason} {n}" for reason, n in sorted(judge_errors.items())))
     if "judge_calls_per_question" in summary:
         tokens = summary["judge_prompt_tokens"] + summary["judge_completion_tokens"]
         print(f"  judge calls per question {summary['judge_calls_per_question']:.2f} "

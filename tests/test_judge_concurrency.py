@@ -221,6 +221,24 @@ def test_breaker_fails_fast_after_consecutive_connection_failures_and_probes() -
     assert gate.call(lambda: "again") == "again"
 
 
+def test_breaker_stays_closed_while_the_server_still_answers_some_calls() -> None:
+    now = [0.0]
+    gate = EndpointGate(8, trip_after=3, quiet_s=1.0, clock=lambda: now[0])
+    gate.call(lambda: None)  # an answer at t = 0
+    sent = [0]
+
+    def dropped() -> None:
+        sent[0] += 1
+        raise LLMUnreachableError("connection reset")
+
+    for _ in range(5):  # five drops in a row, all within a second of the last answer
+        now[0] += 0.1
+        with pytest.raises(LLMUnreachableError) as exc:
+            gate.call(dropped)
+        assert not isinstance(exc.value, EndpointDownError)
+    assert sent[0] == 5  # every one was sent: the breaker stayed closed
+
+
 def test_server_gone_mid_run_fails_the_remaining_rows_quickly_as_unreachable() -> None:
     server = FakeOpenAIServer(latency_s=0.05, slots=8).start()
     judge = OpenAICompatChat(model=server.model, base_url=server.url, max_concurrency=4,
@@ -294,3 +312,61 @@ def test_kill_9_during_concurrent_judging_then_resume_scores_every_row_once(
     # the judge calls made before the kill came from the response cache
     assert resumed_calls < run.data.metrics["judge_calls"]
     assert run.data.metrics["judge.llm_cache_hits"] > 0
+
+
+# --- faults of the judge during a run (issue 16, items 1 and 5) ------------------------------
+
+
+def _run_with_faulty_judge(tmp_path: Path, fault: str, *extra: str) -> tuple[Any, Any]:
+    uri = f"sqlite:///{tmp_path}/mlruns.db"
+    with FakeOpenAIServer(latency_s=0.01, slots=8, fault=fault, fault_share=1 / 3) as server:
+        proc = subprocess.run(
+            [sys.executable, "-m", "rag_experiments", "run", "llm=fake", "embedder=hash",
+             "judge=openai", f"judge.base_url={server.url}", "judge.model=fake-judge",
+             "judge.max_concurrency=4", "judge.max_retries=0", "judge.parse_retries=0",
+             "metrics=custom", "max_samples=12", "progress=false", f"tracking.uri={uri}",
+             f"paths.cache_dir={tmp_path}/cache", f"hydra.run.dir={tmp_path}/job", *extra],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+            env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+        assert server.faults > 0
+    client = mlflow.MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("rag-experiments")
+                                 .experiment_id])
+    return proc, run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("fault", "reason"), [("500", "http_error"),
+                                               ("garbage", "parse_error"),
+                                               ("drop", "unreachable")])
+def test_faulty_judge_run_completes_with_reasons_and_counts(
+    tmp_path: Path, fault: str, reason: str,
+) -> None:
+    proc, run = _run_with_faulty_judge(tmp_path, fault, "max_failure_rate=0.9")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert run.info.status == "FINISHED"
+    n = run.data.metrics[f"judge.errors.{reason}"]
+    assert n > 0
+    assert f"judge errors (NaN cells): {reason} {int(n)}" in proc.stdout
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
+    local = client.download_artifacts(run.info.run_id, "per_query_results.csv")
+    table = pd.read_csv(io.StringIO(Path(local).read_text(encoding="utf-8")))
+    judged = ["faithfulness", "answer_relevancy", "context_precision", "context_recall",
+              "answer_judge.accuracy"]
+    cells = table[[f"{c}.reason" for c in judged]]
+    assert int((cells == reason).sum().sum()) >= 1
+    for col in judged:  # every NaN cell has its reason
+        assert table.loc[table[col].isna(), f"{col}.reason"].notna().all()
+
+
+@pytest.mark.slow
+def test_judge_service_failures_above_max_failure_rate_fail_the_run_after_logging(
+    tmp_path: Path,
+) -> None:
+    proc, run = _run_with_faulty_judge(tmp_path, "500", "max_failure_rate=0.1")
+    assert proc.returncode != 0
+    assert "the judge failed on too many questions" in proc.stdout + proc.stderr
+    assert run.info.status == "FAILED"
+    assert run.data.metrics["judge.errors.http_error"] > 0  # logged before failing
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
+    assert "per_query_results.csv" in {a.path for a in client.list_artifacts(run.info.run_id)}

@@ -13,8 +13,9 @@ through its :class:`EndpointGate`:
   multiplicative decrease, as TCP congestion control: Jacobson 1988, *Congestion Avoidance
   and Control*, SIGCOMM). In-flight attempts are never cut, so the count never exceeds the
   configured limit.
-- **Breaker.** After ``trip_after`` consecutive connection failures (refused, reset: the
-  server is gone) the gate opens: every attempt fails at once with
+- **Breaker.** After ``trip_after`` consecutive connection failures (refused, reset) with no
+  success for ``quiet_s`` seconds (the server is gone, not just dropping a few connections)
+  the gate opens: every attempt fails at once with
   :class:`EndpointDownError` (reason ``unreachable``, not retried) instead of waiting out its
   retries, until ``probe_after_s`` seconds later one attempt is let through to probe; a success
   closes the gate again. So a server that dies mid-run fails the remaining rows quickly.
@@ -57,6 +58,8 @@ class EndpointGate:
         limit: Most attempts in flight at once (>= 1).
         where: Names the endpoint in messages (``"openai qwen at http://…"``).
         trip_after: Consecutive connection failures that open the breaker (>= 1).
+        quiet_s: ... and seconds without a success (so a server that drops some connections
+            but answers others never trips it).
         probe_after_s: Seconds an open breaker waits before letting one probe through.
         clock: Monotonic clock in seconds (tests pass a fake).
 
@@ -74,6 +77,7 @@ class EndpointGate:
         *,
         where: str = "model endpoint",
         trip_after: int = 3,
+        quiet_s: float = 1.0,
         probe_after_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -86,11 +90,13 @@ class EndpointGate:
         self.where = where
         self.trip_after = int(trip_after)
         self.probe_after_s = float(probe_after_s)
+        self.quiet_s = float(quiet_s)
         self._clock = clock
         self._cond = threading.Condition()
         self._bound = float(self.limit)
         self._paused_until = 0.0
         self._failures = 0
+        self._last_ok = float("-inf")
         self._opened_at: float | None = None
         self._probing = False
         self.in_flight = 0
@@ -165,12 +171,15 @@ class EndpointGate:
                 self._probing = False
             if outcome == "unreachable":
                 self._failures += 1
-                if probe or (self._failures >= self.trip_after and self._opened_at is None):
+                quiet = self._clock() - self._last_ok >= self.quiet_s
+                if probe or (self._failures >= self.trip_after and quiet
+                             and self._opened_at is None):
                     self._opened_at = self._clock()
                     log.warning("%s: %d connection failures in a row; failing its calls at once "
                                 "for %.0f s", self.where, self._failures, self.probe_after_s)
             else:
                 self._failures = 0
+                self._last_ok = self._clock()
                 if self._opened_at is not None:
                     log.info("%s answers again", self.where)
                 self._opened_at = None
