@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rag_experiments.metrics.audit import note_pick
 from rag_experiments.metrics.judge import JudgedMetric
 from rag_experiments.metrics.prompts import answer_judge as prompt
 from rag_experiments.records import MetricValue, RagResponse, Sample
@@ -76,6 +77,7 @@ class AnswerJudge(JudgedMetric):
         if judgement.parsed is None:
             return self._nan_all(judgement.error or "judge_error")[0], record
         grades = judgement.parsed
+        note_pick(record, grades)
         scores = {c: int(getattr(grades, c)) for c in CRITERIA}
         record.update(scores=scores, feedback=grades.feedback)  # type: ignore[attr-defined]
         return self._values(scores, None), record

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from rag_experiments.errors import ConfigError
+from rag_experiments.metrics.audit import note_pick
 from rag_experiments.metrics.judge import JudgedMetric
 from rag_experiments.metrics.prompts import answer_relevancy as prompt
 from rag_experiments.metrics.refusal import compile_patterns, is_refusal
@@ -106,6 +107,7 @@ class AnswerRelevancy(JudgedMetric):
         if judgement.parsed is None:
             return {"answer_relevancy": MetricValue.nan(judgement.error or "judge_error")}, record
         parsed = judgement.parsed
+        note_pick(record, parsed)
         questions = list(parsed.questions)  # type: ignore[attr-defined]
         noncommittal = bool(parsed.noncommittal)  # type: ignore[attr-defined]
         q_vec = np.asarray(self.embedder.embed_query(sample.user_input), dtype=np.float64)

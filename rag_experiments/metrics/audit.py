@@ -14,10 +14,25 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from rag_experiments.llm.parsing import StructuredOutput
 from rag_experiments.records import Sample
 
 USAGE_KEYS = ("judge_calls", "judge_prompt_tokens", "judge_completion_tokens")
 """Per-record usage counters summed over metrics."""
+
+
+def note_pick(record: dict[str, Any], parsed: Any) -> None:
+    """Record in ``record["judgement"]["picked"]`` which JSON object of the judge's reply was
+    graded (``"picked candidate 2 of 2"``) when the reply held several; nothing otherwise.
+
+    Args:
+        record: A judged metric's audit record (with the ``judgement`` entry).
+        parsed: The judgement's validated output (a
+            :class:`~rag_experiments.llm.parsing.StructuredOutput` carries the note).
+    """
+    note = parsed.pick_note if isinstance(parsed, StructuredOutput) else None
+    if note is not None:
+        record["judgement"]["picked"] = note
 
 
 def collect_audit(

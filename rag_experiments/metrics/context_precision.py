@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rag_experiments.metrics.audit import note_pick
 from rag_experiments.metrics.judge import InvalidVerdictError, JudgedMetric, has_context
 from rag_experiments.metrics.prompts import context_precision as prompt
 from rag_experiments.metrics.prompts.base import format_contexts
@@ -117,6 +118,7 @@ class ContextPrecision(JudgedMetric):
         if judgement.parsed is None:
             out[column] = MetricValue.nan(judgement.error or "judge_error")
             return out, record
+        note_pick(record, judgement.parsed)
         relevant = [v == "yes" for v in judgement.parsed.verdicts]  # type: ignore[attr-defined]
         record["verdicts"] = [{"rank": k, "relevant": r} for k, r in enumerate(relevant, start=1)]
         out[column] = MetricValue(average_precision(relevant))

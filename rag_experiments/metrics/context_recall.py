@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rag_experiments.metrics.audit import note_pick
 from rag_experiments.metrics.judge import JudgedMetric, has_context
 from rag_experiments.metrics.prompts import context_recall as prompt
 from rag_experiments.metrics.prompts.base import format_contexts
@@ -73,6 +74,7 @@ class ContextRecall(JudgedMetric):
         judgement, record = self._ask(prompt.PROMPT, fields, schema)
         if judgement.parsed is None:
             return {"context_recall": MetricValue.nan(judgement.error or "judge_error")}, record
+        note_pick(record, judgement.parsed)
         claims = judgement.parsed.claims  # type: ignore[attr-defined]
         record["claims"] = [
             {"claim": c.claim, "context": c.context, "attributed": c.context > 0} for c in claims

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rag_experiments.llm.base import ChatModel
+from rag_experiments.metrics.audit import note_pick
 from rag_experiments.metrics.judge import JudgedMetric, has_context
 from rag_experiments.metrics.prompts import faithfulness as prompt
 from rag_experiments.metrics.prompts.base import format_contexts
@@ -94,6 +95,7 @@ class Faithfulness(JudgedMetric):
         judgement, record = self._ask(prompt.PROMPT, fields, prompt.output_model(len(contexts)))
         if judgement.parsed is None:
             return {"faithfulness": MetricValue.nan(judgement.error or "judge_error")}, record
+        note_pick(record, judgement.parsed)
         claims = judgement.parsed.claims  # type: ignore[attr-defined]
         record["claims"] = [
             {"claim": c.claim, "context": c.context, "supported": c.context > 0} for c in claims
