@@ -14,6 +14,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from rag_experiments.config.resolvers import register_resolvers
 from rag_experiments.config.schema import register_configs
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError, RagExpError
@@ -49,6 +50,7 @@ def is_embedded_model(node: Any) -> bool:
 
 def _register() -> None:
     register_configs()
+    register_resolvers()  # ${unique_dir:…} of hydra.run.dir / hydra.sweep.dir
     if not OmegaConf.has_resolver("rx.root"):
         OmegaConf.register_new_resolver("rx.root", lambda: str(PROJECT_ROOT))
 

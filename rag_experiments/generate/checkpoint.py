@@ -10,10 +10,10 @@ Files in the output folder:
 - ``manifest.json``: what the data was generated from (corpus folder and digest, chunker,
   models, prompt version), so a resume with other settings is refused.
 
-A crash can cut the last line of a JSONL file short; :meth:`Checkpoint.load` drops such a torn
-line (it was never acknowledged) and truncates the file to the last complete line, so appends
-continue on a clean line. A sample is appended before its attempt record, so a sample without
-a record still counts as accepted.
+Both JSONL files are :class:`~rag_experiments.common.appendlog.AppendLog` files: a crash can
+cut the last line short; reading skips such a torn line (it was never acknowledged) and the
+next append cuts it off first, so appends continue on a clean line. A sample is appended before
+its attempt record, so a sample without a record still counts as accepted.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rag_experiments.common.appendlog import AppendLog, CorruptLineError
 from rag_experiments.errors import ConfigError, DatasetError
 from rag_experiments.records import Sample
 
@@ -83,6 +84,8 @@ class Checkpoint:
         self.eval_path = self.out / EVAL_FILE
         self.attempts_path = self.out / ATTEMPTS_FILE
         self.manifest_path = self.out / MANIFEST_FILE
+        self._eval_log = AppendLog(self.eval_path)
+        self._attempts_log = AppendLog(self.attempts_path)
 
     def exists(self) -> bool:
         """True when the folder holds generated data (samples or attempts)."""
@@ -104,7 +107,7 @@ class Checkpoint:
                 line is not a valid sample.
         """
         state = CheckpointState(samples=self.samples())
-        for _, row in _read_rows(self.attempts_path):
+        for _, row in _read_rows(self._attempts_log):
             if isinstance(row.get("key"), str):
                 state.attempts[row["key"]] = row
         for sample in state.samples:  # a crash between the two appends
@@ -124,7 +127,7 @@ class Checkpoint:
                 valid sample.
         """
         samples = []
-        for number, row in _read_rows(self.eval_path):
+        for number, row in _read_rows(self._eval_log):
             try:
                 samples.append(Sample.model_validate(row))
             except ValidationError as exc:
@@ -136,12 +139,11 @@ class Checkpoint:
 
     def append_sample(self, sample: Sample) -> None:
         """Append one accepted sample to ``eval.jsonl`` and flush it to disk."""
-        _append_line(self.eval_path, json.dumps(sample.model_dump(mode="json"),
-                                                ensure_ascii=False))
+        self._eval_log.append(sample.model_dump(mode="json"))
 
     def append_attempt(self, record: Mapping[str, Any]) -> None:
         """Append one finished attempt to ``attempts.jsonl`` and flush it to disk."""
-        _append_line(self.attempts_path, json.dumps(dict(record), ensure_ascii=False))
+        self._attempts_log.append(dict(record))
 
     def read_manifest(self) -> dict[str, Any] | None:
         """The manifest, or None when there is none."""
@@ -181,42 +183,22 @@ class Checkpoint:
             )
 
 
-def _append_line(path: Path, line: str) -> None:
-    """Append ``line`` + newline, flush and fsync, so an accepted pair survives a crash."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8", newline="\n") as handle:
-        handle.write(line + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """JSON objects of a JSONL file with their line numbers, dropping a torn last line.
+def _read_rows(appendlog: AppendLog) -> list[tuple[int, dict[str, Any]]]:
+    """JSON objects of an append-only JSONL file with their line numbers (a torn last line
+    is skipped).
 
     Raises:
         DatasetError: A complete line is not a JSON object.
     """
-    if not path.is_file():
-        return []
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        keep = data.rfind(b"\n") + 1
-        log.warning("%s: dropping an incomplete last line (an interrupted write)", path)
-        with path.open("r+b") as handle:
-            handle.truncate(keep)
-        data = data[:keep]
     rows: list[tuple[int, dict[str, Any]]] = []
-    for number, raw in enumerate(data.decode("utf-8").split("\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(
-                f"{path}:{number}: invalid JSON ({exc.msg}); fix or delete the line, or pass "
-                "overwrite=true to start again"
-            ) from exc
-        if not isinstance(value, dict):
-            raise DatasetError(f"{path}:{number}: expected a JSON object")
-        rows.append((number, value))
+    try:
+        for record in appendlog.read(strict=True):
+            if not isinstance(record.value, dict):
+                raise DatasetError(f"{appendlog.path}:{record.number}: expected a JSON object")
+            rows.append((record.number, record.value))
+    except CorruptLineError as exc:
+        raise DatasetError(
+            f"{exc.path}:{exc.number}: {exc.detail}; fix or delete the line, or pass "
+            "overwrite=true to start again"
+        ) from exc
     return rows

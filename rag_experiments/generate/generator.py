@@ -33,7 +33,6 @@ exactly as Ctrl-C does (``summary.interrupted``; everything accepted is on disk)
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
@@ -45,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from tqdm.auto import tqdm
 
 from rag_experiments.data.base import corpus_digest
@@ -66,7 +65,7 @@ from rag_experiments.generate.summary import GenerationSummary
 from rag_experiments.generate.unanswerable import AnswerabilityCheck
 from rag_experiments.llm.base import ChatModel, Completion
 from rag_experiments.llm.batch import ChatRequest, complete_many
-from rag_experiments.llm.parsing import LLMParseError, extract_json_text
+from rag_experiments.llm.parsing import LLMParseError
 from rag_experiments.protocols import Chunker, Embedder
 from rag_experiments.records import QUESTION_TYPES, Chunk, Sample
 
@@ -498,7 +497,7 @@ class DatasetGenerator:
         ]
         outcomes = []
         for task, result in zip(wave, self._requests(self.chat, requests), strict=True):
-            parsed, failed = _parsed(result, QAPair)
+            parsed, failed = _parsed(result)
             if failed is not None:
                 outcomes.append(failed)
                 continue
@@ -524,7 +523,7 @@ class DatasetGenerator:
         outcomes: list[_Outcome] = []
         to_judge: list[int] = []
         for task, result in zip(wave, self._requests(self.chat, requests), strict=True):
-            parsed, failed = _parsed(result, UnanswerableQuestion)
+            parsed, failed = _parsed(result)
             if failed is not None:
                 outcomes.append(failed)
                 continue
@@ -665,22 +664,15 @@ def _clean(text: str) -> str:
     return " ".join(text.split())
 
 
-def _parsed(
-    result: Completion | LLMError, schema: type[BaseModel]
-) -> tuple[BaseModel | None, _Outcome | None]:
+def _parsed(result: Completion | LLMError) -> tuple[BaseModel | None, _Outcome | None]:
     """The parsed reply of a call, or the outcome of a failed call.
 
-    Output that fails only because a JSON string holds a raw control character (a line break
-    or tab, which small models write and strict JSON forbids) is parsed again with
-    ``json.loads(strict=False)``. Other unparseable output is a rejection
-    (``unparseable_output``); other model errors are retried on the next run.
+    Unparseable output (see :func:`~rag_experiments.llm.parsing.parse_reply`: raw line breaks
+    inside JSON strings are already accepted there) is a rejection (``unparseable_output``);
+    other model errors are retried on the next run.
     """
     if isinstance(result, LLMParseError):
-        try:
-            data = json.loads(extract_json_text(result.raw), strict=False)
-            return schema.model_validate(data), None
-        except (ValueError, ValidationError):
-            return None, _Outcome(reason="unparseable_output", detail=str(result))
+        return None, _Outcome(reason="unparseable_output", detail=str(result))
     if isinstance(result, LLMError):
         return None, _Outcome(error=result.reason, detail=str(result))
     return result.parsed, None

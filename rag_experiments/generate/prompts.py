@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from rag_experiments.llm.base import Message
+from rag_experiments.llm.parsing import StructuredOutput
 
 PROMPT_VERSION = "gen-v1"
 """Version of every prompt in this module (bump on any wording change)."""
@@ -28,21 +29,21 @@ ANSWER_MAX_CHARS = 600
 """Upper bound on a generated answer's length (characters)."""
 
 
-class QAPair(BaseModel):
+class QAPair(StructuredOutput):
     """What the generator must return for an answerable question."""
 
     question: str = Field(max_length=QUESTION_MAX_CHARS)
     answer: str = Field(max_length=ANSWER_MAX_CHARS)
 
 
-class UnanswerableQuestion(BaseModel):
+class UnanswerableQuestion(StructuredOutput):
     """What the generator must return for an unanswerable question."""
 
     question: str = Field(max_length=QUESTION_MAX_CHARS)
 
 
-class AnswerCheck(BaseModel):
-    """The judge's verdict: do the passages answer the question?"""
+class AnswerCheck(StructuredOutput):
+    """The judge's verdict: do the passages answer the question? (a JSON boolean)"""
 
     answered: bool
 

@@ -5,11 +5,18 @@ is resumed without answering those questions again.
 Layout of a job directory (Hydra's ``hydra.run.dir`` or a sweep job's subdir)::
 
     checkpoint.json    {"run_id": …, "dataset_digest": …}   written when the run opens
-    responses.jsonl    {"id": <sample id>, "response": <RagResponse fields>}  one per answer
+    responses.jsonl    {"id": <sample id>, "run_id": …, "response": <RagResponse fields>}
 
 Only successful answers are stored: a question whose target failed (timeout, server error) is
-asked again on resume. A line cut short by a kill is ignored; a sample id seen twice keeps
-its first answer, so every sample appears exactly once.
+asked again on resume. ``responses.jsonl`` is an :class:`~rag_experiments.common.appendlog.
+AppendLog`: a line cut short by a kill is skipped on load and cut off before the next append
+(so the first answer after a crash is kept); a sample id seen twice keeps its first answer, so
+every sample appears exactly once.
+
+A checkpoint belongs to one run: every answer carries the run id of ``checkpoint.json``, an
+append by a run other than the one ``checkpoint.json`` names is refused
+(:class:`CheckpointOwnerError`), and answers of another run found in the file are skipped on
+load.
 
 Metric values are not checkpointed: they are recomputed over all rows after the answers,
 and an LLM judge's calls are answered from the response cache (``paths.llm_cache``) when a
@@ -22,10 +29,10 @@ import dataclasses
 import json
 import logging
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
+from rag_experiments.common.appendlog import AppendLog
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError
 from rag_experiments.records import RagResponse, Sample
@@ -36,40 +43,59 @@ RESPONSES_FILE = "responses.jsonl"
 META_FILE = "checkpoint.json"
 
 
+class CheckpointOwnerError(ConfigError):
+    """An answer of one run was about to be appended to the checkpoint of another run (two
+    runs share a job folder)."""
+
+
 class ResponseCheckpoint:
     """Append-only JSONL store of answered questions, keyed by sample id (thread-safe).
 
+    The store belongs to the run named in ``checkpoint.json`` once :meth:`write_meta` is
+    called (or ``run_id`` is given): from then on every answer is stamped with that run id and
+    an append is refused when ``checkpoint.json`` names another run.
+
     Args:
         job_dir: The folder holding ``responses.jsonl`` (created when missing).
+        run_id: The run that appends here, when known before :meth:`write_meta`.
     """
 
-    def __init__(self, job_dir: str | Path) -> None:
+    def __init__(self, job_dir: str | Path, run_id: str | None = None) -> None:
         self.job_dir = Path(job_dir)
         self.path = self.job_dir / RESPONSES_FILE
-        self._lock = threading.Lock()
+        self.run_id = run_id
+        self._log = AppendLog(self.path)
 
     def load(self) -> dict[str, RagResponse]:
-        """Read every stored answer.
+        """Read every stored answer of this checkpoint's run.
+
+        Answers stamped with a run id other than the one in ``checkpoint.json`` are skipped
+        with a warning; unstamped ones (older checkpoints) are kept. Unreadable lines (a line
+        torn by a kill) are skipped with a warning.
 
         Returns:
             ``{sample id: response}`` (first answer per id); empty when there is no file.
         """
         done: dict[str, RagResponse] = {}
-        if not self.path.exists():
-            return done
+        owner = self._meta_run_id()
         fields = {f.name for f in dataclasses.fields(RagResponse)}
-        lines = self.path.read_text(encoding="utf-8").splitlines()
-        for n, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
+        foreign = 0
+        for record in self._log.read():
+            row = record.value
             try:
-                row = json.loads(line)
                 sid = str(row["id"])
                 resp = RagResponse(**{k: v for k, v in row["response"].items() if k in fields})
-            except (ValueError, KeyError, TypeError) as exc:  # a line cut short by a kill
-                log.warning("%s:%d: unreadable checkpoint line skipped (%s)", self.path, n, exc)
+            except (KeyError, TypeError, AttributeError) as exc:
+                log.warning("%s:%d: unreadable checkpoint line skipped (%s)", self.path,
+                            record.number, exc)
+                continue
+            if owner is not None and row.get("run_id") not in (None, owner):
+                foreign += 1
                 continue
             done.setdefault(sid, resp)
+        if foreign:
+            log.warning("%s: %d answers of a run other than %s skipped (two runs shared this "
+                        "job folder)", self.path, foreign, owner)
         return done
 
     def append(self, sample_id: str, response: RagResponse) -> None:
@@ -78,15 +104,22 @@ class ResponseCheckpoint:
         Args:
             sample_id: The sample's id.
             response: Its successful response.
+
+        Raises:
+            CheckpointOwnerError: ``checkpoint.json`` names a run other than this
+                checkpoint's (another run took over the job folder).
         """
-        line = json.dumps({"id": sample_id, "response": dataclasses.asdict(response)},
-                          ensure_ascii=False, default=str)
-        with self._lock:
-            self.job_dir.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as fh:
-                fh.write(line + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
+        if self.run_id is not None:
+            owner = self._meta_run_id()
+            if owner is not None and owner != self.run_id:
+                raise CheckpointOwnerError(
+                    f"{self.job_dir / META_FILE} belongs to run {owner}, not to run "
+                    f"{self.run_id}: two runs are using job folder {self.job_dir}. Give each "
+                    "run its own folder (hydra.run.dir / hydra.sweep.dir) and resume run "
+                    f"{self.run_id} with resume=<run id>"
+                )
+        self._log.append({"id": sample_id, "run_id": self.run_id,
+                          "response": dataclasses.asdict(response)})
 
     def set_aside(self) -> Path | None:
         """Rename the answers of an earlier run in this folder (``hydra.run.dir`` reused) to
@@ -108,10 +141,15 @@ class ResponseCheckpoint:
         return target
 
     def write_meta(self, run_id: str, dataset_digest: str | None = None) -> None:
-        """Write ``checkpoint.json`` (the MLflow run this checkpoint belongs to)."""
+        """Write ``checkpoint.json`` (atomically): the MLflow run this checkpoint belongs to
+        from now on (its answers are stamped with ``run_id``)."""
         self.job_dir.mkdir(parents=True, exist_ok=True)
         meta = {"run_id": run_id, "dataset_digest": dataset_digest}
-        (self.job_dir / META_FILE).write_text(json.dumps(meta) + "\n", encoding="utf-8")
+        path = self.job_dir / META_FILE
+        tmp = path.with_name(f"{META_FILE}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(meta) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        self.run_id = run_id
 
     def read_meta(self) -> dict[str, Any]:
         """Read ``checkpoint.json``.
@@ -133,6 +171,13 @@ class ResponseCheckpoint:
         if not isinstance(meta, dict) or not meta.get("run_id"):
             raise ConfigError(f"{path} holds no run_id; pass resume=<run_id> instead")
         return meta
+
+    def _meta_run_id(self) -> str | None:
+        """The run id in ``checkpoint.json``, or None when there is no readable one."""
+        try:
+            return str(self.read_meta()["run_id"])
+        except ConfigError:
+            return None
 
 
 class CheckpointedTarget:

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.llm.base import ChatModel, Message
-from rag_experiments.llm.parsing import LLMParseError, parse_structured
+from rag_experiments.llm.parsing import LLMParseError, StructuredOutput, parse_structured
 from rag_experiments.metrics.audit import USAGE_KEYS
 from rag_experiments.metrics.definitions import spec
 from rag_experiments.metrics.prompts.base import JudgePrompt
@@ -61,6 +61,8 @@ class Judgement:
         parsed: The validated output, or None when the judgement failed.
         error: The failure's reason (``parse_error``, ``truncated``, ``timeout`` …) or None.
         error_message: Its detail.
+        picked: Which JSON object of a reply holding several was graded (``"picked candidate
+            2 of 2"``, see :func:`~rag_experiments.llm.parsing.parse_structured`), else None.
     """
 
     prompt: str
@@ -72,6 +74,7 @@ class Judgement:
     parsed: BaseModel | None = None
     error: str | None = None
     error_message: str | None = None
+    picked: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready audit record (the interpreted verdicts are in the metric's record)."""
@@ -84,6 +87,7 @@ class Judgement:
             "raw": self.raw,
             "error": self.error,
             "error_message": self.error_message,
+            **({"picked": self.picked} if self.picked else {}),
         }
 
 
@@ -164,6 +168,7 @@ def ask_judge(
             ]
             continue
         record.parsed, record.error, record.error_message = parsed, None, None
+        record.picked = parsed.pick_note if isinstance(parsed, StructuredOutput) else None
         return record
     return record  # pragma: no cover - the loop always returns
 

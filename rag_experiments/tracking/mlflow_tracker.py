@@ -28,7 +28,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -37,6 +37,7 @@ import mlflow
 import mlflow.data
 import pandas as pd
 import yaml
+from filelock import FileLock, Timeout
 from mlflow.data.dataset_source import DatasetSource
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
@@ -124,6 +125,70 @@ def resolve_tracking_uri(uri: str) -> str:
     return uri
 
 
+STORE_LOCK_TIMEOUT_S = 300.0
+"""Longest wait for another process creating the same sqlite store or experiment."""
+
+
+def _racing(exc: BaseException) -> bool:
+    """True for the errors of two processes creating the same row or table at once."""
+    text = str(exc)
+    return any(s in text for s in ("UNIQUE constraint", "IntegrityError", "already exists"))
+
+
+def store_lock(uri: str) -> AbstractContextManager[Any]:
+    """A lock held while a sqlite store or an experiment is created: a :class:`filelock.
+    FileLock` on ``<db file>.lock`` next to the database (so processes started together create
+    the tables and the experiment once); no lock for a server URI (the server serialises).
+
+    Args:
+        uri: Resolved tracking URI (see :func:`resolve_tracking_uri`).
+
+    Returns:
+        A context manager.
+    """
+    if not uri.startswith("sqlite:"):
+        return nullcontext()
+    database = make_url(uri).database or "mlruns.db"
+    return FileLock(f"{database}.lock", timeout=STORE_LOCK_TIMEOUT_S)
+
+
+def open_client(uri: str, attempts: int = 4) -> mlflow.MlflowClient:
+    """An MLflow client for ``uri`` whose store is created safely when several processes
+    start together on a fresh sqlite file.
+
+    The client's constructor creates the sqlite store's tables when they are missing; that
+    runs under :func:`store_lock`, and a race with a process that does not take the lock
+    (``UNIQUE constraint``, ``already exists``) is retried with a short backoff.
+
+    Args:
+        uri: Resolved tracking URI.
+        attempts: Tries before the race error is raised.
+
+    Returns:
+        The client.
+
+    Raises:
+        TrackingError: The lock was not free within :data:`STORE_LOCK_TIMEOUT_S`, or the
+            store cannot be opened.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            with store_lock(uri):
+                return mlflow.MlflowClient(tracking_uri=uri)
+        except Timeout as exc:
+            raise TrackingError(
+                f"Waited {STORE_LOCK_TIMEOUT_S:.0f} s for {exc.lock_file} (another process "
+                f"creating the tracking store {uri}); delete the lock file if no such process "
+                "runs"
+            ) from exc
+        except Exception as exc:  # noqa: BLE001 - sqlalchemy/alembic/MLflow errors alike
+            if not _racing(exc) or attempt == attempts:
+                raise TrackingError(f"Cannot open the MLflow store {uri}: {exc}") from exc
+            log.info("tracking store created by a parallel process; retrying (%d)", attempt)
+            time.sleep(0.2 * attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def ensure_experiment(client: mlflow.MlflowClient, name: str, uri: str) -> str:
     """Return the id of experiment ``name``, creating it when missing.
 
@@ -143,18 +208,24 @@ def ensure_experiment(client: mlflow.MlflowClient, name: str, uri: str) -> str:
         TrackingError: If the store cannot be reached or the experiment is deleted.
     """
     try:
-        exp = client.get_experiment_by_name(name)
-        if exp is None:
-            location = None
-            if uri.startswith("sqlite:"):
-                folder = Path(make_url(uri).database or ".").parent / "mlartifacts"
-                location = (folder / sanitize_metric_name(name).replace("/", "_")).as_uri()
-            try:
-                return client.create_experiment(name, artifact_location=location)
-            except MlflowException:
-                exp = client.get_experiment_by_name(name)  # created meanwhile by another job
-                if exp is None:
-                    raise
+        with store_lock(uri):  # processes started together create the experiment once
+            exp = client.get_experiment_by_name(name)
+            if exp is None:
+                location = None
+                if uri.startswith("sqlite:"):
+                    folder = Path(make_url(uri).database or ".").parent / "mlartifacts"
+                    location = (folder / sanitize_metric_name(name).replace("/", "_")).as_uri()
+                try:
+                    return client.create_experiment(name, artifact_location=location)
+                except MlflowException:
+                    exp = client.get_experiment_by_name(name)  # made meanwhile by a server job
+                    if exp is None:
+                        raise
+    except Timeout as e:
+        raise TrackingError(
+            f"Waited {STORE_LOCK_TIMEOUT_S:.0f} s for {e.lock_file} to create experiment "
+            f"{name!r}; delete the lock file if no other process runs"
+        ) from e
     except MlflowException as e:
         raise TrackingError(
             f"Cannot open MLflow experiment {name!r} at {uri}: {e.message}. Check tracking.uri "
@@ -183,9 +254,7 @@ def _log_input_racing(dataset: Any, tags: dict[str, str], attempts: int = 4) -> 
             mlflow.log_input(dataset, context="evaluation", tags=tags)
             return
         except Exception as exc:  # noqa: BLE001 - MLflow raises MlflowException/RestException
-            text = str(exc)
-            racing = "UNIQUE constraint" in text or "IntegrityError" in text
-            if not racing or attempt == attempts:
+            if not _racing(exc) or attempt == attempts:
                 raise
             log.info("dataset row written by a parallel job; retrying log_input (%d)", attempt)
             time.sleep(0.2 * attempt)
@@ -517,7 +586,7 @@ class MlflowTracker:
     # --- helpers -----------------------------------------------------------------------------
 
     def _client(self) -> mlflow.MlflowClient:
-        return mlflow.MlflowClient(tracking_uri=self.uri)
+        return open_client(self.uri)
 
     def _require_run(self) -> str:
         if not self._active or self.run_id is None:

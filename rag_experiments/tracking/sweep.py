@@ -38,7 +38,11 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from omegaconf import DictConfig
 
 from rag_experiments.errors import TrackingError
-from rag_experiments.tracking.mlflow_tracker import ensure_experiment, resolve_tracking_uri
+from rag_experiments.tracking.mlflow_tracker import (
+    ensure_experiment,
+    open_client,
+    resolve_tracking_uri,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +83,7 @@ class MlflowSweepCallback(Callback):
         """
         sweep_dir = Path(to_absolute_path(str(config.hydra.sweep.dir)))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        client = mlflow.MlflowClient(tracking_uri=self.uri)
+        client = open_client(self.uri)
         experiment_id = ensure_experiment(client, self.experiment, self.uri)
         name = sweep_dir.name or "sweep-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         try:
@@ -139,7 +143,7 @@ def close_sweep(uri: str, sweep_dir: str, *, aborted: bool = False) -> str | Non
         log.warning("No %s in %s: no parent MLflow run to close.", PARENT_RUN_ID_FILE, sweep_dir)
         return None
     uri = resolve_tracking_uri(uri)
-    client = mlflow.MlflowClient(tracking_uri=uri)
+    client = open_client(uri)
     try:
         parent = client.get_run(parent_id)
         if parent.info.status != RunStatus.to_string(RunStatus.RUNNING):

@@ -4,17 +4,17 @@ gets accuracy 1, and 5 only when perfect."""
 
 from __future__ import annotations
 
-from typing import Literal
+from pydantic import Field
 
-from pydantic import BaseModel, Field
-
+from rag_experiments.llm.parsing import StructuredOutput, strict_choice
 from rag_experiments.metrics.prompts.base import JudgePrompt
 
 FEEDBACK_CHARS = 300
 """Longest feedback accepted (characters)."""
 
-Grade = Literal[1, 2, 3, 4, 5]
-"""A 1-5 score (an enum in the JSON schema: a grammar-constrained model cannot write 6)."""
+Grade = strict_choice(1, 2, 3, 4, 5)
+"""A 1-5 integer score (an enum in the JSON schema: a grammar-constrained model cannot write 6;
+``true``, ``5.0`` or ``"5"`` is a parse error)."""
 
 PROMPT = JudgePrompt(
     name="answer_judge",
@@ -34,8 +34,8 @@ PROMPT = JudgePrompt(
 )
 
 
-class AnswerGrades(BaseModel):
-    """What the judge returns: three 1-5 scores and feedback."""
+class AnswerGrades(StructuredOutput):
+    """What the judge returns: three 1-5 scores and feedback (strict types)."""
 
     accuracy: Grade
     completeness: Grade

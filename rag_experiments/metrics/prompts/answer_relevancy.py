@@ -6,8 +6,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Annotated
 
-from pydantic import BaseModel, Field, create_model
+from pydantic import Field, create_model
 
+from rag_experiments.llm.parsing import StructuredOutput
 from rag_experiments.metrics.prompts.base import JudgePrompt
 
 QUESTION_CHARS = 200
@@ -31,8 +32,8 @@ PROMPT = JudgePrompt(
 )
 
 
-class GeneratedQuestions(BaseModel):
-    """What the judge returns."""
+class GeneratedQuestions(StructuredOutput):
+    """What the judge returns (strict types: ``noncommittal`` is a JSON boolean)."""
 
     questions: list[Question] = Field(min_length=1, max_length=MAX_QUESTIONS)
     noncommittal: bool

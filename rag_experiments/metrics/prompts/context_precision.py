@@ -6,8 +6,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import BaseModel, Field, create_model
+from pydantic import Field, create_model
 
+from rag_experiments.llm.parsing import StructuredOutput
 from rag_experiments.metrics.prompts.base import JudgePrompt
 
 MAX_CONTEXTS = 50
@@ -40,7 +41,7 @@ UTILIZATION_PROMPT = JudgePrompt(
 )
 
 
-class ContextVerdicts(BaseModel):
+class ContextVerdicts(StructuredOutput):
     """What the judge returns: one verdict per context, in rank order."""
 
     verdicts: list[Literal["yes", "no"]] = Field(min_length=1, max_length=MAX_CONTEXTS)

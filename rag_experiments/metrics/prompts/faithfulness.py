@@ -4,10 +4,10 @@ numbered context that states it (0 = none)."""
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal
 
-from pydantic import BaseModel, Field, create_model
+from pydantic import Field, create_model
 
+from rag_experiments.llm.parsing import StructuredOutput, strict_choice
 from rag_experiments.metrics.prompts.base import JudgePrompt
 
 MAX_CLAIMS = 6
@@ -31,14 +31,14 @@ PROMPT = JudgePrompt(
 )
 
 
-class Claim(BaseModel):
+class Claim(StructuredOutput):
     """One claim and the number of the context that supports it (0 = none)."""
 
     claim: str = Field(min_length=1, max_length=CLAIM_CHARS)
     context: int = Field(ge=0)
 
 
-class FaithfulnessOutput(BaseModel):
+class FaithfulnessOutput(StructuredOutput):
     """What the judge returns: the response's claims with their supporting context."""
 
     claims: list[Claim] = Field(max_length=MAX_CLAIMS)
@@ -53,7 +53,7 @@ def output_model(n_contexts: int, min_claims: int = 0) -> type[FaithfulnessOutpu
 
     The class keeps its name, so scripted fakes keyed by schema name still match.
     """
-    numbers = Literal[tuple(range(n_contexts + 1))]  # type: ignore[valid-type]
+    numbers = strict_choice(*range(n_contexts + 1))  # an integer: true is not 1
     claim = create_model("Claim", __base__=Claim, context=(numbers, ...))
     return create_model(
         "FaithfulnessOutput",
