@@ -14,7 +14,7 @@ every child run and writes, under the parent's artifact folder ``report/``:
 * ``pareto_<cost>.png`` — quality (the first key metric) against cost (``latency_ms_p50``;
   ``judge_calls`` too when a child called a judge) with the Pareto front.
 
-*Swept parameters* are the params whose values differ between the children. *Pareto front*:
+*Swept parameters* are the params whose values differ between the finished children. *Pareto front*:
 the configurations that no other configuration beats on both axes, i.e. sorted by cost (then
 by quality, best first), those whose quality is strictly higher than every cheaper one's.
 """
@@ -185,7 +185,7 @@ def build_report(client: Any, parent: Run, metrics: Sequence[str] | None = None)
     if not done:
         raise TrackingError(f"no child of sweep {parent.info.run_id} finished; nothing to report")
     specs = load_specs(client, done[0].info.run_id)
-    swept = swept_params([dict(r.data.params) for r in runs])
+    swept = swept_params([dict(r.data.params) for r in done])
     children = []
     for r in runs:
         m = r.data.metrics
