@@ -126,7 +126,8 @@ def test_diff_ci_p_and_flips_from_logged_runs(runs: tuple[str, str, str]) -> Non
         s = overall[name]
         assert s.n == N
         assert s.diff == np.mean(b) - np.mean(a)  # exactly
-        assert s.diff == means["b"][name.replace("@", "_at_")] - means["a"][name.replace("@", "_at_")]
+        key = name.replace("@", "_at_")  # the logged metric's key
+        assert s.diff == means["b"][key] - means["a"][key]
         assert s.p_value == _scipy_p(a, b)  # same data, seed, resamples
     assert overall["nDCG@10"].diff == pytest.approx(0.2)
     assert overall["nDCG@10"].ci_low > 0  # the injected +0.2 shift

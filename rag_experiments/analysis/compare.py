@@ -394,7 +394,8 @@ def _flips(spec: MetricInfo, t: Threshold, a: pd.DataFrame, b: pd.DataFrame,
         va, vb = pd.to_numeric(a.at[sid, spec.name]), pd.to_numeric(b.at[sid, spec.name])
         if pd.isna(va) or pd.isna(vb):
             continue
-        pa, pb = t.passes(float(va), spec.higher_is_better), t.passes(float(vb), spec.higher_is_better)
+        pa = t.passes(float(va), spec.higher_is_better)
+        pb = t.passes(float(vb), spec.higher_is_better)
         if pa != pb:
             text = a.at[sid, "user_input"] if "user_input" in a.columns else ""
             out.append(Flip(spec.name, str(sid), str(types[sid]),

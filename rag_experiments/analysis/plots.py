@@ -33,7 +33,8 @@ _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#1f2328;max-width:1200px}
 h1{font-size:1.5em} h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #d0d7de}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0}
-th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:right}
+th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:right;white-space:nowrap}
+td.l{white-space:normal}
 th{background:#f6f8fa} td.l,th.l{text-align:left}
 tr.better td{background:#dafbe1} tr.worse td{background:#ffebe9} tr.best td{background:#ddf4ff}
 img{max-width:100%;border:1px solid #d0d7de;margin:.5em 0}

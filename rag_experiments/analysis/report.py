@@ -286,12 +286,14 @@ def write_sweep_report(report: SweepReport, out_dir: Path) -> dict[str, Path]:
         "<h2>Configurations</h2>",
         html_table(table, ["run", "status", *report.swept, *report.key, "judge_calls",
                            "latency_ms_p50"], left=["run", "status", *report.swept]),
+    ]
+    for _, heading, png in images:
+        body += [f"<h2>{heading}</h2>", img_tag(png, heading)]
+    body += [
         "<h2>Best configuration per metric</h2>",
         html_table(report.best, ["metric", "direction", "best", "ci_low", "ci_high", "config",
                                  "n_tied"], left=["metric", "direction", "config"]),
     ]
-    for _, heading, png in images:
-        body += [f"<h2>{heading}</h2>", img_tag(png, heading)]
     files["report.html"] = out_dir / "report.html"
     files["report.html"].write_text(
         html_page(f"Sweep report: {parent.info.run_name}", "".join(body)), encoding="utf-8")
