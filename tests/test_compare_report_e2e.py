@@ -6,8 +6,8 @@
 
 then the logged HTML pages open in Debian's Chromium (Playwright, ``/usr/bin/chromium``, no
 browser download; the ``browser`` fixture of ``test_review_e2e``) and every plot image loads.
-Set ``RAG_EXP_SCREENSHOT_DIR`` to keep the screenshots (``docs/report.png``,
-``docs/compare.png`` are made this way).
+Set ``RAG_EXP_SCREENSHOT_DIR`` to keep the screenshots (``docs/report.png`` is made this
+way).
 """
 
 from __future__ import annotations

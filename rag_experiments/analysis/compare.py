@@ -515,9 +515,10 @@ def compare_command(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of bootstrap and test (0)")
     parser.add_argument("--n-resamples", type=int, default=N_RESAMPLES,
                         help=f"bootstrap resamples and sign patterns ({N_RESAMPLES})")
-    parser.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI)
+    parser.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI,
+                        help=f"store holding the runs (default {DEFAULT_TRACKING_URI})")
     parser.add_argument("--out", default=None, help="also keep the report files in this folder")
-    parser.add_argument("--no-log", action="store_true", help="print only, log no MLflow run")
+    parser.add_argument("--no-log", action="store_true", help="log no MLflow run (files only with --out)")
     opts = parser.parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     result = compare_runs(opts.run_a, opts.run_b, tracking_uri=opts.tracking_uri,
@@ -525,11 +526,14 @@ def compare_command(argv: list[str]) -> int:
                           thresholds=_parse_thresholds(opts.threshold), seed=opts.seed,
                           n_resamples=opts.n_resamples)
     run_id = None
-    if not opts.no_log:
-        with tempfile.TemporaryDirectory(prefix="rag-exp-compare-") as tmp:
-            out = Path(opts.out) if opts.out else Path(tmp)
-            out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="rag-exp-compare-") as tmp:
+        out = Path(opts.out) if opts.out else Path(tmp)
+        if not opts.no_log:
             run_id = log_comparison(result, opts.tracking_uri, out, forced=opts.force)
+        elif opts.out:
+            from rag_experiments.analysis.plots import write_compare_report
+
+            write_compare_report(result, out)
     if opts.json:
         print(json.dumps({**result.to_json(), "comparison_run_id": run_id}, indent=2,
                          ensure_ascii=False))

@@ -105,6 +105,7 @@ def diff_ci_figure(stats: Sequence[PairedStat], title: str) -> Figure:
         ax.errorbar(s.diff, y, xerr=[[s.diff - s.ci_low], [s.ci_high - s.diff]], fmt="o",
                     color=color, capsize=3, markersize=4)
     ax.axvline(0.0, color="black", linewidth=0.8)
+    ax.set_ylim(-0.7, len(shown) - 0.3)
     ax.set_yticks(range(len(shown)), [s.metric for s in reversed(shown)], fontsize=8)
     ax.set_xlabel("difference b − a (95% paired bootstrap CI)")
     ax.set_title(title, fontsize=10)

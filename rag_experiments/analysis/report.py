@@ -369,7 +369,8 @@ def report_command(argv: list[str]) -> int:
                         "latest sweep)")
     parser.add_argument("--metrics", nargs="+", metavar="NAME",
                         help="key metrics (default: nDCG@10, MRR@10, … those the runs have)")
-    parser.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI)
+    parser.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI,
+                        help=f"store holding the runs (default {DEFAULT_TRACKING_URI})")
     parser.add_argument("--out", default=None, help="also keep the report files in this folder")
     parser.add_argument("--no-log", action="store_true", help="write files only (needs --out)")
     opts = parser.parse_args(argv)
