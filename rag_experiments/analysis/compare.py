@@ -54,6 +54,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import mlflow
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -482,8 +483,6 @@ def log_comparison(result: Comparison, tracking_uri: str, out_dir: Path,
     tags = {"compare.run_a": result.run_a, "compare.run_b": result.run_b,
             "compare.forced": str(forced).lower(),
             "dataset.digest": str(result.dataset_digest.get("a"))}
-    import mlflow
-
     with tracker.start_run(params=params, config_yaml=json.dumps(params), tags=tags) as run_id:
         values: dict[str, float] = {}
         for s in result.overall():
