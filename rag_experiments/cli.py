@@ -17,6 +17,10 @@ Subcommands::
                                        blinded CSV for human graders + a separate key
     rag-exp agreement <filled.csv> [--key KEY.json]
                                        raw agreement and Cohen's kappa, logged to the run
+    rag-exp compare <run_a> <run_b> [--json] [--metrics …] [--force]
+                                       paired comparison (diff, CI, p, flipped questions)
+    rag-exp report <parent_run_id | experiment>
+                                       sweep report (table, best configs, plots) on the parent
 
 ``rag-exp run --help`` shows Hydra's help (config groups and options); ``rag-exp run --cfg job``
 prints the resolved config without running.
@@ -93,6 +97,18 @@ def _agreement(argv: list[str]) -> int:
     return agreement_command(argv)
 
 
+def _compare(argv: list[str]) -> int:
+    from rag_experiments.analysis.compare import compare_command
+
+    return compare_command(argv)
+
+
+def _report(argv: list[str]) -> int:
+    from rag_experiments.analysis.report import report_command
+
+    return report_command(argv)
+
+
 COMMANDS = {
     "run": (_run, "evaluate a RAG configuration (Hydra overrides follow; -m sweeps)"),
     "serve": (_serve, "serve the built-in baseline as an HTTP endpoint (POST /ask, GET /health)"),
@@ -102,6 +118,8 @@ COMMANDS = {
     "rerun": (_rerun, "repeat a logged run exactly (`rerun <run_id>`) and diff its metrics"),
     "grade-sheet": (_grade_sheet, "export a blinded CSV of a run's answers for human grading"),
     "agreement": (_agreement, "judge-human agreement (Cohen's kappa) from a filled grade sheet"),
+    "compare": (_compare, "did run b beat run a? paired diff, CI, p-value, flipped questions"),
+    "report": (_report, "sweep report on the parent run: table, best configs, plots, Pareto"),
 }
 
 

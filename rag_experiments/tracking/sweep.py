@@ -149,7 +149,7 @@ def close_sweep(uri: str, sweep_dir: str, *, aborted: bool = False) -> str | Non
         if parent.info.status != RunStatus.to_string(RunStatus.RUNNING):
             return None
         counts = Counter(
-            r.info.status for r in _child_runs(client, parent.info.experiment_id, parent_id)
+            r.info.status for r in child_runs(client, parent.info.experiment_id, parent_id)
         )
         ok = not aborted and set(counts) <= {"FINISHED"}
         status = RunStatus.to_string(RunStatus.FINISHED if ok else RunStatus.FAILED)
@@ -219,7 +219,7 @@ def parent_run_id_for_job() -> str | None:
     return read_parent_run_id(str(hydra_cfg.sweep.dir))
 
 
-def _child_runs(client: mlflow.MlflowClient, experiment_id: str, parent_id: str) -> list[Any]:
+def child_runs(client: mlflow.MlflowClient, experiment_id: str, parent_id: str) -> list[Any]:
     """Every active (not deleted) run whose ``mlflow.parentRunId`` is ``parent_id``."""
     runs: list[Any] = []
     token: str | None = None

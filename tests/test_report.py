@@ -1,0 +1,96 @@
+"""``rag-exp report``: a sweep written straight into an MLflow store (a parent and its
+children with known means), reported and checked against values picked by hand."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+from rag_experiments.analysis.report import (
+    build_report,
+    pareto_front,
+    resolve_parent,
+    swept_params,
+)
+from rag_experiments.cli import main
+
+# chunker.size -> (nDCG@10 mean, its CI, refusal mean, latency_ms_p50, judge_calls)
+CHILDREN = {
+    "128": (0.60, (0.50, 0.70), 0.10, 10.0, 120.0),
+    "256": (0.72, (0.63, 0.80), 0.05, 14.0, 120.0),
+    "512": (0.70, (0.60, 0.79), 0.02, 30.0, 90.0),
+}
+SPECS = {"nDCG@10": {"higher_is_better": True, "range": [0, 1], "description": ""},
+         "refusal": {"higher_is_better": False, "range": [0, 1], "description": ""}}
+
+
+def test_pareto_front_by_hand() -> None:
+    cost = [1.0, 2.0, 3.0, 4.0, 5.0, 3.0, math.nan]
+    quality = [0.5, 0.4, 0.7, 0.6, 0.9, 0.7, 1.0]
+    # (2, .4) and (4, .6) are beaten by cheaper better points; the second (3, .7) ties the
+    # first; the NaN-cost point is left out
+    assert pareto_front(cost, quality) == [0, 2, 4]
+
+
+def test_swept_params_are_those_that_differ() -> None:
+    runs = [{"a": "1", "b": "x", "c": "5"}, {"a": "2", "b": "x", "c": "5"}, {"a": "1", "b": "x"}]
+    assert swept_params(runs) == ["a", "c"]
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> tuple[str, str]:
+    uri = f"sqlite:///{tmp_path}/mlruns.db"
+    client = mlflow.MlflowClient(uri)
+    exp = client.create_experiment("sweep-report", artifact_location=(tmp_path / "a").as_uri())
+    parent = client.create_run(exp, run_name="17-00-00", tags={"sweep.dir": str(tmp_path)})
+    for size, (ndcg, (lo, hi), refusal, latency, calls) in CHILDREN.items():
+        child = client.create_run(exp, tags={MLFLOW_PARENT_RUN_ID: parent.info.run_id})
+        rid = child.info.run_id
+        for key, value in (("chunker.size", size), ("retriever.top_k", "5")):
+            client.log_param(rid, key, value)
+        for key, value in (("nDCG_at_10", ndcg), ("nDCG_at_10_ci_low", lo),
+                           ("nDCG_at_10_ci_high", hi), ("refusal", refusal),
+                           ("refusal_ci_low", 0.0), ("refusal_ci_high", 0.2),
+                           ("latency_ms_p50", latency), ("judge_calls", calls)):
+            client.log_metric(rid, key, value)
+        client.log_dict(rid, SPECS, "metric_specs.json")
+        client.set_terminated(rid, "FINISHED")
+    failed = client.create_run(exp, tags={MLFLOW_PARENT_RUN_ID: parent.info.run_id})
+    client.log_param(failed.info.run_id, "chunker.size", "1024")
+    client.set_terminated(failed.info.run_id, "FAILED")
+    client.set_terminated(parent.info.run_id, "FAILED")
+    return uri, parent.info.run_id
+
+
+def test_report_ranks_children_and_logs_to_the_parent(sweep: tuple[str, str], tmp_path: Path,
+                                                      capsys) -> None:
+    uri, parent_id = sweep
+    client = mlflow.MlflowClient(uri)
+    assert resolve_parent(client, "sweep-report").info.run_id == parent_id  # by experiment
+    report = build_report(client, resolve_parent(client, parent_id))
+    assert report.swept == ["chunker.size"]  # retriever.top_k is the same everywhere
+    assert report.key == ["nDCG@10"] and len(report.children) == 4
+    assert [c.label for c in report.finished()] == [f"chunker.size={s}" for s in CHILDREN]
+    best = {row["metric"]: row for row in report.best}
+    assert best["nDCG@10"]["config"] == "chunker.size=256" and best["nDCG@10"]["best"] == 0.72
+    assert (best["nDCG@10"]["ci_low"], best["nDCG@10"]["ci_high"]) == (0.63, 0.80)
+    assert best["refusal"]["config"] == "chunker.size=512"  # lower is better
+    assert best["refusal"]["direction"] == "lower"
+
+    out = tmp_path / "report"
+    assert main(["report", parent_id, "--tracking-uri", uri, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "best nDCG@10" in printed and "chunker.size=256" in printed
+    logged = {a.path for a in client.list_artifacts(parent_id, "report")}
+    assert logged == {f"report/{n}" for n in (
+        "report.html", "sweep.csv", "best.csv", "metric_vs_chunker.size.png",
+        "pareto_latency_ms_p50.png", "pareto_judge_calls.png")}
+    assert client.get_run(parent_id).data.tags["sweep.report"] == "report/report.html"
+    page = (out / "report.html").read_text()
+    assert page.count('src="data:image/png;base64,') == 3  # one line plot, two Pareto plots
+    assert "0.7200 [0.630, 0.800]" in page and "FAILED" in page
+    assert "http" not in page.replace("http-equiv", "")  # nothing fetched from anywhere
