@@ -10,7 +10,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import mlflow
@@ -181,3 +183,66 @@ def test_a_new_run_in_a_reused_job_dir_does_not_reuse_old_answers(tmp_path: Path
     assert ResponseCheckpoint(tmp_path).load() == {}
     assert (tmp_path / "responses.oldrun.jsonl").exists()
     assert json.loads((tmp_path / "checkpoint.json").read_text())["run_id"] == "newrun"
+
+
+@pytest.mark.slow
+def test_http_target_answers_are_saved_as_they_arrive_kill_9_then_resume(tmp_path: Path) -> None:
+    """Issue 21 (1): an HTTP target answering 2 at a time, 1 s each; kill -9 after 3 answers
+    are checkpointed; the resumed run sends only the unanswered questions."""
+    received: list[str] = []
+
+    class Slow(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            received.append(body["question"])
+            time.sleep(1.0)
+            data = json.dumps({"answer": "an answer", "contexts": [body["question"]]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/ask"
+    job_dir = tmp_path / "job"
+
+    def cmd(*extra: str) -> list[str]:
+        return [sys.executable, "-m", "rag_experiments", "run", "dataset=jsonl",
+                f"dataset.path={_small_dataset(tmp_path)}", f"dataset.corpus={SAMPLE / 'docs'}",
+                "dataset.name=small", "target=http", f"target.url={url}",
+                "target.max_concurrency=2", "target.retries=0", "metrics=retrieval",
+                "embedder=hash", f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
+                f"paths.cache_dir={tmp_path}/cache", "progress=false",
+                f"hydra.run.dir={job_dir}", *extra]
+
+    try:
+        proc = subprocess.Popen(cmd(), cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        responses = job_dir / "responses.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if responses.exists() and len(responses.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        saved = [json.loads(x)["id"] for x in responses.read_text().splitlines() if x.strip()]
+        assert 3 <= len(saved) < N_QUESTIONS  # saved one by one, before the batch ended
+        run_id = json.loads((job_dir / "checkpoint.json").read_text())["run_id"]
+        first_run = len(received)
+        done = subprocess.run(cmd(f"resume={run_id}"), cwd=tmp_path, env=_env(),
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+    finally:
+        server.shutdown()
+    assert len(received) - first_run == N_QUESTIONS - len(set(saved))  # only the unanswered
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
+    table = _per_query(client, run_id)
+    expected = [json.loads(x)["id"] for x in _small_dataset(tmp_path).read_text().splitlines()]
+    assert sorted(table["id"]) == sorted(expected)
