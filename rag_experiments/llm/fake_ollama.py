@@ -29,11 +29,11 @@ import json
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from rag_experiments.embedding.hash import HashEmbedder
-from rag_experiments.errors import RagExpError
+from rag_experiments.llm.fake_server import LocalServer
 from rag_experiments.llm.ollama import canonical_model_name
 
 DEFAULT_MODELS: dict[str, str] = {
@@ -43,7 +43,7 @@ DEFAULT_MODELS: dict[str, str] = {
 """Model name → digest of the models the fake server "has"."""
 
 
-class FakeOllamaServer:
+class FakeOllamaServer(LocalServer):
     """A scripted Ollama on a free port of 127.0.0.1.
 
     Args:
@@ -72,39 +72,14 @@ class FakeOllamaServer:
         self.counts: Counter[str] = Counter()
         self.bodies: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
-    # --- lifecycle ------------------------------------------------------------------------
-    def start(self) -> FakeOllamaServer:
-        """Listen on a free port of 127.0.0.1 and serve in a daemon thread."""
-        handler = _make_handler(self)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> FakeOllamaServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        return _make_handler(self)
 
     @property
     def url(self) -> str:
         """``http://127.0.0.1:<port>``."""
-        if self._server is None:
-            raise RagExpError("the fake Ollama server is not started: call start() first")
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self.root
 
     @property
     def total(self) -> int:

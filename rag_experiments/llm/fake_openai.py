@@ -27,9 +27,11 @@ import json
 import math
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from collections.abc import Callable
 from typing import Any
+
+from rag_experiments.llm.fake_server import LocalServer
 
 FAULTS = ("429", "500", "garbage", "drop")
 """Fault kinds :class:`FakeOpenAIServer` can inject."""
@@ -91,7 +93,7 @@ def schema_instance(
     return "x" * min(n, int(schema.get("maxLength", n)))
 
 
-class FakeOpenAIServer:
+class FakeOpenAIServer(LocalServer):
     """A fake OpenAI-compatible server on a free port of 127.0.0.1.
 
     Args:
@@ -135,37 +137,20 @@ class FakeOpenAIServer:
         self.peak_in_flight = 0
         self._slots = threading.BoundedSemaphore(slots)
         self._lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> FakeOpenAIServer:
-        """Bind a free port on 127.0.0.1 and serve in a background thread."""
-        self._httpd = _Server(("127.0.0.1", 0), _make_handler(self))
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-        self._thread.start()
-        return self
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        return _make_handler(self)
 
     def stop(self) -> None:
         """Stop serving and close the socket; requests on kept-alive connections are then
         dropped unanswered, as by a server that died."""
         self.gone = True
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-
-    def __enter__(self) -> FakeOpenAIServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().stop()
 
     @property
     def url(self) -> str:
         """``http://127.0.0.1:<port>/v1`` (an OpenAI ``base_url``)."""
-        if self._httpd is None:
-            raise RuntimeError("server not started")
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        return f"{self.root}/v1"
 
     def _next(self) -> str | None:
         """Count a chat request; the fault it gets, or None."""
@@ -193,11 +178,6 @@ class FakeOpenAIServer:
         fmt = body.get("response_format") or {}
         schema = (fmt.get("json_schema") or {}).get("schema")
         return json.dumps(schema_instance(schema)) if schema else "ok"
-
-
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 256  # many clients connect at once (the default backlog is 5)
-    daemon_threads = True
 
 
 def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
