@@ -14,6 +14,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from rag_experiments.config.reporting import reported
 from rag_experiments.config.schema import register_configs
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError, RagExpError
@@ -275,7 +276,9 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def hydra_main(cfg: DictConfig) -> float | None:
-    """``rag-exp run [overrides…]``."""
-    if not cfg.dataset:
-        raise ConfigError("no dataset selected: pass dataset=<name>")
-    return run_job(cfg)
+    """``rag-exp run [overrides…]``. Our own errors leave as one line, exit code 1
+    (:mod:`rag_experiments.config.reporting`)."""
+    with reported():
+        if not cfg.dataset:
+            raise ConfigError("no dataset selected: pass dataset=<name>")
+        return run_job(cfg)
