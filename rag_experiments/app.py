@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,13 @@ from omegaconf import DictConfig, OmegaConf
 from rag_experiments.config.reporting import reported
 from rag_experiments.config.schema import register_configs
 from rag_experiments.data.base import EvalDataset
-from rag_experiments.errors import ConfigError, RagExpError
+from rag_experiments.errors import (
+    ConfigError,
+    LLMError,
+    PreflightError,
+    RagExpError,
+    TargetError,
+)
 from rag_experiments.llm.factory import (
     build_chat,
     configure_from_config,
@@ -59,12 +66,49 @@ _register()
 
 @dataclass
 class Experiment:
-    """The built parts of one job (the tracker is made apart: the run opens before building)."""
+    """The built parts of one job (the tracker is made apart: the run opens before building).
+
+    ``checks`` maps each role to the part :func:`preflight` checks: the baseline's
+    ``generator`` and ``embedder``, another ``target`` itself (its ``health_url``), the
+    ``judge`` and the metrics' ``embedder`` when metrics use them.
+    """
 
     dataset: EvalDataset
     target: Any
     metrics: list[Any]
     generate: bool
+    checks: dict[str, Any] = field(default_factory=dict)
+
+
+def preflight(checks: dict[str, Any]) -> None:
+    """Check every model and service of a job once, before any question is answered and
+    before any index is built: each part's ``check()`` (reachable, model present, context
+    window known), in the order given; the same object under two roles is checked once.
+
+    A refused connection fails at once and a silent server within
+    :data:`~rag_experiments.llm.transport.CHECK_TIMEOUT_S`, so the time to the error does not
+    depend on the number of questions.
+
+    Args:
+        checks: Role (``generator``, ``embedder``, ``judge``, ``target``) → part.
+
+    Raises:
+        PreflightError: A part cannot be used; the message names the role, the part and the
+            fix.
+    """
+    seen: set[int] = set()
+    for role, part in checks.items():
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        started = time.perf_counter()
+        try:
+            part.check()
+        except RagExpError as exc:
+            reason = exc.reason if isinstance(exc, (LLMError, TargetError)) else "config"
+            raise PreflightError(role, reason, f"preflight: the {role} cannot be used, so "
+                                 f"nothing was run: {exc}") from exc
+        log.info("preflight: %s ready (%.2f s)", role, time.perf_counter() - started)
 
 
 def build(cfg: DictConfig) -> Experiment:
@@ -89,15 +133,17 @@ def build(cfg: DictConfig) -> Experiment:
         metrics = [_build_metric(node, shared) for node in cfg.metrics.suite.values()]
         generate = bool(cfg.metrics.generate)
         dataset = load_dataset(cfg)
+        checks: dict[str, Any] = {}
         if target_class(cfg.target) == "BaselineTarget":
             target = _build_baseline(cfg, metrics, generate, shared)
         else:
             target = instantiate(cfg.target)
+            checks["target"] = target
     except InstantiationException as e:
         if isinstance(e.__cause__, RagExpError):
             raise e.__cause__ from None
         raise
-    return Experiment(dataset, target, metrics, generate)
+    return Experiment(dataset, target, metrics, generate, {**shared.built, **checks})
 
 
 def load_dataset(cfg: DictConfig) -> Any:
@@ -123,6 +169,8 @@ class _SharedParts:
         self.cfg = cfg
         self._judge: Any = None
         self._embedder: Any = None
+        self.built: dict[str, Any] = {}
+        """Role → model built so far (``generator``, ``embedder``, ``judge``), in build order."""
 
     def judge(self) -> Any:
         from rag_experiments.metrics.judge_config import check_judge_distinct, judge_model_node
@@ -131,12 +179,13 @@ class _SharedParts:
             baseline = target_class(self.cfg.target) == "BaselineTarget"
             if self.cfg.metrics.generate and baseline:  # the generator is cfg.llm
                 check_judge_distinct(self.cfg.llm, self.cfg.judge)
-            self._judge = build_chat(judge_model_node(self.cfg.judge), "judge")
+            self._judge = self.built["judge"] = build_chat(judge_model_node(self.cfg.judge),
+                                                           "judge")
         return self._judge
 
     def embedder(self) -> Any:
         if self._embedder is None:
-            self._embedder = build_embedder(self.cfg)
+            self._embedder = self.built["embedder"] = build_embedder(self.cfg)
         return self._embedder
 
 
@@ -168,13 +217,16 @@ def _build_baseline(
 ) -> Any:
     from rag_experiments.index.chroma import ChromaIndex
 
-    embedder = (shared or _SharedParts(cfg)).embedder()
+    shared = shared or _SharedParts(cfg)
+    embedder = shared.embedder()
     depth = max([m.depth for m in metrics if hasattr(m, "depth")], default=0)
     retriever_cfg = OmegaConf.to_container(cfg.retriever, resolve=True)
     if retriever_cfg.get("depth") is None:
         retriever_cfg["depth"] = max(depth, int(retriever_cfg["top_k"]))
     retriever = instantiate(retriever_cfg)
     generator = build_chat(cfg.llm, "generator") if generate else None
+    if generator is not None:
+        shared.built["generator"] = generator
     target_cfg = OmegaConf.to_container(cfg.target, resolve=True)
     hnsw = target_cfg.pop("hnsw", {})
     return instantiate(
@@ -240,6 +292,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     ):
         job.attach(tracker)
         exp = build(cfg)
+        preflight(exp.checks)
         if not cfg.run_name:  # the default name holds the loaded dataset's name
             tracker.set_tags({"mlflow.runName": _default_run_name(cfg, exp.dataset.name)})
         try:

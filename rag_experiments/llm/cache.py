@@ -215,6 +215,10 @@ class CachedChat:
         """The inner model's identity."""
         return self.inner.describe()
 
+    def check(self) -> None:
+        """The inner model's check (the cache cannot answer for a model that is not there)."""
+        self.inner.check()
+
     @property
     def context_window(self) -> int | None:
         """The inner model's context window, when it has one."""

@@ -66,6 +66,16 @@ class BaselineTarget:
         self.truncate_contexts = truncate_contexts
         self.collection: str | None = None
 
+    def check(self) -> None:
+        """The embedder's check, then the generator's (when answers are generated).
+
+        Raises:
+            RagExpError: The embedder or the generator cannot be used.
+        """
+        self.embedder.check()
+        if self.generator is not None:
+            self.generator.check()
+
     def prepare(self, dataset: EvalDataset) -> None:
         """Chunk the corpus and build (or reuse) its vector index.
 
