@@ -140,11 +140,11 @@ class JsonHttp:
         except LLMUnreachableError as exc:
             cause = exc.__cause__
             raise LLMUnreachableError(
-                f"{self.where}: cannot reach {url} ({type(cause).__name__}: {cause}); "
+                f"cannot reach {url} ({type(cause).__name__}: {cause}) for {self.where}; "
                 f"{self.unreachable_hint}") from cause
         except LLMTimeoutError as exc:
             raise LLMTimeoutError(
-                f"{self.where}: cannot reach {url} (no answer within {CHECK_TIMEOUT_S:g} s); "
+                f"cannot reach {url} (no answer within {CHECK_TIMEOUT_S:g} s) for {self.where}; "
                 f"{self.unreachable_hint}") from exc.__cause__
 
     def close(self) -> None:

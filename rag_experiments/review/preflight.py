@@ -54,4 +54,4 @@ def check_model(node: Any, role: str = "generator") -> None:
             raise
         model.check()
     except RagExpError as exc:
-        raise ReviewError(f"the {role} model cannot be used: {exc}") from None
+        raise ReviewError(str(exc)) from None
