@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -261,12 +262,13 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
 
     Returns:
         The run's objective (``objective``: a metric or a weighted sum, see
-        :mod:`rag_experiments.lifecycle.objective`), else None.
+        :mod:`rag_experiments.lifecycle.objective`); a :class:`NaNObjective` saying why when
+        it cannot be computed (also tagged ``objective.error`` on the run); None without one.
 
     Raises:
         RagExpError: Any job error, after it was recorded on the run.
     """
-    from rag_experiments.lifecycle.objective import objective_value
+    from rag_experiments.lifecycle.objective import NaNObjective, nan_reason, objective_value
     from rag_experiments.lifecycle.resume import job_checkpoint
     from rag_experiments.runner import evaluate_in_run
     from rag_experiments.tracking.sweep import parent_run_id_for_job
@@ -309,7 +311,12 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         finally:  # LLM usage per role and model identity, also when the run fails
             tracker.set_tags(identity_by_role())
             tracker.log_metrics(usage_by_role())
-    summary = result.metrics()
+        summary = result.metrics()
+        objective = objective_value(cfg.get("objective"), summary)
+        if objective is not None and math.isnan(objective):  # a failed trial, with its reason
+            objective = NaNObjective(nan_reason(str(cfg.objective), result.values))
+            log.warning("%s; a sweeper records this trial as failed", objective.reason)
+            tracker.set_tags({"objective.error": objective.reason})
     print(f"\n{tracker.describe_location()}")
     for spec in result.specs:
         if spec.name in summary:
@@ -324,7 +331,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
               f"(max {int(summary['judge_calls_per_question_max'])}), judge tokens {int(tokens)}")
     if uses_embedded:
         print(f"  NOTE: {SMALL_MODEL_NOTE}")
-    return objective_value(cfg.get("objective"), summary)
+    return objective
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")

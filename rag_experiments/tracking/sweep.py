@@ -118,7 +118,9 @@ class MlflowSweepCallback(Callback):
             log.warning("Could not close the sweep's parent MLflow run: %s", e)
 
 
-def close_sweep(uri: str, sweep_dir: str, *, aborted: bool = False) -> str | None:
+def close_sweep(
+    uri: str, sweep_dir: str, *, aborted: bool = False, error: str | None = None
+) -> str | None:
     """Terminate a sweep's parent run (idempotent: an already ended parent is left alone).
 
     Args:
@@ -126,6 +128,8 @@ def close_sweep(uri: str, sweep_dir: str, *, aborted: bool = False) -> str | Non
         sweep_dir: The sweep directory holding ``mlflow_parent_run_id``.
         aborted: The sweep stopped early (a job raised); the parent ends FAILED with tag
             ``error``.
+        error: Why the sweep failed (tag ``error`` and the run's description); the parent
+            ends FAILED.
 
     Returns:
         The status given to the parent (``FINISHED`` / ``FAILED``), or None when there was no
@@ -147,7 +151,7 @@ def close_sweep(uri: str, sweep_dir: str, *, aborted: bool = False) -> str | Non
         counts = Counter(
             r.info.status for r in _child_runs(client, parent.info.experiment_id, parent_id)
         )
-        ok = not aborted and set(counts) <= {"FINISHED"}
+        ok = not aborted and error is None and set(counts) <= {"FINISHED"}
         status = RunStatus.to_string(RunStatus.FINISHED if ok else RunStatus.FAILED)
         now = _now_ms()
         metrics = [Metric("sweep.children.total", float(sum(counts.values())), now, 0)]
@@ -156,7 +160,9 @@ def close_sweep(uri: str, sweep_dir: str, *, aborted: bool = False) -> str | Non
             for s in _STATUSES
         ]
         tags = []
-        if aborted:
+        if error is not None:
+            tags += [RunTag("error", error), RunTag("mlflow.note.content", error)]
+        elif aborted:
             tags.append(RunTag("error", "the sweep stopped before all jobs ended (a job raised)"))
         client.log_batch(parent_id, metrics=metrics, tags=tags)
         client.set_terminated(parent_id, status)
