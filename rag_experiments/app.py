@@ -241,6 +241,20 @@ def _build_baseline(
     )
 
 
+def log_dropped(dataset: EvalDataset, tracker: Any) -> None:
+    """Say which source rows the loader left out: a console warning, metric ``n_dropped``
+    (0 when none) and ``n_dropped.<reason>``, tag ``dataset.dropped`` (the one-line summary)
+    and artifact ``dropped_rows.json`` (every id with its reason)."""
+    counts = dataset.dropped_counts()
+    tracker.log_metrics({"n_dropped": float(len(dataset.dropped)),
+                         **{f"n_dropped.{reason}": float(n) for reason, n in counts.items()}})
+    if dataset.dropped:
+        summary = dataset.dropped_summary()
+        log.warning("dataset: %s (every id in dropped_rows.json)", summary)
+        tracker.set_tags({"dataset.dropped": summary})
+        tracker.log_dict(dataset.dropped_rows(), "dropped_rows.json")
+
+
 def _default_run_name(cfg: DictConfig, dataset_name: str) -> str:
     return f"{dataset_name}-{cfg.chunker._target_.rsplit('.', 1)[-1]}-{cfg.metrics.name}"
 
@@ -294,6 +308,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     ):
         job.attach(tracker)
         exp = build(cfg)
+        log_dropped(exp.dataset, tracker)
         preflight(exp.checks)
         if not cfg.run_name:  # the default name holds the loaded dataset's name
             tracker.set_tags({"mlflow.runName": _default_run_name(cfg, exp.dataset.name)})
@@ -325,6 +340,8 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
             print(f"  {spec.name:<30} {summary[spec.name]:.4f} {ci:<16} (n={n})")
     print(f"  samples {int(result.counts['n_samples'])}, failed {int(result.counts['n_failed'])}, "
           f"{result.counts['duration_s']:.1f} s")
+    if exp.dataset.dropped:
+        print(f"  dropped {exp.dataset.dropped_summary()} (dropped_rows.json)")
     if "judge_calls_per_question" in summary:
         tokens = summary["judge_prompt_tokens"] + summary["judge_completion_tokens"]
         print(f"  judge calls per question {summary['judge_calls_per_question']:.2f} "
