@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import mlflow
 import pytest
@@ -126,12 +127,11 @@ def test_the_target_checks_delegate_and_health_is_asked_once(httpserver: HTTPSer
     from rag_experiments.data.base import EvalDataset
 
     dead = f"http://127.0.0.1:{_free_port()}"
-    baseline = BaselineTarget(chunker=None, embedder=OllamaEmbedder(base_url=dead),  # type: ignore[arg-type]
-                              retriever=None, index=None, generator=FakeChat())  # type: ignore[arg-type]
+    unused: Any = None  # check() uses only the embedder and the generator
+    baseline = BaselineTarget(unused, OllamaEmbedder(base_url=dead), unused, unused, FakeChat())
     with pytest.raises(LLMUnreachableError, match=f"cannot reach {dead}/api/tags"):
         baseline.check()
-    BaselineTarget(chunker=None, embedder=HashEmbedder(), retriever=None,  # type: ignore[arg-type]
-                   index=None, generator=FakeChat()).check()  # type: ignore[arg-type]
+    BaselineTarget(unused, HashEmbedder(), unused, unused, FakeChat()).check()
 
     with pytest.raises(TargetError, match="health check GET .* failed"):
         HttpTarget(f"{dead}/ask", health_url=f"{dead}/health", retries=0).check()
@@ -280,7 +280,8 @@ def test_beir_queries_left_out_are_listed_with_their_reason(tmp_path: Path) -> N
     assert [(d.id, d.reason) for d in data.dropped] == [("q2", "no_relevant_doc"),
                                                         ("q4", "no_qrels")]
     assert data.dropped[0].detail == "its 2 row(s) in qrels/test.tsv all have score 0"
-    assert data.dropped_summary() == "2 rows of beir left out: no_relevant_doc 1 (q2); no_qrels 1 (q4)"
+    assert data.dropped_summary() == ("2 rows of beir left out: no_relevant_doc 1 (q2); "
+                                      "no_qrels 1 (q4)")
     assert data.subset(1).dropped == data.dropped
 
 

@@ -95,7 +95,8 @@ class OptunaSweeper(_PluginSweeper):
             except ValueError as exc:
                 if str(exc) != NO_COMPLETED_TRIAL:
                     raise
-            reasons = "; ".join(f"{reason} (x{n})" for reason, n in self.failed.reasons.most_common(3))
+            reasons = "; ".join(f"{reason} (x{n})"
+                                for reason, n in self.failed.reasons.most_common(3))
             message = (f"no trial of the Optuna study completed, so there is no best value: "
                        f"{reasons or 'every trial failed'}. Fix that and sweep again")
             self._fail_parent(message)
