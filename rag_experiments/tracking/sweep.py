@@ -37,6 +37,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from omegaconf import DictConfig
 
+from rag_experiments.config.reporting import reported
 from rag_experiments.errors import TrackingError
 from rag_experiments.tracking.mlflow_tracker import ensure_experiment, resolve_tracking_uri
 
@@ -75,8 +76,13 @@ class MlflowSweepCallback(Callback):
         """Create the parent run and write its id to ``<hydra.sweep.dir>/mlflow_parent_run_id``.
 
         Raises:
-            TrackingError: If the tracking store cannot be reached.
+            ReportedError: The tracking store cannot be reached (a :class:`TrackingError`,
+                printed as one line).
         """
+        with reported():
+            self._open(config)
+
+    def _open(self, config: DictConfig) -> None:
         sweep_dir = Path(to_absolute_path(str(config.hydra.sweep.dir)))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         client = mlflow.MlflowClient(tracking_uri=self.uri)
