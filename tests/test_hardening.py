@@ -197,16 +197,20 @@ def test_optuna_study_with_only_nan_trials_ends_in_one_line(tmp_path: Path) -> N
 @pytest.mark.slow
 def test_optuna_study_goes_on_after_a_nan_trial(tmp_path: Path) -> None:
     # The fake judge scripts 5 context verdicts: top_k=5 scores context_precision, top_k=3
-    # makes every row a parse_error (NaN objective). The grid sampler tries both.
-    done = _rag_exp(tmp_path, "-m", "hydra/sweeper=rag_optuna", "hydra/sweeper/sampler=grid",
+    # makes every row a parse_error (NaN objective). The seeded sampler tries both. (Not the
+    # grid sampler: when its last point fails, the plugin itself raises in Study.stop.)
+    done = _rag_exp(tmp_path, "-m", "hydra/sweeper=rag_optuna", "hydra.sweeper.n_trials=3",
+                    "hydra.sweeper.sampler.seed=0", "hydra.sweeper.n_jobs=1",
                     "retriever.top_k=choice(3,5)", "objective=context_precision",
                     "metrics=custom", "llm=fake", "judge=fake", "embedder=hash",
                     "max_samples=4", f"hydra.sweep.dir={tmp_path}/sweep")
     assert done.returncode == 0, _explain(done)
     assert "Failed experiment: objective context_precision: context_precision is NaN" in done.stdout
     children = [r for r in _runs(tmp_path) if MLFLOW_PARENT_RUN_ID in r.data.tags]
+    assert len(children) == 3 and all(c.info.status == "FINISHED" for c in children)
     by_k = {c.data.params["retriever.top_k"]: c for c in children}
     assert set(by_k) == {"3", "5"} and "objective.error" in by_k["3"].data.tags
+    assert "objective.error" not in by_k["5"].data.tags
     best = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
     assert best["best_params"] == {"retriever.top_k": 5}
     assert best["best_value"] == pytest.approx(by_k["5"].data.metrics["context_precision"])
