@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import inspect
 import logging
-from dataclasses import dataclass
+import math
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +16,17 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from rag_experiments.config.reporting import reported
 from rag_experiments.config.resolvers import register_resolvers
 from rag_experiments.config.schema import register_configs
 from rag_experiments.data.base import EvalDataset
-from rag_experiments.errors import ConfigError, RagExpError
+from rag_experiments.errors import (
+    ConfigError,
+    LLMError,
+    PreflightError,
+    RagExpError,
+    TargetError,
+)
 from rag_experiments.llm.factory import (
     build_chat,
     configure_from_config,
@@ -60,12 +69,49 @@ _register()
 
 @dataclass
 class Experiment:
-    """The built parts of one job (the tracker is made apart: the run opens before building)."""
+    """The built parts of one job (the tracker is made apart: the run opens before building).
+
+    ``checks`` maps each role to the part :func:`preflight` checks: the baseline's
+    ``generator`` and ``embedder``, another ``target`` itself (its ``health_url``), the
+    ``judge`` and the metrics' ``embedder`` when metrics use them.
+    """
 
     dataset: EvalDataset
     target: Any
     metrics: list[Any]
     generate: bool
+    checks: dict[str, Any] = field(default_factory=dict)
+
+
+def preflight(checks: dict[str, Any]) -> None:
+    """Check every model and service of a job once, before any question is answered and
+    before any index is built: each part's ``check()`` (reachable, model present, context
+    window known), in the order given; the same object under two roles is checked once.
+
+    A refused connection fails at once and a silent server within
+    :data:`~rag_experiments.llm.transport.CHECK_TIMEOUT_S`, so the time to the error does not
+    depend on the number of questions.
+
+    Args:
+        checks: Role (``generator``, ``embedder``, ``judge``, ``target``) → part.
+
+    Raises:
+        PreflightError: A part cannot be used; the message names the role, the part and the
+            fix.
+    """
+    seen: set[int] = set()
+    for role, part in checks.items():
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        started = time.perf_counter()
+        try:
+            part.check()
+        except RagExpError as exc:
+            reason = exc.reason if isinstance(exc, (LLMError, TargetError)) else "config"
+            raise PreflightError(role, reason, f"preflight: the {role} cannot be used, so "
+                                 f"nothing was run: {exc}") from exc
+        log.info("preflight: %s ready (%.2f s)", role, time.perf_counter() - started)
 
 
 def build(cfg: DictConfig) -> Experiment:
@@ -90,15 +136,17 @@ def build(cfg: DictConfig) -> Experiment:
         metrics = [_build_metric(node, shared) for node in cfg.metrics.suite.values()]
         generate = bool(cfg.metrics.generate)
         dataset = load_dataset(cfg)
+        checks: dict[str, Any] = {}
         if target_class(cfg.target) == "BaselineTarget":
             target = _build_baseline(cfg, metrics, generate, shared)
         else:
             target = instantiate(cfg.target)
+            checks["target"] = target
     except InstantiationException as e:
         if isinstance(e.__cause__, RagExpError):
             raise e.__cause__ from None
         raise
-    return Experiment(dataset, target, metrics, generate)
+    return Experiment(dataset, target, metrics, generate, {**shared.built, **checks})
 
 
 def load_dataset(cfg: DictConfig) -> Any:
@@ -124,6 +172,8 @@ class _SharedParts:
         self.cfg = cfg
         self._judge: Any = None
         self._embedder: Any = None
+        self.built: dict[str, Any] = {}
+        """Role → model built so far (``generator``, ``embedder``, ``judge``), in build order."""
 
     def judge(self) -> Any:
         from rag_experiments.metrics.judge_config import check_judge_distinct, judge_model_node
@@ -132,12 +182,13 @@ class _SharedParts:
             baseline = target_class(self.cfg.target) == "BaselineTarget"
             if self.cfg.metrics.generate and baseline:  # the generator is cfg.llm
                 check_judge_distinct(self.cfg.llm, self.cfg.judge)
-            self._judge = build_chat(judge_model_node(self.cfg.judge), "judge")
+            self._judge = self.built["judge"] = build_chat(judge_model_node(self.cfg.judge),
+                                                           "judge")
         return self._judge
 
     def embedder(self) -> Any:
         if self._embedder is None:
-            self._embedder = build_embedder(self.cfg)
+            self._embedder = self.built["embedder"] = build_embedder(self.cfg)
         return self._embedder
 
 
@@ -169,13 +220,16 @@ def _build_baseline(
 ) -> Any:
     from rag_experiments.index.chroma import ChromaIndex
 
-    embedder = (shared or _SharedParts(cfg)).embedder()
+    shared = shared or _SharedParts(cfg)
+    embedder = shared.embedder()
     depth = max([m.depth for m in metrics if hasattr(m, "depth")], default=0)
     retriever_cfg = OmegaConf.to_container(cfg.retriever, resolve=True)
     if retriever_cfg.get("depth") is None:
         retriever_cfg["depth"] = max(depth, int(retriever_cfg["top_k"]))
     retriever = instantiate(retriever_cfg)
     generator = build_chat(cfg.llm, "generator") if generate else None
+    if generator is not None:
+        shared.built["generator"] = generator
     target_cfg = OmegaConf.to_container(cfg.target, resolve=True)
     hnsw = target_cfg.pop("hnsw", {})
     return instantiate(
@@ -187,6 +241,20 @@ def _build_baseline(
         generator=generator,
         generate=generate,
     )
+
+
+def log_dropped(dataset: EvalDataset, tracker: Any) -> None:
+    """Say which source rows the loader left out: a console warning, metric ``n_dropped``
+    (0 when none) and ``n_dropped.<reason>``, tag ``dataset.dropped`` (the one-line summary)
+    and artifact ``dropped_rows.json`` (every id with its reason)."""
+    counts = dataset.dropped_counts()
+    tracker.log_metrics({"n_dropped": float(len(dataset.dropped)),
+                         **{f"n_dropped.{reason}": float(n) for reason, n in counts.items()}})
+    if dataset.dropped:
+        summary = dataset.dropped_summary()
+        log.warning("dataset: %s (every id in dropped_rows.json)", summary)
+        tracker.set_tags({"dataset.dropped": summary})
+        tracker.log_dict(dataset.dropped_rows(), "dropped_rows.json")
 
 
 def _default_run_name(cfg: DictConfig, dataset_name: str) -> str:
@@ -210,12 +278,13 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
 
     Returns:
         The run's objective (``objective``: a metric or a weighted sum, see
-        :mod:`rag_experiments.lifecycle.objective`), else None.
+        :mod:`rag_experiments.lifecycle.objective`); a :class:`NaNObjective` saying why when
+        it cannot be computed (also tagged ``objective.error`` on the run); None without one.
 
     Raises:
         RagExpError: Any job error, after it was recorded on the run.
     """
-    from rag_experiments.lifecycle.objective import objective_value
+    from rag_experiments.lifecycle.objective import NaNObjective, nan_reason, objective_value
     from rag_experiments.lifecycle.resume import job_checkpoint
     from rag_experiments.runner import evaluate_in_run
     from rag_experiments.tracking.sweep import parent_run_id_for_job
@@ -241,6 +310,8 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     ):
         job.attach(tracker)
         exp = build(cfg)
+        log_dropped(exp.dataset, tracker)
+        preflight(exp.checks)
         if not cfg.run_name:  # the default name holds the loaded dataset's name
             tracker.set_tags({"mlflow.runName": _default_run_name(cfg, exp.dataset.name)})
         try:
@@ -257,7 +328,12 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         finally:  # LLM usage per role and model identity, also when the run fails
             tracker.set_tags(identity_by_role())
             tracker.log_metrics(usage_by_role())
-    summary = result.metrics()
+        summary = result.metrics()
+        objective = objective_value(cfg.get("objective"), summary)
+        if objective is not None and math.isnan(objective):  # a failed trial, with its reason
+            objective = NaNObjective(nan_reason(str(cfg.objective), result.values))
+            log.warning("%s; a sweeper records this trial as failed", objective.reason)
+            tracker.set_tags({"objective.error": objective.reason})
     print(f"\n{tracker.describe_location()}")
     for spec in result.specs:
         if spec.name in summary:
@@ -271,18 +347,22 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     if judge_errors:
         print("  judge errors (NaN cells): " + ", ".join(
             f"{reason} {n}" for reason, n in sorted(judge_errors.items())))
+    if exp.dataset.dropped:
+        print(f"  dropped {exp.dataset.dropped_summary()} (dropped_rows.json)")
     if "judge_calls_per_question" in summary:
         tokens = summary["judge_prompt_tokens"] + summary["judge_completion_tokens"]
         print(f"  judge calls per question {summary['judge_calls_per_question']:.2f} "
               f"(max {int(summary['judge_calls_per_question_max'])}), judge tokens {int(tokens)}")
     if uses_embedded:
         print(f"  NOTE: {SMALL_MODEL_NOTE}")
-    return objective_value(cfg.get("objective"), summary)
+    return objective
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def hydra_main(cfg: DictConfig) -> float | None:
-    """``rag-exp run [overrides…]``."""
-    if not cfg.dataset:
-        raise ConfigError("no dataset selected: pass dataset=<name>")
-    return run_job(cfg)
+    """``rag-exp run [overrides…]``. Our own errors leave as one line, exit code 1
+    (:mod:`rag_experiments.config.reporting`)."""
+    with reported():
+        if not cfg.dataset:
+            raise ConfigError("no dataset selected: pass dataset=<name>")
+        return run_job(cfg)

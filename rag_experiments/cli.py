@@ -24,6 +24,10 @@ Subcommands::
 
 ``rag-exp run --help`` shows Hydra's help (config groups and options); ``rag-exp run --cfg job``
 prints the resolved config without running.
+
+Errors of the package (:class:`~rag_experiments.errors.RagExpError`) print as one line,
+``rag-exp <command>: error: <message>``, with exit code 1; ``rag-exp --verbose <command> …``
+(or ``HYDRA_FULL_ERROR=1``) shows the stack trace too.
 """
 
 from __future__ import annotations
@@ -126,12 +130,18 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch ``rag-exp <command> …``; returns the process exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    verbose = bool(args) and args[0] == "--verbose"
+    if verbose:
+        args = args[1:]
+        os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises: the full stack is shown
     parser = argparse.ArgumentParser(
         prog="rag-exp",
         description="Evaluate RAG systems offline with local models; results go to MLflow.",
         epilog="Example: rag-exp run -m chunker.size=256,512 retriever.top_k=3,5",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--verbose", action="store_true",
+                        help="show the stack trace of errors (as HYDRA_FULL_ERROR=1 does)")
     sub = parser.add_subparsers(dest="command", metavar="command")
     for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
@@ -144,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
         return code
     except RagExpError as exc:
+        if verbose or os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
         print(f"rag-exp {args[0]}: error: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `rag-exp … | head`: the reader left; not an error of ours

@@ -99,6 +99,22 @@ class LLMError(RagExpError):
         super().__init__(message)
 
 
+class PreflightError(RagExpError):
+    """A model or service the job needs cannot be used; found by the check before any question
+    was answered (:func:`rag_experiments.app.preflight`).
+
+    Args:
+        role: The part that failed (``generator``, ``judge``, ``embedder``, ``target``).
+        reason: The failure's machine-readable code (``unreachable``, ``model_not_found`` …).
+        message: What failed and how to fix it.
+    """
+
+    def __init__(self, role: str, reason: str, message: str) -> None:
+        self.role = role
+        self.reason = reason
+        super().__init__(message)
+
+
 class TrackingError(RagExpError):
     """Results cannot be logged (bad tracking URI, colliding metric names, …)."""
 

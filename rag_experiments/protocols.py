@@ -55,6 +55,16 @@ class Embedder(Protocol):
         """Shape ``(dim,)``."""
         ...
 
+    def check(self) -> None:
+        """Make sure the embedder can be used now (its server answers and has the model),
+        before a job builds an index or answers anything; quick, no long retry. In-process
+        embedders (hash, sentence-transformers) have nothing to reach.
+
+        Raises:
+            RagExpError: The embedder cannot be used; the message names the fix.
+        """
+        ...
+
 
 @runtime_checkable
 class Target(Protocol):
@@ -78,6 +88,15 @@ class Target(Protocol):
 
     def describe(self) -> dict[str, str]:
         """Identity for tags (model ids, embedder id, index name, url)."""
+        ...
+
+    def check(self) -> None:
+        """Make sure the system and every model it uses can be reached, before any question
+        is asked and before any index is built (once per job; quick).
+
+        Raises:
+            RagExpError: Something it needs cannot be used; the message names the fix.
+        """
         ...
 
 

@@ -4,6 +4,7 @@ plugins are not installed here (they must fail with a message naming the missing
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections.abc import Callable
 
 import pytest
@@ -23,7 +24,7 @@ def test_objective_single_and_weighted() -> None:
     assert objective_value("0.7*nDCG@10 + 0.3*faithfulness", SUMMARY) == pytest.approx(0.42 + 0.24)
     assert objective_value("nDCG@10+-0.001*latency_ms_p50", SUMMARY) == pytest.approx(0.5)
     assert objective_value(None, SUMMARY) is None
-    assert objective_value("answer_relevancy", SUMMARY) is None  # all rows NaN: a failed trial
+    assert math.isnan(objective_value("answer_relevancy", SUMMARY))  # all rows NaN: failed trial
     assert parse_objective("2*a+b") == [(2.0, "a"), (1.0, "b")]
     with pytest.raises(ConfigError, match="not produced by this run"):
         objective_value("nDCG@100", SUMMARY)
@@ -35,7 +36,8 @@ def test_optuna_preset_composes(compose_cfg: Callable[..., DictConfig]) -> None:
     cfg = compose(config_name="config", overrides=["experiment=optuna_search"],
                   return_hydra_config=True)
     sweeper = cfg.hydra.sweeper
-    assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "maximize"
+    assert sweeper._target_.endswith("RagOptunaSweeper") and sweeper.direction == "maximize"
+    assert sweeper.max_failure_rate == 1.0  # a failed trial is recorded and the study goes on
     assert set(sweeper.params) == {"chunker.size", "chunker.overlap", "retriever.top_k"}
     assert cfg.objective == "nDCG@10" and cfg.metrics.name == "retrieval"
     assert cfg.chunker._target_.endswith("FixedChunker")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field, replace
 
 from rag_experiments.errors import ConfigError
 from rag_experiments.records import Document, Sample
@@ -34,6 +34,25 @@ def samples_digest(samples: list[Sample]) -> str:
     return h.hexdigest()[:16]
 
 
+DROPPED_IDS_SHOWN = 5
+"""Ids per reason that :meth:`EvalDataset.dropped_summary` names (all are in the artifact)."""
+
+
+@dataclass(frozen=True)
+class DroppedRow:
+    """A row of the source that a loader left out, and why (nothing is dropped silently).
+
+    Attributes:
+        id: The row's id (a query id).
+        reason: Short machine-readable code (``no_relevant_doc``, ``no_qrels`` …).
+        detail: What was found, in words.
+    """
+
+    id: str
+    reason: str
+    detail: str = ""
+
+
 @dataclass
 class EvalDataset:
     """Samples to evaluate and the corpus they are asked about.
@@ -44,6 +63,9 @@ class EvalDataset:
         corpus: Documents the baseline indexes; may be empty for an HTTP target.
         source: Where it was read from (path), for MLflow's dataset source.
         skipped: Corpus files that could not be used, ``{path: reason}``.
+        dropped: Rows of the source left out of ``samples``, each with its reason, in source
+            order (a run logs them: metric ``n_dropped``, ``n_dropped.<reason>``, tag
+            ``dataset.dropped``, artifact ``dropped_rows.json``).
     """
 
     name: str
@@ -51,6 +73,28 @@ class EvalDataset:
     corpus: list[Document] = field(default_factory=list)
     source: str = ""
     skipped: dict[str, str] = field(default_factory=dict)
+    dropped: list[DroppedRow] = field(default_factory=list)
+
+    def dropped_counts(self) -> dict[str, int]:
+        """``{reason: rows}`` of :attr:`dropped`, most frequent first."""
+        return dict(Counter(d.reason for d in self.dropped).most_common())
+
+    def dropped_rows(self) -> list[dict[str, str]]:
+        """:attr:`dropped` as plain dicts (``id``, ``reason``, ``detail``) for an artifact."""
+        return [asdict(d) for d in self.dropped]
+
+    def dropped_summary(self) -> str:
+        """One line: how many rows were left out, per reason with the first
+        :data:`DROPPED_IDS_SHOWN` ids (``""`` when none), e.g. ``2 rows of sample left out:
+        no_relevant_doc 1 (q3); no_qrels 1 (q4)``."""
+        if not self.dropped:
+            return ""
+        parts = []
+        for reason, n in self.dropped_counts().items():
+            ids = [d.id for d in self.dropped if d.reason == reason]
+            shown = ", ".join(ids[:DROPPED_IDS_SHOWN]) + (", …" if n > DROPPED_IDS_SHOWN else "")
+            parts.append(f"{reason} {n} ({shown})")
+        return f"{len(self.dropped)} rows of {self.name} left out: " + "; ".join(parts)
 
     @property
     def corpus_digest(self) -> str:

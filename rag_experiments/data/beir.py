@@ -9,7 +9,9 @@ A BEIR folder holds::
     qrels/<split>.tsv       query-id <TAB> corpus-id <TAB> score, with a header line
 
 Each query that has at least one relevant document (score > 0) in the split becomes one
-retrieval-only :class:`~rag_experiments.records.Sample` (no reference answer).
+retrieval-only :class:`~rag_experiments.records.Sample` (no reference answer). The others are
+listed in ``EvalDataset.dropped``: ``no_relevant_doc`` (every qrels row of the query has score
+0) and ``no_qrels`` (no row in the split; queries.jsonl often holds every split's queries).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from rag_experiments.data.base import EvalDataset
+from rag_experiments.data.base import DroppedRow, EvalDataset
 from rag_experiments.data.corpus import load_corpus_jsonl
 from rag_experiments.data.jsonl import RowLog, read_jsonl_rows, read_text_lines
 from rag_experiments.errors import ConfigError, DatasetError
@@ -62,7 +64,8 @@ class BeirDataset:
 
         Returns:
             The samples (see the class docstring), the whole corpus (every document, also
-            those no query needs: they are the distractors) and the folder as source.
+            those no query needs: they are the distractors), the folder as source and the
+            queries left out with their reason (``dropped``).
 
         Raises:
             ConfigError: ``max_queries`` is below 1.
@@ -113,11 +116,20 @@ class BeirDataset:
         if not samples:
             raise DatasetError(f"{qrels_path} has no pair with score > 0, so no query can be "
                                "evaluated; check the split")
+        split_file = f"qrels/{self.split}.tsv"
+        dropped = [
+            DroppedRow(qid, "no_relevant_doc",
+                       f"its {len(qrels[qid])} row(s) in {split_file} all have score 0")
+            if qid in qrels else DroppedRow(qid, "no_qrels", f"no row in {split_file}")
+            for qid in queries
+            if not any(score > 0 for score in qrels.get(qid, {}).values())
+        ]
         if self.max_queries is not None and self.max_queries < len(samples):
             keep = set(sorted((s.id for s in samples), key=self._rank)[: self.max_queries])
             samples = [s for s in samples if s.id in keep]
         return EvalDataset(
-            name=self.name or folder.name, samples=samples, corpus=corpus, source=str(folder)
+            name=self.name or folder.name, samples=samples, corpus=corpus, source=str(folder),
+            dropped=dropped,
         )
 
     def _rank(self, query_id: str) -> str:

@@ -81,6 +81,10 @@ class CachedEmbedder:
         """A connection committed on success and closed afterwards."""
         return connect(self.path)
 
+    def check(self) -> None:
+        """The inner embedder's check."""
+        self.inner.check()
+
     @property
     def id(self) -> str:
         """The inner embedder's id (the cache does not change vectors)."""

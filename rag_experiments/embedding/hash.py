@@ -55,6 +55,9 @@ class HashEmbedder:
         """Vector dimension."""
         return self._dim
 
+    def check(self) -> None:
+        """Always ready (no model)."""
+
     def _vector(self, text: str) -> np.ndarray:
         vec = np.zeros(self._dim, dtype=np.float64)
         for token in _TOKEN.findall(text.lower()):

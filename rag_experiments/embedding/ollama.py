@@ -6,6 +6,7 @@ from rag_experiments.embedding.remote import RemoteEmbedder
 from rag_experiments.llm.errors import LLMHTTPError
 from rag_experiments.llm.ollama import (
     DEFAULT_BASE_URL,
+    check_ollama_model,
     not_found_error,
     specialise_http_error,
     tagged_digest,
@@ -62,6 +63,16 @@ class OllamaEmbedder(RemoteEmbedder):
         self.http = JsonHttp(self.base_url, timeout_s, where=f"{self.where} at {self.base_url}",
                              unreachable_hint=unreachable_hint("embedder.base_url"))
         self._digest: str | None = None
+
+    def check(self) -> None:
+        """One ``GET /api/tags``: Ollama answers and has the model.
+
+        Raises:
+            LLMUnreachableError: Nothing answers at ``base_url``.
+            ModelNotFoundError: The model is not pulled.
+            LLMHTTPError: The server answered an error.
+        """
+        check_ollama_model(self.http, self.model, f"{self.where} at {self.base_url}")
 
     def digest(self) -> str:
         """The model's digest from ``/api/tags`` (asked once).

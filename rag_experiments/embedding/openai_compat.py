@@ -7,6 +7,7 @@ from __future__ import annotations
 from rag_experiments.embedding.remote import RemoteEmbedder
 from rag_experiments.errors import LLMError
 from rag_experiments.llm.errors import LLMHTTPError, ModelNotFoundError
+from rag_experiments.llm.openai_compat import check_listed_model
 from rag_experiments.llm.transport import JsonHttp, bearer_headers
 
 
@@ -67,6 +68,20 @@ class OpenAICompatEmbedder(RemoteEmbedder):
 
     def __repr__(self) -> str:
         return f"OpenAICompatEmbedder(model={self.model!r}, base_url={self.base_url!r})"
+
+    def check(self) -> None:
+        """``GET /models`` answers; a model it does not list is sent one one-text embedding
+        request (a "model not found" answer fails the check).
+
+        Raises:
+            LLMUnreachableError: Nothing answers at ``base_url``.
+            ModelNotFoundError: The server does not have the model.
+            LLMHTTPError: The key is refused (401/403) or the server is not an
+                OpenAI-compatible ``/v1`` root.
+        """
+        where = f"{self.where} at {self.base_url}"
+        if check_listed_model(self.http, self.model, where, "embedder.api_key_env") is None:
+            self._embed_batch(["check"])
 
     def _identity(self) -> str:
         dims = f":d{self.dimensions}" if self.dimensions else ""

@@ -69,6 +69,14 @@ class RemoteEmbedder:
         """Provider-specific part of :attr:`id`."""
         raise NotImplementedError
 
+    def check(self) -> None:
+        """The server answers and has the model (one or two requests, no retry).
+
+        Raises:
+            LLMError: ``unreachable``, ``timeout``, ``model_not_found`` or ``http_error``.
+        """
+        raise NotImplementedError
+
     @property
     def where(self) -> str:
         """``"<provider> embedder <model>"`` for messages."""

@@ -156,6 +156,10 @@ class SentenceTransformerEmbedder:
         self._id = f"st:{self.name}:{_fingerprint(self.path)}:norm{int(normalize)}:seq{seq}"
         self._model: SentenceTransformer | None = None
 
+    def check(self) -> None:
+        """Ready: the model folder was found when this object was made (the weights load on
+        first use)."""
+
     @property
     def id(self) -> str:
         """``st:<name>:<config hash>:norm<0|1>:seq<max_seq_length>``; ``seq`` is the

@@ -9,14 +9,42 @@ names as printed by the run (``nDCG@10``, ``faithfulness``, ``by_type/procedural
 
 A negative weight subtracts (``+-0.1*latency_ms_p50``). The direction (maximize / minimize)
 belongs to the sweeper (``hydra.sweeper.direction``).
+
+A run whose objective cannot be computed (a term's metric has no valid row) returns a
+:class:`NaNObjective`, a NaN that says why (:func:`nan_reason`); the sweeper
+(:mod:`rag_experiments.lifecycle.sweeper`) records that trial as failed with the reason.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 
-from rag_experiments.errors import ConfigError
+from rag_experiments.errors import ConfigError, RagExpError
+from rag_experiments.records import MetricValue
+
+
+class NaNObjective(float):
+    """A NaN objective carrying why it is NaN (``reason``), returned by a job to its sweeper.
+
+    Args:
+        reason: E.g. ``"objective faithfulness is NaN: 0 of 3 rows valid (parse_error: 3)"``.
+    """
+
+    reason: str
+
+    def __new__(cls, reason: str) -> NaNObjective:
+        value = super().__new__(cls, "nan")
+        value.reason = reason
+        return value
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:  # pickled to and from launcher processes
+        return (NaNObjective, (self.reason,))
+
+
+class ObjectiveNaNError(RagExpError):
+    """A trial's objective is NaN: it is recorded as a failed trial, with this message."""
 
 
 def parse_objective(expr: str) -> list[tuple[float, str]]:
@@ -57,8 +85,8 @@ def objective_value(expr: str | None, summary: Mapping[str, float]) -> float | N
         summary: The run's metrics (``EvalResult.metrics()``: means, counts, …).
 
     Returns:
-        The weighted sum, or None when ``expr`` is empty or a term's metric is NaN (then
-        Optuna records the trial as failed instead of ranking it).
+        The weighted sum; NaN when a term's metric is NaN or has no valid row (the trial then
+        fails, see :func:`nan_reason`); None when ``expr`` is empty.
 
     Raises:
         ConfigError: A term names a metric the run did not produce.
@@ -68,13 +96,36 @@ def objective_value(expr: str | None, summary: Mapping[str, float]) -> float | N
     total = 0.0
     for weight, name in parse_objective(expr):
         if name not in summary and f"{name}_n_valid" in summary:
-            return None  # every row NaN: the mean is not logged
+            return math.nan  # every row NaN: the mean is not logged
         if name not in summary:
             known = ", ".join(sorted(k for k in summary if "/" not in k)[:40])
             raise ConfigError(f"objective metric {name!r} was not produced by this run; "
                               f"known metrics: {known}")
         value = float(summary[name])
         if math.isnan(value):
-            return None
+            return math.nan
         total += weight * value
     return total
+
+
+def nan_reason(expr: str, rows: Sequence[Mapping[str, MetricValue]]) -> str:
+    """Why objective ``expr`` is NaN: each term's metric with no valid row, its number of valid
+    rows and the NaN reasons of its rows, most frequent first.
+
+    Args:
+        expr: The ``objective`` key.
+        rows: The run's per-row metric values (``EvalResult.values``).
+
+    Returns:
+        E.g. ``"objective faithfulness is NaN: 0 of 3 rows valid (parse_error: 3)"``.
+    """
+    parts = []
+    for _, name in parse_objective(expr):
+        cells = [row.get(name, MetricValue.nan("missing")) for row in rows]
+        n_valid = sum(1 for c in cells if c.is_valid)
+        if n_valid:
+            continue
+        counts = Counter(c.reason or "no reason" for c in cells)
+        why = ", ".join(f"{reason}: {n}" for reason, n in counts.most_common())
+        parts.append(f"{name} is NaN: {n_valid} of {len(cells)} rows valid ({why or 'no rows'})")
+    return f"objective {expr}: " + ("; ".join(parts) or "NaN")

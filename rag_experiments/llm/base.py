@@ -65,3 +65,18 @@ class ChatModel(Protocol):
     def describe(self) -> dict[str, str]:
         """Identity for tags and cache keys: provider, model, digest, base_url, options."""
         ...
+
+    def check(self) -> None:
+        """Make sure the model can be used now, before a job answers anything: its server
+        answers, it has the model, its context window is known (or said to be unknown).
+
+        Quick: a request or two with a short limit
+        (:data:`~rag_experiments.llm.transport.CHECK_TIMEOUT_S`), a refused connection is
+        not retried.
+
+        Raises:
+            LLMError: ``unreachable``, ``timeout``, ``model_not_found`` or ``http_error``; the
+                message names the fix.
+            ConfigError: The model cannot be loaded (a missing file or package).
+        """
+        ...

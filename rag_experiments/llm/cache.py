@@ -215,6 +215,10 @@ class CachedChat:
         """The inner model's identity."""
         return self.inner.describe()
 
+    def check(self) -> None:
+        """The inner model's check (the cache cannot answer for a model that is not there)."""
+        self.inner.check()
+
     @property
     def max_concurrency(self) -> int:
         """Calls the inner model takes at once (its declared ``max_concurrency``)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.resources
+import importlib.util
 import logging
 import threading
 import time
@@ -135,6 +136,19 @@ class EmbeddedChat:
                 verbose=False,
             )
         return self._llm
+
+    def check(self) -> None:
+        """The GGUF file is there and llama-cpp-python is installed (the model itself loads
+        on first use; ``n_ctx`` is the context window).
+
+        Raises:
+            ConfigError: The file or the package is missing.
+        """
+        if not self.model_path.is_file():
+            raise ConfigError(f"llm.model_path={self.model_path} does not exist; give a .gguf file")
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise ConfigError("llama-cpp-python is not installed: run `make install` (it builds "
+                              "from source once, about 6 minutes)")
 
     def count_tokens(self, text: str) -> int:
         """Number of tokens of ``text`` in this model's tokenizer."""

@@ -120,6 +120,9 @@ class FakeChat:
         return Completion(text=text, parsed=parse_structured(text, schema),
                           usage=Usage(len(prompt.split()), len(text.split())), model=self.model)
 
+    def check(self) -> None:
+        """Always ready (no model to reach)."""
+
     def describe(self) -> dict[str, str]:
         """Provider, model id and ``digest``: a hash of the script (responses and text)."""
         script_data: dict[str, Any] = {"responses": self.responses, "text": self.text}

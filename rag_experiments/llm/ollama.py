@@ -61,6 +61,31 @@ def not_found_error(where: str, model: str) -> ModelNotFoundError:
     )
 
 
+def check_ollama_model(http: JsonHttp, model: str, where: str) -> None:
+    """The check of an Ollama model (chat or embedding): ``GET /api/tags`` answers and lists
+    ``model``.
+
+    Raises:
+        LLMUnreachableError: Nothing answers at ``http.base_url``.
+        LLMTimeoutError: No answer within the check's limit.
+        ModelNotFoundError: The model is not pulled (the message lists those that are).
+        LLMHTTPError: The server answered an error.
+    """
+    try:
+        tags = http.probe("GET", "/api/tags")
+    except LLMHTTPError as exc:
+        raise LLMHTTPError(f"{http.base_url}/api/tags failed: is {http.base_url} an Ollama "
+                           f"server? {unreachable_hint()}", status=exc.status,
+                           body=exc.body) from None
+    tags = tags if isinstance(tags, Mapping) else {}
+    if tagged_digest(tags, model) is None:
+        names = {str(m.get(k)) for m in tags.get("models") or [] for k in ("name", "model")
+                 if isinstance(m, Mapping) and m.get(k)}
+        raise ModelNotFoundError(
+            f"{where}: the model {model!r} is not available (the server has: "
+            f"{', '.join(sorted(names)) or 'none'}); run `ollama pull {model}` or choose another")
+
+
 def specialise_http_error(exc: LLMHTTPError, where: str, model: str) -> LLMError:
     """Turn Ollama's 404 "model … not found" into :class:`ModelNotFoundError`."""
     if exc.status == 404 and "not found" in exc.body.lower() and "model" in exc.body.lower():
@@ -174,6 +199,18 @@ class OllamaChat(RemoteChat):
             usage=Usage(prompt_eval, int(data.get("eval_count") or 0)),
             model=str(data.get("model") or self.model),
         )
+
+    def check(self) -> None:
+        """One ``GET /api/tags``: Ollama answers and has the model (``num_ctx``, sent with
+        every request, is the context window).
+
+        Raises:
+            LLMUnreachableError: Nothing answers at ``base_url``.
+            LLMTimeoutError: No answer within the check's limit.
+            ModelNotFoundError: The model is not pulled (the message lists those that are).
+            LLMHTTPError: The server answered an error (not an Ollama server?).
+        """
+        check_ollama_model(self.http, self.model, self.where)
 
     def digest(self) -> str:
         """The model's digest from ``/api/tags`` (what ``ollama list`` shows as ID).

@@ -40,6 +40,51 @@ _REQUESTED = re.compile(r"requested (\d+) tokens(?: \((\d+) in the messages)?", 
 _FORMAT_WORDS = re.compile(r"response_format|json_schema|json_object|grammar", re.IGNORECASE)
 
 
+def check_listed_model(
+    http: JsonHttp, model: str, where: str, key_field: str
+) -> dict[str, Any] | None:
+    """The check of an OpenAI-compatible server: ``GET /models`` answers; the entry that
+    lists ``model``, or None when the list does not have it.
+
+    Args:
+        http: The server's client.
+        model: The configured model name.
+        where: Names the model in messages.
+        key_field: The config key of the API key variable (for the 401/403 fix).
+
+    Raises:
+        LLMUnreachableError: Nothing answers at ``http.base_url``.
+        LLMTimeoutError: No answer within the check's limit.
+        LLMHTTPError: The key is refused (401/403), or the server is not an OpenAI-compatible
+            ``/v1`` root.
+    """
+    try:
+        data = http.probe("GET", "/models")
+    except LLMHTTPError as exc:
+        if exc.status in (401, 403):
+            fix = f"set {key_field} to the environment variable holding the key"
+        else:
+            fix = f"is {http.base_url} an OpenAI-compatible /v1 root? {http.unreachable_hint}"
+        raise LLMHTTPError(f"{where}: {http.base_url}/models refused the request: {fix}",
+                           status=exc.status, body=exc.body) from None
+    rows = data.get("data") if isinstance(data, dict) else None
+    for entry in rows or []:
+        if isinstance(entry, dict) and entry.get("id") == model:
+            return entry
+    return None
+
+
+def reported_window(entry: dict[str, Any]) -> int | None:
+    """The context window a ``/models`` entry reports: vLLM ``max_model_len``, LM Studio
+    ``max_context_length``, llama.cpp ``meta.n_ctx_train``; None when it reports none."""
+    meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+    for value in (entry.get("max_model_len"), entry.get("max_context_length"),
+                  meta.get("n_ctx_train")):
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 class _FormatRejected(LLMError):
     """The server refused this ``response_format`` (internal: triggers the next mode)."""
 
@@ -115,6 +160,44 @@ class OpenAICompatChat(RemoteChat):
     def context_window(self) -> int | None:
         """The configured window (None = unknown)."""
         return self._window
+
+    def check(self) -> None:
+        """``GET /models``: the server answers (and accepts the key) and lists the model.
+
+        A server that does not list the model (llama.cpp's server answers for any name;
+        vLLM refuses unknown names) is sent one 1-token completion: a "model not found"
+        answer fails the check. When ``context_window`` is not set, the window the server
+        reports (vLLM ``max_model_len``, llama.cpp ``meta.n_ctx_train``) is logged, or a
+        warning says the window is unknown.
+
+        Raises:
+            LLMUnreachableError: Nothing answers at ``base_url``.
+            LLMTimeoutError: No answer within the check's limit.
+            ModelNotFoundError: The server does not have the model.
+            LLMHTTPError: The key is refused (401/403) or ``base_url`` is not an
+                OpenAI-compatible ``/v1`` root.
+        """
+        entry = check_listed_model(self.http, self.model, self.where, "llm.api_key_env "
+                                   "(judge.api_key_env for the judge)")
+        if entry is None:
+            try:
+                self._attempt([{"role": "user", "content": "ping"}], None,
+                              self._options({"max_tokens": 1}))
+            except ModelNotFoundError:
+                raise
+            except LLMError as exc:
+                log.warning("%s: the server does not list the model and a 1-token test "
+                            "call failed (%s); going on", self.where, exc)
+        if self._window is None:
+            window = reported_window(entry or {})
+            if window:
+                log.info("%s: the server reports a context window of %d tokens; set "
+                         "context_window: %d to refuse longer prompts before the call",
+                         self.where, window, window)
+            else:
+                log.warning("%s: context window unknown; prompts over it are left to the "
+                            "server. Set context_window (llm/judge config) to check them first",
+                            self.where)
 
     @property
     def format_mode(self) -> str:

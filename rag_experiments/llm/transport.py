@@ -12,6 +12,10 @@ from rag_experiments.errors import ConfigError
 from rag_experiments.llm.errors import LLMHTTPError, LLMTimeoutError, LLMUnreachableError
 from rag_experiments.net import retry_after_s
 
+CHECK_TIMEOUT_S = 10.0
+"""Seconds a model check (``check()``, run once before a job answers anything) waits for one
+answer of a server; a refused connection fails at once."""
+
 
 def bearer_headers(
     api_key_env: str | None, where: str, field: str = "api_key_env"
@@ -77,13 +81,17 @@ class JsonHttp:
             trust_env=False,
         )
 
-    def request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
+    def request(
+        self, method: str, path: str, payload: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
         """Send one request and decode the JSON answer.
 
         Args:
             method: ``GET`` or ``POST``.
             path: Path under ``base_url`` (``/api/chat``).
             payload: JSON body for POST.
+            timeout_s: Limit of this request (None = the client's ``timeout_s``).
 
         Returns:
             The decoded JSON body.
@@ -93,11 +101,13 @@ class JsonHttp:
             LLMUnreachableError: Connection refused, reset or name not resolved.
             LLMHTTPError: Status >= 400 (body kept on the error), or a body that is not JSON.
         """
+        limit = self.timeout_s if timeout_s is None else timeout_s
         try:
-            response = self._client.request(method, path, json=payload)
+            response = self._client.request(method, path, json=payload,
+                                            timeout=httpx.Timeout(limit))
         except httpx.TimeoutException as exc:
             raise LLMTimeoutError(
-                f"{self.where}: no answer to {path} within timeout_s={self.timeout_s:g} s "
+                f"{self.where}: no answer to {path} within timeout_s={limit:g} s "
                 f"({type(exc).__name__}); raise timeout_s in the llm/judge config or lower "
                 "max_tokens"
             ) from exc
@@ -116,6 +126,28 @@ class JsonHttp:
             raise LLMHTTPError(f"{self.where}: {path} answered with a body that is not JSON; "
                                "is base_url the right server?",
                                status=response.status_code, body=response.text) from exc
+
+    def probe(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
+        """One request of a model check: :meth:`request` with :data:`CHECK_TIMEOUT_S` and no
+        retry, a transport failure said as "cannot reach <url>".
+
+        Raises:
+            LLMUnreachableError: Connection refused, reset or name not resolved.
+            LLMTimeoutError: No answer within :data:`CHECK_TIMEOUT_S`.
+            LLMHTTPError: Status >= 400, or a body that is not JSON.
+        """
+        url = f"{self.base_url}{path}"
+        try:
+            return self.request(method, path, payload, timeout_s=CHECK_TIMEOUT_S)
+        except LLMUnreachableError as exc:
+            cause = exc.__cause__
+            raise LLMUnreachableError(
+                f"cannot reach {url} ({type(cause).__name__}: {cause}) for {self.where}; "
+                f"{self.unreachable_hint}") from cause
+        except LLMTimeoutError as exc:
+            raise LLMTimeoutError(
+                f"cannot reach {url} (no answer within {CHECK_TIMEOUT_S:g} s) for {self.where}; "
+                f"{self.unreachable_hint}") from exc.__cause__
 
     def close(self) -> None:
         """Close the pooled connections."""

@@ -72,6 +72,16 @@ class BaselineTarget:
         embedded model; ``llm.max_concurrency`` for a server), 1 when retrieval only."""
         return int(self.generator.max_concurrency) if self.generator is not None else 1
 
+    def check(self) -> None:
+        """The embedder's check, then the generator's (when answers are generated).
+
+        Raises:
+            RagExpError: The embedder or the generator cannot be used.
+        """
+        self.embedder.check()
+        if self.generator is not None:
+            self.generator.check()
+
     def prepare(self, dataset: EvalDataset) -> None:
         """Chunk the corpus and build (or reuse) its vector index.
 

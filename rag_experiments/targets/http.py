@@ -217,6 +217,7 @@ class HttpTarget:
         self.doc_ids_from_text = bool(doc_ids_from_text)
         self.doc_min_overlap = float(doc_min_overlap)
         self.matcher: CorpusDocMatcher | None = None
+        self._healthy = False
         verify: bool | ssl.SSLContext = bool(verify_tls)
         if verify_tls and ca_bundle:
             verify = ssl.create_default_context(cafile=ca_bundle)
@@ -232,8 +233,20 @@ class HttpTarget:
         )
 
     # --- Target protocol --------------------------------------------------------------------
+    def check(self) -> None:
+        """GET ``health_url`` when one is set (with the configured retries) and require 2xx;
+        without one there is nothing to ask before a real question.
+
+        Raises:
+            TargetError: ``endpoint_unavailable``; the message names the fix.
+        """
+        if self.health_url and not self._healthy:
+            self._check_health(self.health_url)
+            self._healthy = True
+
     def prepare(self, dataset: EvalDataset) -> None:
-        """Check the endpoint (``health_url``) and get the corpus matcher ready.
+        """Check the endpoint (``health_url``, unless :meth:`check` already did) and get the
+        corpus matcher ready.
 
         Raises:
             TargetError: ``health_url`` is set and does not answer 2xx after the retries.
@@ -247,8 +260,7 @@ class HttpTarget:
             self.retries,
             self.max_concurrency,
         )
-        if self.health_url:
-            self._check_health(self.health_url)
+        self.check()
         self.matcher = None
         if self.doc_ids_from_text and dataset.corpus:
             self.matcher = CorpusDocMatcher(dataset.corpus, self.doc_min_overlap)

@@ -37,6 +37,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from omegaconf import DictConfig
 
+from rag_experiments.config.reporting import reported
 from rag_experiments.errors import TrackingError
 from rag_experiments.tracking.mlflow_tracker import (
     ensure_experiment,
@@ -79,8 +80,13 @@ class MlflowSweepCallback(Callback):
         """Create the parent run and write its id to ``<hydra.sweep.dir>/mlflow_parent_run_id``.
 
         Raises:
-            TrackingError: If the tracking store cannot be reached.
+            ReportedError: The tracking store cannot be reached (a :class:`TrackingError`,
+                printed as one line).
         """
+        with reported():
+            self._open(config)
+
+    def _open(self, config: DictConfig) -> None:
         sweep_dir = Path(to_absolute_path(str(config.hydra.sweep.dir)))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         client = open_client(self.uri)
@@ -122,7 +128,9 @@ class MlflowSweepCallback(Callback):
             log.warning("Could not close the sweep's parent MLflow run: %s", e)
 
 
-def close_sweep(uri: str, sweep_dir: str, *, aborted: bool = False) -> str | None:
+def close_sweep(
+    uri: str, sweep_dir: str, *, aborted: bool = False, error: str | None = None
+) -> str | None:
     """Terminate a sweep's parent run (idempotent: an already ended parent is left alone).
 
     Args:
@@ -130,6 +138,8 @@ def close_sweep(uri: str, sweep_dir: str, *, aborted: bool = False) -> str | Non
         sweep_dir: The sweep directory holding ``mlflow_parent_run_id``.
         aborted: The sweep stopped early (a job raised); the parent ends FAILED with tag
             ``error``.
+        error: Why the sweep failed (tag ``error`` and the run's description); the parent
+            ends FAILED.
 
     Returns:
         The status given to the parent (``FINISHED`` / ``FAILED``), or None when there was no
@@ -151,7 +161,7 @@ def close_sweep(uri: str, sweep_dir: str, *, aborted: bool = False) -> str | Non
         counts = Counter(
             r.info.status for r in child_runs(client, parent.info.experiment_id, parent_id)
         )
-        ok = not aborted and set(counts) <= {"FINISHED"}
+        ok = not aborted and error is None and set(counts) <= {"FINISHED"}
         status = RunStatus.to_string(RunStatus.FINISHED if ok else RunStatus.FAILED)
         now = _now_ms()
         metrics = [Metric("sweep.children.total", float(sum(counts.values())), now, 0)]
@@ -160,7 +170,9 @@ def close_sweep(uri: str, sweep_dir: str, *, aborted: bool = False) -> str | Non
             for s in _STATUSES
         ]
         tags = []
-        if aborted:
+        if error is not None:
+            tags += [RunTag("error", error), RunTag("mlflow.note.content", error)]
+        elif aborted:
             tags.append(RunTag("error", "the sweep stopped before all jobs ended (a job raised)"))
         client.log_batch(parent_id, metrics=metrics, tags=tags)
         client.set_terminated(parent_id, status)

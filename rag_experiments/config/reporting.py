@@ -1,0 +1,49 @@
+"""Our own errors through Hydra, without a traceback.
+
+Hydra's ``@hydra.main`` runs the task inside ``hydra._internal.utils.run_and_report``, which
+prints a stack trace for any exception except a ``CompactHydraException``, whose message it
+prints alone before ``sys.exit(1)``; with ``HYDRA_FULL_ERROR=1`` it re-raises instead (full
+stack, the original error chained as the cause). So a :class:`~rag_experiments.errors.RagExpError`
+leaving a Hydra task (or a sweeper) is re-raised as :class:`ReportedError`: the user sees
+``rag-exp run: error: <message>`` and exit code 1; ``HYDRA_FULL_ERROR=1`` or
+``rag-exp --verbose`` shows the stack. In a multirun, the failed job's own run is already
+FAILED (see :func:`rag_experiments.app.run_job`); the sweeper re-raises the job's error and the
+process ends with the same one line and exit code 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from hydra.errors import CompactHydraException
+
+from rag_experiments.errors import RagExpError
+
+
+class ReportedError(CompactHydraException):
+    """A :class:`RagExpError` on its way out through Hydra (printed as one line).
+
+    Args:
+        error: The package's error (kept as :attr:`error` and as ``__cause__``).
+        command: The command named in the line.
+    """
+
+    def __init__(self, error: RagExpError, command: str = "rag-exp run") -> None:
+        self.error = error
+        super().__init__(f"{command}: error: {error}")
+
+
+@contextmanager
+def reported(command: str = "rag-exp run") -> Iterator[None]:
+    """Re-raise a :class:`RagExpError` from the block as :class:`ReportedError`.
+
+    Raises:
+        ReportedError: The block raised a :class:`RagExpError` (chained as the cause).
+    """
+    try:
+        yield
+    except ReportedError:
+        raise
+    except RagExpError as exc:
+        raise ReportedError(exc, command) from exc
