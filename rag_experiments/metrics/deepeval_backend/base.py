@@ -243,6 +243,7 @@ class DeepEvalMetric:
         return metric_cls(
             threshold=self.threshold, model=llm, include_reason=self.include_reason,
             async_mode=False, strict_mode=self.strict_mode, verbose_mode=False,
+            eval_mode="llm",  # DeepEval 4: never route verdicts to its remote "System One"
             **self._metric_kwargs(),
         )
 
