@@ -45,6 +45,7 @@ class DeepEvalFaithfulness(DeepEvalMetric):
 
     definition = "faithfulness"
     deepeval_class = "deepeval.metrics:FaithfulnessMetric"
+    needs_response = True
     state_attrs = ("truths", "claims", "verdicts")
 
     def __init__(
@@ -87,6 +88,7 @@ class DeepEvalAnswerRelevancy(DeepEvalMetric):
 
     definition = "answer_relevancy"
     deepeval_class = "deepeval.metrics:AnswerRelevancyMetric"
+    needs_response = True
     state_attrs = ("statements", "verdicts")
 
     def _check(self, metric: Any, case: Any) -> None:
