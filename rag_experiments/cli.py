@@ -17,6 +17,8 @@ Subcommands::
                                        blinded CSV for human graders + a separate key
     rag-exp agreement <filled.csv> [--key KEY.json]
                                        raw agreement and Cohen's kappa, logged to the run
+    rag-exp export <run_id> --format ragas|deepeval|jsonl --out FILE [--tracking-uri URI]
+                                       a run's answers as a dataset file (target=recorded)
 
 ``rag-exp run --help`` shows Hydra's help (config groups and options); ``rag-exp run --cfg job``
 prints the resolved config without running.
@@ -87,6 +89,12 @@ def _grade_sheet(argv: list[str]) -> int:
     return grade_sheet_command(argv)
 
 
+def _export(argv: list[str]) -> int:
+    from rag_experiments.export import export_command
+
+    return export_command(argv)
+
+
 def _agreement(argv: list[str]) -> int:
     from rag_experiments.agreement import agreement_command
 
@@ -102,6 +110,7 @@ COMMANDS = {
     "rerun": (_rerun, "repeat a logged run exactly (`rerun <run_id>`) and diff its metrics"),
     "grade-sheet": (_grade_sheet, "export a blinded CSV of a run's answers for human grading"),
     "agreement": (_agreement, "judge-human agreement (Cohen's kappa) from a filled grade sheet"),
+    "export": (_export, "write a run's answers as a RAGAS, DeepEval or JSONL dataset file"),
 }
 
 
