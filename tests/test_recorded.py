@@ -65,7 +65,9 @@ def test_export_and_rescore_gives_the_same_answer_metrics(
                 assert _same(rec_rows[qid][metric], row[metric]), (fmt, metric, qid)
                 assert rec_rows[qid][f"{metric}.reason"] == row[f"{metric}.reason"] or (
                     isinstance(row[f"{metric}.reason"], float))  # NaN (no reason) both
-            assert rec.data.metrics[metric] == base.data.metrics[metric]
+        for metric in ANSWER_METRICS:  # the logged means and counts too
+            for key in (metric, f"{metric}_n_valid"):
+                assert rec.data.metrics[key] == base.data.metrics[key]
         assert rec.data.metrics["n_failed"] == 0
 
 
