@@ -119,8 +119,8 @@ def test_context_recall_and_relevancy_edges() -> None:
 def test_faithfulness_parity_and_the_documented_difference() -> None:
     """Claims A (stated in context 1), B (stated in context 2), C (contradicted): both backends
     give 2/3. Replace B by an unverifiable claim (no context states or contradicts it): custom
-    says context 0 (unsupported) → 1/3; DeepEval says "borderline" (faithful) → 2/3, and 1/3 with
-    penalize_ambiguous_claims."""
+    says context 0 (unsupported) → 1/3; DeepEval says "borderline" (faithful) → 2/3, and 1/3
+    with penalize_ambiguous_claims."""
     agree_custom = FakeChat(responses={"FaithfulnessOutput": {"claims": [
         {"claim": "A", "context": 1}, {"claim": "B", "context": 2}, {"claim": "C", "context": 0}]}})
     custom = _one(Faithfulness(judge=agree_custom)).value

@@ -1,6 +1,6 @@
 """``target=recorded``, the RAGAS and DeepEval dataset files and ``rag-exp export``: a run's
-answers exported and scored again without calling the system give the same answer metrics; hand
--written peer files load and score; a row without a response is NaN ``no_response``."""
+answers exported and scored again without calling the system give the same answer metrics;
+hand-written peer files load and score; a row without a response is NaN ``no_response``."""
 
 from __future__ import annotations
 
@@ -128,7 +128,8 @@ def test_hand_written_peer_files_load_and_score(
     # The contexts of the row without an answer are still judged (context_recall needs none).
     assert rows[ids[1]]["context_recall.reason"] != "no_response"
     # keyword_faithfulness by hand: W(response) = {alice, approves, access, requests}, of which
-    # access, requests, alice are in the contexts → 3/4; {bob, signs, leave, forms, today} → 4/5.
+    # access, requests, alice are in the contexts → 3/4;
+    # {bob, signs, leave, forms, today}: all but "today" → 4/5.
     assert rows[ids[0]]["keyword_faithfulness"] == pytest.approx(3 / 4)
     assert rows[ids[2]]["keyword_faithfulness"] == pytest.approx(4 / 5)
     assert run.data.metrics["keyword_faithfulness_n_valid"] == 2
@@ -140,7 +141,8 @@ def test_recorded_target_matches_doc_ids_by_text_when_absent() -> None:
     samples = [
         Sample(id="a", user_input="q", recorded=RecordedAnswer(
             response="x", retrieved_contexts=["Access requests are approved by Alice.",
-                                              "Nothing like any document here", "Bob signs leave forms."])),
+                                              "Nothing like any document here",
+                                              "Bob signs leave forms."])),
         Sample(id="b", user_input="q", recorded=RecordedAnswer(
             response="y", retrieved_contexts=["Bob signs leave forms."],
             retrieved_doc_ids=["mine"], retrieved_ids=["mine#0"], latency_ms=12.5)),

@@ -22,8 +22,8 @@ Each row has a value in exactly one of the two columns; the other is NaN with ``
 - unanswerable sample → both NaN ``unanswerable`` (no context can be relevant to it);
 - contexts ``[]`` or only blank texts → the applicable column 0.0 flagged ``empty_context``,
   no judge call;
-- no reference and an empty response → ``context_utilization`` NaN ``empty_answer`` (``no_response``
-  when no answer was recorded);
+- no reference and an empty response → ``context_utilization`` NaN ``empty_answer``
+  (``no_response`` when no answer was recorded);
 - judge failure → NaN with its reason.
 """
 

@@ -63,7 +63,9 @@ def bounded_schema(
             annotation = _exact_list(info.annotation, n_verdicts, max_items, max_chars)
         default = ... if info.is_required() else info.default
         fields[name] = (annotation, default)
-    return create_model(schema.__name__, __config__=_STRICT, **fields)  # type: ignore[call-overload]
+    model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+        schema.__name__, __config__=_STRICT, **fields)
+    return model
 
 
 def to_deepeval(schema: type[BaseModel], value: BaseModel) -> BaseModel:
@@ -102,7 +104,8 @@ def _bound(annotation: Any, max_items: int, max_chars: int, field: str) -> Any:
         item = _bound(args[0], max_items, max_chars, "")
         return Annotated[list[item], Field(max_length=max_items)]  # type: ignore[valid-type]
     if origin in (typing.Union, types.UnionType) and args:
-        return typing.Union[tuple(_bound(a, max_items, max_chars, field) for a in args)]  # noqa: UP007
+        bounded = tuple(_bound(a, max_items, max_chars, field) for a in args)
+        return typing.Union[bounded]  # noqa: UP007
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return bounded_schema(annotation, max_items=max_items, max_chars=max_chars)
     return annotation
