@@ -327,3 +327,23 @@ def test_metrics_both_runs_both_backends_on_the_same_responses(compose_cfg) -> N
     assert result.run_values["judge_calls_per_question"] > 0
     audit_row = result.audit[0]
     assert {"faithfulness", "deepeval.faithfulness"} <= set(audit_row)
+
+
+def test_runs_on_deepeval_4() -> None:
+    """The dependency range (``deepeval>=4.3,<5``) is what is installed and tested."""
+    from importlib.metadata import version
+
+    assert version("deepeval").split(".")[0] == "4"
+
+
+def test_a_recorded_row_without_response_is_nan_no_response_for_answer_metrics() -> None:
+    """``target=recorded`` with no answer: faithfulness and answer relevancy make no judge call
+    and are NaN ``no_response``; context precision still judges the contexts."""
+    missing = RagResponse(retrieved_contexts=CONTEXTS, no_response=True)
+    for metric_cls in (DeepEvalFaithfulness, DeepEvalAnswerRelevancy):
+        judge = FakeChat()
+        value = _one(metric_cls(judge=judge), resp=missing)
+        assert math.isnan(value.value) and value.reason == "no_response"
+        assert judge.calls == 0
+    precision = FakeChat(responses={"Verdicts": _verdicts("no", "yes", "no")})
+    assert _one(DeepEvalContextPrecision(judge=precision), resp=missing).value == 0.5  # 1/2 at k=2
