@@ -176,3 +176,14 @@ def test_peer_file_problems_are_listed_by_line(tmp_path: Path) -> None:
     de.write_text(json.dumps([{"input": "Q", "actual_output": 5}]), encoding="utf-8")
     with pytest.raises(DatasetError, match=r"de.json:1:actual_output/retrieval_context"):
         DeepEvalDataset(str(de)).load()
+
+
+def test_ragas_jsonl_keeps_unknown_keys_and_reads_integer_context_ids(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({"user_input": "q", "response": "a", "retrieved_contexts": ["c"],
+                                "retrieved_context_ids": [3], "reference": None,
+                                "rubrics": {"x": "y"}}) + "\n", encoding="utf-8")
+    (sample,) = RagasDataset(str(path)).load().samples
+    assert (sample.id, sample.reference, sample.metadata) == ("q0001", "", {"rubrics": {"x": "y"}})
+    assert sample.recorded == RecordedAnswer(response="a", retrieved_contexts=["c"],
+                                             retrieved_ids=["3"])

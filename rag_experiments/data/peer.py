@@ -286,8 +286,8 @@ class RagasDataset(RowDataset):
 
     Mapping (RAGAS' names are ours): ``user_input``, ``reference`` (missing → ``""``),
     ``reference_contexts``; the answer goes to ``recorded`` (scored by ``target=recorded``):
-    ``response``, ``retrieved_contexts``, ``retrieved_context_ids`` (RAGAS' chunk ids) →
-    ``retrieved_ids``. Optional keys RAGAS ignores and :func:`write_ragas` writes:
+    ``response``, ``retrieved_contexts``, ``retrieved_context_ids`` (RAGAS' chunk ids, strings
+    or integers) → ``retrieved_ids``. Optional keys RAGAS ignores and :func:`write_ragas` writes:
     ``id`` (default ``q<line>``), ``question_type``, ``answerable``, ``reference_doc_ids``,
     ``keywords``, ``relevance``, ``retrieved_doc_ids``, ``latency_ms``, ``metadata``
     (without ``id``, a row is ``q<line>`` by its file line; a CSV's header is line 1). Every
@@ -352,6 +352,10 @@ class RagasDataset(RowDataset):
             log.problem(line, "metadata", f"expected an object, got {json_type_name(metadata)}")
             return None
         answer = {k: fields.pop(k) for k in RECORDED_FIELDS if k in fields}
+        ids = answer.get("retrieved_ids")
+        if isinstance(ids, list):  # RAGAS allows integer context ids
+            answer["retrieved_ids"] = [str(i) if isinstance(i, int) and not isinstance(i, bool)
+                                       else i for i in ids]
         fields["id"] = _string_id(line, fields, "id")
         return {**fields, "metadata": {**(metadata or {}), **extra},
                 "recorded": _recorded(answer)}
