@@ -21,6 +21,8 @@ Subcommands::
                                        paired comparison (diff, CI, p, flipped questions)
     rag-exp report <parent_run_id | experiment>
                                        sweep report (table, best configs, plots) on the parent
+    rag-exp export <run_id> --format ragas|deepeval|jsonl --out FILE [--tracking-uri URI]
+                                       a run's answers as a dataset file (target=recorded)
 
 ``rag-exp run --help`` shows Hydra's help (config groups and options); ``rag-exp run --cfg job``
 prints the resolved config without running.
@@ -95,6 +97,12 @@ def _grade_sheet(argv: list[str]) -> int:
     return grade_sheet_command(argv)
 
 
+def _export(argv: list[str]) -> int:
+    from rag_experiments.export import export_command
+
+    return export_command(argv)
+
+
 def _agreement(argv: list[str]) -> int:
     from rag_experiments.agreement import agreement_command
 
@@ -124,6 +132,7 @@ COMMANDS = {
     "agreement": (_agreement, "judge-human agreement (Cohen's kappa) from a filled grade sheet"),
     "compare": (_compare, "did run b beat run a? paired diff, CI, p-value, flipped questions"),
     "report": (_report, "sweep report on the parent run: table, best configs, plots, Pareto"),
+    "export": (_export, "write a run's answers as a RAGAS, DeepEval or JSONL dataset file"),
 }
 
 

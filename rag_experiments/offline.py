@@ -23,6 +23,7 @@ OFFLINE_ENV: dict[str, str] = {
     "DEEPEVAL_TELEMETRY_OPT_OUT": "YES",
     "DEEPEVAL_UPDATE_WARNING_OPT_OUT": "YES",
     "DEEPEVAL_UPDATE_WARNING_OPT_IN": "NO",  # deepeval 2.9: the PyPI version check is opt-in
+    "DEEPEVAL_DISABLE_DOTENV": "1",  # deepeval 4: do not load a .env of the working folder
     "ERROR_REPORTING": "NO",
     "TELEMETRY_OPT_OUT": "YES",  # deepeval 2.9: also gates its Sentry excepthook
     # MLflow 3 usage telemetry off; the community convention as well.

@@ -82,6 +82,32 @@ class Chunk:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+class RecordedAnswer(BaseModel):
+    """An answer the system under test already gave, carried by the dataset row
+    (``target=recorded`` scores it without calling the system).
+
+    Field names are RAGAS' (``response``, ``retrieved_contexts``) and
+    :class:`RagResponse`'s for the rest.
+
+    Attributes:
+        response: The answer; None when the system gave none (answer metrics are then NaN
+            ``no_response``; retrieval metrics still score the contexts).
+        retrieved_contexts: Context texts in rank order (best first).
+        retrieved_ids: Chunk ids in rank order, when recorded.
+        retrieved_doc_ids: Document ids in rank order, when recorded (else matched to the
+            corpus by text, as for HTTP targets).
+        latency_ms: Recorded wall time of the answer, milliseconds (≥ 0), when known.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    response: str | None = None
+    retrieved_contexts: list[str] = Field(default_factory=list)
+    retrieved_ids: list[str] | None = None
+    retrieved_doc_ids: list[str] | None = None
+    latency_ms: float | None = Field(default=None, ge=0)
+
+
 class Sample(BaseModel):
     """One evaluation question.
 
@@ -98,6 +124,7 @@ class Sample(BaseModel):
         relevance: Graded relevance per doc id (BEIR qrels); when empty, every id in
             ``reference_doc_ids`` has grade 1.
         metadata: Free-form provenance (source page, chunk id, generator model …).
+        recorded: An answer already given to this question (``target=recorded``), or None.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -112,6 +139,7 @@ class Sample(BaseModel):
     answerable: bool = True
     relevance: dict[str, int] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    recorded: RecordedAnswer | None = None
 
     @field_validator("user_input")
     @classmethod
@@ -140,6 +168,9 @@ class RagResponse:
             wins), when known, else None. May be deeper than ``retrieved_contexts`` (the
             retriever keeps a longer ranking for retrieval metrics).
         latency_ms: Wall time of the whole answer in milliseconds.
+        no_response: True when there is no answer to score though the target did not fail (a
+            recorded row without a response): answer metrics are NaN ``no_response``,
+            retrieval metrics still score ``retrieved_contexts``; not counted in ``n_failed``.
         error: None on success; otherwise a short reason code (``timeout``, …).
         error_message: Human-readable detail for ``error``.
         metadata: Free-form (token usage, model id, …).
@@ -150,6 +181,7 @@ class RagResponse:
     retrieved_ids: list[str] | None = None
     retrieved_doc_ids: list[str] | None = None
     latency_ms: float = 0.0
+    no_response: bool = False
     error: str | None = None
     error_message: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)

@@ -60,21 +60,21 @@ def _one(metric: Any, sample: Sample = SAMPLE, resp: RagResponse = RESPONSE):
 
 
 # --- DeepEval's formulas and edges, pinned ---------------------------------------------------
-def test_faithfulness_counts_idk_as_faithful_and_penalize_option_does_not() -> None:
-    judge = _faithfulness_judge(3, "yes", "idk", "no")
+def test_faithfulness_counts_borderline_as_faithful_and_penalize_option_does_not() -> None:
+    judge = _faithfulness_judge(3, "yes", "borderline", "no")
     assert _one(DeepEvalFaithfulness(judge=judge)).value == pytest.approx(2 / 3)
     assert judge.calls == 3  # truths, claims, verdicts (include_reason off)
-    penalized = DeepEvalFaithfulness(judge=_faithfulness_judge(3, "yes", "idk", "no"),
+    penalized = DeepEvalFaithfulness(judge=_faithfulness_judge(3, "yes", "borderline", "no"),
                                      penalize_ambiguous_claims=True)
     assert _one(penalized).value == pytest.approx(1 / 3)
-    strict = DeepEvalFaithfulness(judge=_faithfulness_judge(3, "yes", "idk", "no"),
+    strict = DeepEvalFaithfulness(judge=_faithfulness_judge(3, "yes", "borderline", "no"),
                                   strict_mode=True)
     assert _one(strict).value == 0.0  # strict: threshold 1, 2/3 < 1 → 0
 
 
 def test_include_reason_costs_one_more_call_and_is_audited() -> None:
     judge = _faithfulness_judge(2, "yes", "no")
-    judge.responses["Reason"] = {"reason": "One claim is contradicted."}
+    judge.responses["FaithfulnessScoreReason"] = {"reason": "One claim is contradicted."}
     metric = DeepEvalFaithfulness(judge=judge, include_reason=True)
     assert _one(metric).value == 0.5
     assert judge.calls == 4
@@ -93,8 +93,8 @@ def test_no_claims_is_one_in_deepeval_and_nan_in_custom() -> None:
 
 def test_answer_relevancy_statements_and_no_statements() -> None:
     judge = FakeChat(responses={"Statements": {"statements": ["a", "b", "c", "d"]},
-                                "Verdicts": _verdicts("yes", "idk", "no", "yes")})
-    assert _one(DeepEvalAnswerRelevancy(judge=judge)).value == 0.75  # idk counts as relevant
+                                "Verdicts": _verdicts("yes", "borderline", "no", "yes")})
+    assert _one(DeepEvalAnswerRelevancy(judge=judge)).value == 0.75  # borderline counts as relevant
     empty = FakeChat(responses={"Statements": {"statements": []}})
     assert _one(DeepEvalAnswerRelevancy(judge=empty)).value == 1.0  # DeepEval: none → 1
     assert empty.calls == 1
@@ -119,8 +119,8 @@ def test_context_recall_and_relevancy_edges() -> None:
 def test_faithfulness_parity_and_the_documented_difference() -> None:
     """Claims A (stated in context 1), B (stated in context 2), C (contradicted): both backends
     give 2/3. Replace B by an unverifiable claim (no context states or contradicts it): custom
-    says context 0 (unsupported) → 1/3; DeepEval says "idk" (faithful) → 2/3, and 1/3 with
-    penalize_ambiguous_claims."""
+    says context 0 (unsupported) → 1/3; DeepEval says "borderline" (faithful) → 2/3, and 1/3
+    with penalize_ambiguous_claims."""
     agree_custom = FakeChat(responses={"FaithfulnessOutput": {"claims": [
         {"claim": "A", "context": 1}, {"claim": "B", "context": 2}, {"claim": "C", "context": 0}]}})
     custom = _one(Faithfulness(judge=agree_custom)).value
@@ -131,7 +131,7 @@ def test_faithfulness_parity_and_the_documented_difference() -> None:
         {"claim": "A", "context": 1}, {"claim": "B?", "context": 0},
         {"claim": "C", "context": 0}]}})
     assert _one(Faithfulness(judge=differ_custom)).value == pytest.approx(1 / 3)
-    verdicts = ("yes", "idk", "no")
+    verdicts = ("yes", "borderline", "no")
     assert _one(DeepEvalFaithfulness(judge=_faithfulness_judge(3, *verdicts))).value == \
         pytest.approx(2 / 3)
     assert _one(DeepEvalFaithfulness(judge=_faithfulness_judge(3, *verdicts),
@@ -327,3 +327,23 @@ def test_metrics_both_runs_both_backends_on_the_same_responses(compose_cfg) -> N
     assert result.run_values["judge_calls_per_question"] > 0
     audit_row = result.audit[0]
     assert {"faithfulness", "deepeval.faithfulness"} <= set(audit_row)
+
+
+def test_runs_on_deepeval_4() -> None:
+    """The dependency range (``deepeval>=4.3,<5``) is what is installed and tested."""
+    from importlib.metadata import version
+
+    assert version("deepeval").split(".")[0] == "4"
+
+
+def test_a_recorded_row_without_response_is_nan_no_response_for_answer_metrics() -> None:
+    """``target=recorded`` with no answer: faithfulness and answer relevancy make no judge call
+    and are NaN ``no_response``; context precision still judges the contexts."""
+    missing = RagResponse(retrieved_contexts=CONTEXTS, no_response=True)
+    for metric_cls in (DeepEvalFaithfulness, DeepEvalAnswerRelevancy):
+        judge = FakeChat()
+        value = _one(metric_cls(judge=judge), resp=missing)
+        assert math.isnan(value.value) and value.reason == "no_response"
+        assert judge.calls == 0
+    precision = FakeChat(responses={"Verdicts": _verdicts("no", "yes", "no")})
+    assert _one(DeepEvalContextPrecision(judge=precision), resp=missing).value == 0.5  # 1/2 at k=2

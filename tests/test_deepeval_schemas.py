@@ -4,6 +4,8 @@ failed judge calls."""
 
 from __future__ import annotations
 
+import importlib
+import typing
 from typing import Any
 
 import pytest
@@ -37,15 +39,68 @@ def test_lists_strings_and_verdicts_are_bounded() -> None:
     js = verdicts.model_json_schema()
     assert js["properties"]["verdicts"]["minItems"] == js["properties"]["verdicts"]["maxItems"] == 2
     item = js["$defs"]["ContextualPrecisionVerdict"]["properties"]
-    assert item["verdict"]["enum"] == ["yes", "no"]  # DeepEval's `verdict: str`
+    assert item["verdict"]["enum"] == ["yes", "no"]  # DeepEval's YesNo literal, as strings
     assert item["reason"]["maxLength"] == 50
     faith = bounded_schema(FaithfulnessVerdicts, max_items=4, max_chars=50).model_json_schema()
     assert faith["$defs"]["FaithfulnessVerdict"]["properties"]["verdict"]["enum"] == [
-        "yes", "idk", "no"]  # a Literal keeps its own values
+        "yes", "no", "borderline"]  # DeepEval 4's YesNoBorderline
     with pytest.raises(ValidationError):
         verdicts.model_validate({"verdicts": [{"verdict": "yes", "reason": "r"}]})
     with pytest.raises(ValidationError):
         verdicts.model_validate({"verdicts": [{"verdict": "maybe", "reason": "r"}] * 2})
+
+
+ALL_SCHEMAS = [
+    ("faithfulness", "Verdicts"), ("faithfulness", "Truths"), ("faithfulness", "Claims"),
+    ("answer_relevancy", "Statements"), ("answer_relevancy", "Verdicts"),
+    ("contextual_precision", "Verdicts"), ("contextual_recall", "Verdicts"),
+    ("contextual_relevancy", "ContextualRelevancyVerdicts"),
+]
+
+
+def _deepeval_schema(metric: str, name: str) -> type[BaseModel]:
+    return getattr(importlib.import_module(f"deepeval.metrics.{metric}.schema"), name)
+
+
+@pytest.mark.parametrize(("metric", "name"), ALL_SCHEMAS)
+def test_every_bounded_schema_has_deepevals_fields_and_strict_types(metric: str, name: str) -> None:
+    """Each schema the five metrics ask for: the bounded copy keeps DeepEval's field names
+    (its current ones) and refuses what DeepEval's lax model would coerce."""
+    theirs = _deepeval_schema(metric, name)
+    ours = bounded_schema(theirs, max_items=4, max_chars=50)
+    assert list(ours.model_fields) == list(theirs.model_fields)
+    (list_field,) = ours.model_fields
+    item = typing.get_args(theirs.model_fields[list_field].annotation)[0]
+    if item is str:  # claims, truths, statements
+        assert ours.model_validate({list_field: ["a"]})
+        assert theirs.model_validate({list_field: ["a"]})
+        with pytest.raises(ValidationError):
+            ours.model_validate({list_field: [5]})
+        return
+    good = {f: "x" for f in item.model_fields} | {"verdict": "yes"}
+    assert to_deepeval(theirs, ours.model_validate({list_field: [good]}))
+    for bad in (True, 1, "Yes", "idk", " yes"):  # a boolean, a number, DeepEval 2.9's word …
+        with pytest.raises(ValidationError):
+            ours.model_validate({list_field: [good | {"verdict": bad}]})
+    with pytest.raises(ValidationError):  # a number for a string
+        ours.model_validate({list_field: [good | {"reason": 5}]})
+
+
+def test_strict_types_hold_for_integers_in_any_schema() -> None:
+    """An integer field (none of DeepEval's five RAG schemas has one today) takes no boolean
+    and no digit string."""
+
+    class Count(BaseModel):
+        n: int
+        verdict: str
+
+    strict = bounded_schema(Count, max_items=2, max_chars=10)
+    assert strict.model_validate({"n": 5, "verdict": "no"}).n == 5
+    for bad in ({"n": True, "verdict": "no"}, {"n": "5", "verdict": "no"},
+                {"n": 5, "verdict": "true"}):
+        with pytest.raises(ValidationError):
+            strict.model_validate(bad)
+    assert Count.model_validate({"n": "5", "verdict": "x"}).n == 5  # DeepEval's own: lax
 
 
 def test_reply_is_returned_as_deepevals_own_classes() -> None:
@@ -55,6 +110,7 @@ def test_reply_is_returned_as_deepevals_own_classes() -> None:
     assert type(back) is PrecisionVerdicts
     assert type(back.verdicts[0]).__name__ == "ContextualPrecisionVerdict"
     assert back.verdicts[0].verdict == "no"
+    assert type(back.verdicts[0].verdict).__name__ == "Verdict"  # DeepEval 4's enum member
 
 
 class SchemaRecorder(FakeChat):

@@ -14,7 +14,7 @@ from rag_experiments.data.beir import BeirDataset
 from rag_experiments.data.jsonl import SCHEMA_PATH, JsonlDataset, RowLog, write_jsonl
 from rag_experiments.data.peer import KeywordsJsonlDataset, SeedJsonDataset
 from rag_experiments.errors import ConfigError, DatasetError, RowProblem
-from rag_experiments.records import QUESTION_TYPES, Sample
+from rag_experiments.records import QUESTION_TYPES, RecordedAnswer, Sample
 
 SCIFACT = Path(__file__).resolve().parents[2] / "shared" / "real" / "ir" / "scifact"
 
@@ -153,12 +153,16 @@ def test_write_jsonl_round_trips_in_model_order(tmp_path: Path) -> None:
         Sample(id="q1", user_input="Qu'est-ce qu'un délai ?", reference="Cinq jours ouvrés.",
                reference_doc_ids=["d1"], relevance={"d1": 2}, metadata={"page": 2}),
         Sample(id="q2", user_input="Second?", answerable=False),
+        Sample(id="q3", user_input="Third?", recorded=RecordedAnswer(
+            response=None, retrieved_contexts=["c"], latency_ms=2.5)),
     ]
     out = write_jsonl(samples, tmp_path / "sub" / "out.jsonl")
     lines = out.read_text(encoding="utf-8").splitlines()
-    assert len(lines) == 2
+    assert len(lines) == 3
     assert "délai" in lines[0]  # ensure_ascii=False
-    assert list(json.loads(lines[0])) == list(Sample.model_fields)
+    # `recorded` is written only when a sample has a recorded answer
+    assert list(json.loads(lines[0])) == [f for f in Sample.model_fields if f != "recorded"]
+    assert list(json.loads(lines[2])) == list(Sample.model_fields)
     assert JsonlDataset(path=str(out)).load().samples == samples
 
 
@@ -198,6 +202,10 @@ def test_schema_file_is_alone_and_describes_sample() -> None:
         if "default" in prop:  # the hand-written defaults are the model's defaults
             assert prop["default"] == Sample.model_fields[name].get_default(
                 call_default_factory=True), name
+        if name == "recorded":  # an optional object: its fields are RecordedAnswer's
+            assert prop["type"] == ["object", "null"]
+            assert list(prop["properties"]) == list(RecordedAnswer.model_fields)
+            continue
         assert prop.get("type") == generated[name].get("type", ["string", "null"]), name
 
 
@@ -209,6 +217,11 @@ GOOD_ROWS: list[dict[str, Any]] = [
     {"id": "q1", "user_input": "any label", "question_type": "not one of the 8"},
     {"id": "q1", "user_input": "null type", "question_type": None},
     {"id": " ", "user_input": "an id of one space is still an id"},
+    {"id": "q1", "user_input": "recorded", "recorded": {
+        "response": "a", "retrieved_contexts": ["c"], "retrieved_ids": ["d#0"],
+        "retrieved_doc_ids": ["d"], "latency_ms": 12}},
+    {"id": "q1", "user_input": "no response", "recorded": {"response": None}},
+    {"id": "q1", "user_input": "null recorded", "recorded": None},
 ]
 BAD_ROWS: list[dict[str, Any]] = [
     {"user_input": "no id"},
@@ -227,6 +240,11 @@ BAD_ROWS: list[dict[str, Any]] = [
     {"id": "q1", "user_input": "x", "question_type": 3},
     {"id": "q1", "user_input": "x", "metadata": []},
     {"id": "q1", "user_input": "x", "reference": None},
+    {"id": "q1", "user_input": "x", "recorded": {"answer": "a"}},
+    {"id": "q1", "user_input": "x", "recorded": {"response": 5}},
+    {"id": "q1", "user_input": "x", "recorded": {"retrieved_contexts": "c"}},
+    {"id": "q1", "user_input": "x", "recorded": {"latency_ms": -1}},
+    {"id": "q1", "user_input": "x", "recorded": {"latency_ms": "12"}},
 ]
 
 

@@ -73,6 +73,24 @@ class KeywordsJsonlDatasetConf:
 
 
 @dataclass
+class RagasDatasetConf:
+    _target_: str = "rag_experiments.data.peer.RagasDataset"
+    path: str = MISSING
+    corpus: Optional[str] = None
+    name: Optional[str] = None
+    password: Optional[str] = None
+
+
+@dataclass
+class DeepEvalDatasetConf:
+    _target_: str = "rag_experiments.data.peer.DeepEvalDataset"
+    path: str = MISSING
+    corpus: Optional[str] = None
+    name: Optional[str] = None
+    password: Optional[str] = None
+
+
+@dataclass
 class HnswConf:
     """HNSW settings of the Chroma collection (part of its identity). Larger = closer to
     exact cosine search, slower to build."""
@@ -135,6 +153,15 @@ class HttpTargetConf:
     doc_min_overlap: float = 0.7
     verify_tls: bool = True
     ca_bundle: Optional[str] = None
+
+
+@dataclass
+class RecordedTargetConf:
+    """Answers read from the dataset rows (``rag_experiments.targets.recorded.RecordedTarget``)."""
+
+    _target_: str = "rag_experiments.targets.recorded.RecordedTarget"
+    doc_ids_from_text: bool = True
+    doc_min_overlap: float = 0.7
 
 
 # --- chunker ---------------------------------------------------------------------------------
@@ -400,8 +427,11 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "beir": BeirDatasetConf,
         "seed_json": SeedJsonDatasetConf,
         "keywords_jsonl": KeywordsJsonlDatasetConf,
+        "ragas": RagasDatasetConf,
+        "deepeval": DeepEvalDatasetConf,
     },
-    "target": {"baseline": BaselineTargetConf, "http": HttpTargetConf},
+    "target": {"baseline": BaselineTargetConf, "http": HttpTargetConf,
+               "recorded": RecordedTargetConf},
     "chunker": {
         "none": NoChunkerConf,
         "fixed": FixedChunkerConf,

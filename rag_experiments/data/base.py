@@ -26,10 +26,13 @@ def corpus_digest(corpus: list[Document]) -> str:
 
 
 def samples_digest(samples: list[Sample]) -> str:
-    """SHA-256 (hex, first 16 chars) over the samples' canonical JSON, in the given order."""
+    """SHA-256 (hex, first 16 chars) over the samples' canonical JSON, in the given order
+    (a sample without a recorded answer is hashed without the ``recorded`` key)."""
     h = hashlib.sha256()
     for s in samples:
-        h.update(json.dumps(s.model_dump(mode="json"), sort_keys=True, ensure_ascii=False).encode())
+        # `recorded` is left out when None, so datasets without answers keep their digests.
+        data = s.model_dump(mode="json", exclude={"recorded"} if s.recorded is None else None)
+        h.update(json.dumps(data, sort_keys=True, ensure_ascii=False).encode())
         h.update(b"\n")
     return h.hexdigest()[:16]
 

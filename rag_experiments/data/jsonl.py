@@ -470,5 +470,8 @@ def write_jsonl(samples: Iterable[Sample], path: str | Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("w", encoding="utf-8", newline="\n") as handle:
         for sample in samples:
-            handle.write(json.dumps(sample.model_dump(mode="json"), ensure_ascii=False) + "\n")
+            data = sample.model_dump(mode="json")
+            if data["recorded"] is None:  # a question without a recorded answer
+                del data["recorded"]
+            handle.write(json.dumps(data, ensure_ascii=False) + "\n")
     return target

@@ -13,7 +13,7 @@ goes to ``judge_audit.jsonl``. A score outside 1..5 is a parse error (retried), 
 
 Edges:
 
-- target failed → every column NaN ``target_error``;
+- target failed → every column NaN ``target_error``; no answer recorded → ``no_response``;
 - reference ``""`` (or blank) → NaN ``no_reference`` (the rubric compares with a reference);
 - empty or whitespace response → raw 1 / normalised 0.0 with reason ``empty_answer``, no judge
   call (an empty answer is wrong, incomplete and off the question);
@@ -64,6 +64,8 @@ class AnswerJudge(JudgedMetric):
     ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
         if resp.error is not None:
             return self._nan_all("target_error")
+        if resp.no_response:
+            return self._nan_all("no_response")
         reference = sample.reference.strip()
         if not reference:
             return self._nan_all("no_reference")

@@ -13,7 +13,7 @@ for exactly N questions; another count is a parse error, retried.
 
 Edges:
 
-- target failed → NaN ``target_error``;
+- target failed → NaN ``target_error``; no answer recorded → NaN ``no_response``;
 - empty or whitespace response → 0.0 with reason ``empty_answer``, no judge call;
 - the response is a refusal (:func:`~rag_experiments.metrics.refusal.is_refusal`) → 0.0
   flagged ``refusal``, no judge call: a refusal is noncommittal by definition, which scores 0;
@@ -90,6 +90,8 @@ class AnswerRelevancy(JudgedMetric):
     ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
         if resp.error is not None:
             return self._nan_all("target_error")
+        if resp.no_response:
+            return self._nan_all("no_response")
         answer = resp.response.strip()
         if not answer:
             value = MetricValue(0.0, "empty_answer")

@@ -22,7 +22,8 @@ Each row has a value in exactly one of the two columns; the other is NaN with ``
 - unanswerable sample → both NaN ``unanswerable`` (no context can be relevant to it);
 - contexts ``[]`` or only blank texts → the applicable column 0.0 flagged ``empty_context``,
   no judge call;
-- no reference and an empty response → ``context_utilization`` NaN ``empty_answer``;
+- no reference and an empty response → ``context_utilization`` NaN ``empty_answer``
+  (``no_response`` when no answer was recorded);
 - judge failure → NaN with its reason.
 """
 
@@ -88,6 +89,9 @@ class ContextPrecision(JudgedMetric):
         )
         out = {other: MetricValue.nan(other_reason)}
         contexts = list(resp.retrieved_contexts)
+        if not reference and resp.no_response:  # context_utilization reads the answer
+            out[column] = MetricValue.nan("no_response")
+            return out, {"skipped": "no_response"}
         if not reference and not resp.response.strip():
             out[column] = MetricValue.nan("empty_answer")
             return out, {"skipped": "empty_answer"}

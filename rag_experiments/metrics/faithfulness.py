@@ -19,7 +19,8 @@ parse error, retried, never a score.
 
 Edges (each a value or a reason, never a silent 0):
 
-- target failed → NaN ``target_error``;
+- target failed → NaN ``target_error``; no answer recorded (``RagResponse.no_response``) → NaN
+  ``no_response``;
 - the response is a refusal (:func:`~rag_experiments.metrics.refusal.is_refusal`) → NaN
   ``refusal`` (a refusal makes no claim to check; refusals are scored by ``refusal``);
 - empty or whitespace response, or the judge finds no claim → NaN ``no_claims``;
@@ -77,6 +78,8 @@ class Faithfulness(JudgedMetric):
     ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
         if resp.error is not None:
             return self._nan_all("target_error")
+        if resp.no_response:
+            return self._nan_all("no_response")
         if is_refusal(resp.response, self.refusal_patterns):
             return self._nan_all("refusal")
         if not resp.response.strip():

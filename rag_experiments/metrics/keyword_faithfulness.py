@@ -14,7 +14,7 @@ recombines supported words into an unsupported statement ("approved by the manag
 approved by the manager"), nor a faithful paraphrase. Use ``faithfulness`` (LLM-judged) for
 decisions; this one is free and shows gross hallucination at no cost.
 
-Edges: target failed → NaN ``target_error``; a refusal
+Edges: target failed → NaN ``target_error``; no answer recorded → NaN ``no_response``; a refusal
 (:func:`~rag_experiments.metrics.refusal.is_refusal`) → NaN ``refusal``; a response without any
 content word (empty, or only stop words) → NaN ``no_content_words``; contexts ``[]`` or only
 blank texts → 0.0 flagged ``empty_context``.
@@ -76,6 +76,8 @@ class KeywordFaithfulness:
     def _one(self, resp: RagResponse) -> MetricValue:
         if resp.error is not None:
             return MetricValue.nan("target_error")
+        if resp.no_response:
+            return MetricValue.nan("no_response")
         if is_refusal(resp.response, self.refusal_patterns):
             return MetricValue.nan("refusal")
         words = content_words(resp.response, self._stop)

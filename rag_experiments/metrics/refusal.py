@@ -16,7 +16,8 @@ Columns (names and directions in :mod:`~rag_experiments.metrics.definitions`):
 - ``false_refusal_rate``: the same, defined only for answerable samples (NaN ``unanswerable``
   otherwise): refusals / answerable samples.
 
-Every column is NaN with ``target_error`` when the target failed. An empty response is not a
+Every column is NaN with ``target_error`` when the target failed, ``no_response`` when no answer
+was recorded. An empty response is not a
 refusal (it is an empty answer, which other metrics flag).
 """
 
@@ -117,8 +118,9 @@ class Refusal:
         """Per-row flags; see the module docstring."""
         out = []
         for sample, resp in zip(samples, responses, strict=True):
-            if resp.error is not None:
-                row = {c: MetricValue.nan("target_error") for c in self.columns}
+            if resp.error is not None or resp.no_response:
+                reason = "target_error" if resp.error is not None else "no_response"
+                row = {c: MetricValue.nan(reason) for c in self.columns}
             else:
                 flag = MetricValue(1.0 if is_refusal(resp.response, self.patterns) else 0.0)
                 row = {

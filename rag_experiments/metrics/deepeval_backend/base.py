@@ -17,7 +17,8 @@ embedded judge (one model, calls serialised) the next row may wait for that one 
 **Per-row errors** (never a 0, never a crash of the run), as NaN with a reason:
 
 - target failed → ``target_error``; a reference-based metric on an unanswerable sample →
-  ``unanswerable`` (both as in the custom backend, no judge call);
+  ``unanswerable``; an answer metric on a row with no recorded answer → ``no_response`` (all
+  as in the custom backend, no judge call);
 - a test-case field DeepEval requires is None (no reference for context precision/recall) →
   ``missing_params``;
 - the judge failed → its reason (``timeout``, ``parse_error``, ``truncated`` …); a verdict list
@@ -90,6 +91,8 @@ class DeepEvalMetric(JudgedRowMetric):
     definition = ""
     deepeval_class = ""
     needs_reference = False
+    needs_response = False
+    """True for a metric that judges the answer: NaN ``no_response`` when none was recorded."""
     state_attrs: tuple[str, ...] = ()
 
     def __init__(
@@ -166,6 +169,8 @@ class DeepEvalMetric(JudgedRowMetric):
     def _score_row(self, sample: Sample, resp: RagResponse) -> tuple[MetricValue, dict[str, Any]]:
         if resp.error is not None:
             return MetricValue.nan("target_error"), {"skipped": "target_error"}
+        if self.needs_response and resp.no_response:
+            return MetricValue.nan("no_response"), {"skipped": "no_response"}
         if self.needs_reference and not sample.answerable:
             return MetricValue.nan("unanswerable"), {"skipped": "unanswerable"}
         from deepeval.test_case import LLMTestCase
@@ -219,6 +224,7 @@ class DeepEvalMetric(JudgedRowMetric):
         return self._metric_cls(
             threshold=self.threshold, model=llm, include_reason=self.include_reason,
             async_mode=False, strict_mode=self.strict_mode, verbose_mode=False,
+            eval_mode="llm",  # DeepEval 4: never route verdicts to its remote "System One"
             **self._metric_kwargs(),
         )
 

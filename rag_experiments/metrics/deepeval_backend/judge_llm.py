@@ -12,10 +12,11 @@ into a NaN with that reason.
 
 The judge is asked with a bounded copy of DeepEval's schema
 (:func:`~.schemas.bounded_schema`): lists of at most ``max_items``, strings of at most
-``max_chars``, yes/no verdicts, and a ``verdicts`` list of exactly the length DeepEval will
-align it with when that is known — :attr:`JudgeLLM.expected_verdicts`, set by the metric (one
-verdict per retrieval context) or by the adapter itself from the previous reply (one verdict
-per claim or statement it just extracted). The reply is returned as DeepEval's own class.
+``max_chars``, verdicts that are exactly DeepEval's words, strict types, and a ``verdicts``
+list of exactly the length DeepEval will align it with when that is known —
+:attr:`JudgeLLM.expected_verdicts`, set by the metric (one verdict per retrieval context) or by
+the adapter itself from the previous reply (one verdict per claim or statement it just
+extracted). The reply is returned as DeepEval's own class.
 
 Every judgement is recorded (:attr:`JudgeLLM.judgements`) for ``judge_audit.jsonl``. One
 instance serves one metric on one row: a row abandoned after its wall-clock timeout keeps its

@@ -1,12 +1,13 @@
 """The DeepEval metrics of ``metrics=deepeval``, each DeepEval's own class called synchronously
 (see :class:`~rag_experiments.metrics.deepeval_backend.base.DeepEvalMetric`). Formulas and
-edges are DeepEval 2.9's (``deepeval/metrics/<name>/<name>.py``, ``_calculate_score``); a
-verdict is "yes" / "no" / "idk" as DeepEval's judge prompt asks.
+edges are DeepEval 4.x's (``deepeval/metrics/<name>/<name>.py``, ``_calculate_score``, with
+``deepeval.metrics.utils.qag.score_qag_verdicts``); a verdict is "yes" / "no", or "yes" / "no" /
+"borderline" for faithfulness and answer relevancy, as DeepEval's judge prompts ask (DeepEval
+2.9 said "idk" where 4.x says "borderline"; both count the same).
 """
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from rag_experiments.errors import ConfigError
@@ -28,14 +29,13 @@ class DeepEvalFaithfulness(DeepEvalMetric):
         score = |{claims whose verdict is not "no"}| / |claims|      (1.0 when no claim)
 
     Three judge calls (truths of the contexts, claims of the response, one verdict per claim
-    against the truths), four with ``include_reason``. "idk" (the contexts neither support nor
-    contradict the claim) counts as faithful unless ``penalize_ambiguous_claims``; that option
-    is passed to DeepEval when the installed version has it (≥ 3), else applied here to
-    DeepEval's verdicts the same way ("idk" counts as unfaithful).
+    against the truths), four with ``include_reason``. "borderline" (the contexts neither
+    support nor contradict the claim; "idk" in DeepEval 2.9) counts as faithful unless
+    ``penalize_ambiguous_claims``, which is passed to DeepEval (it then counts only "yes").
 
     Args:
         truths_extraction_limit: At most this many truths taken from the contexts (None = all).
-        penalize_ambiguous_claims: Count "idk" verdicts as unfaithful.
+        penalize_ambiguous_claims: Count "borderline" verdicts as unfaithful.
         judge: The judge chat model (``app.build`` injects it; the parameter is named so).
         **kwargs: The other arguments of :class:`DeepEvalMetric`.
 
@@ -45,6 +45,7 @@ class DeepEvalFaithfulness(DeepEvalMetric):
 
     definition = "faithfulness"
     deepeval_class = "deepeval.metrics:FaithfulnessMetric"
+    needs_response = True
     state_attrs = ("truths", "claims", "verdicts")
 
     def __init__(
@@ -62,35 +63,23 @@ class DeepEvalFaithfulness(DeepEvalMetric):
             None if truths_extraction_limit is None else int(truths_extraction_limit)
         )
         self.penalize_ambiguous_claims = bool(penalize_ambiguous_claims)
-        self._native_penalize = False
 
     def _metric_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"truths_extraction_limit": self.truths_extraction_limit}
-        from deepeval.metrics import FaithfulnessMetric
-
-        self._native_penalize = (
-            "penalize_ambiguous_claims" in inspect.signature(FaithfulnessMetric).parameters
-        )
-        if self._native_penalize:
-            kwargs["penalize_ambiguous_claims"] = self.penalize_ambiguous_claims
-        return kwargs
+        return {"truths_extraction_limit": self.truths_extraction_limit,
+                "penalize_ambiguous_claims": self.penalize_ambiguous_claims}
 
     def _check(self, metric: Any, case: Any) -> None:
         if metric.verdicts or metric.claims:
             _count_mismatch("claims", len(metric.claims), len(metric.verdicts))
 
-    def _adjust(self, metric: Any, score: float) -> float:
-        if not self.penalize_ambiguous_claims or self._native_penalize or not metric.verdicts:
-            return score
-        yes = sum(1 for v in metric.verdicts if v.verdict.strip().lower() == "yes")
-        adjusted = yes / len(metric.verdicts)
-        return 0.0 if self.strict_mode and adjusted < metric.threshold else adjusted
 
 
 class DeepEvalAnswerRelevancy(DeepEvalMetric):
     """``deepeval.answer_relevancy`` (DeepEval ``AnswerRelevancyMetric``)::
 
         score = |{statements whose verdict is not "no"}| / |statements|   (1.0 when none)
+
+    ("borderline" counts as relevant, as "idk" did in DeepEval 2.9.)
 
     Two judge calls (statements of the response; one verdict per statement: is it relevant to
     the question), three with ``include_reason``. Not the custom backend's definition (cosine
@@ -99,6 +88,7 @@ class DeepEvalAnswerRelevancy(DeepEvalMetric):
 
     definition = "answer_relevancy"
     deepeval_class = "deepeval.metrics:AnswerRelevancyMetric"
+    needs_response = True
     state_attrs = ("statements", "verdicts")
 
     def _check(self, metric: Any, case: Any) -> None:

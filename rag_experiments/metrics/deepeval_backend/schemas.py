@@ -1,31 +1,44 @@
-"""Bounded versions of DeepEval's output schemas: :func:`bounded_schema`.
+"""Bounded, strictly typed versions of DeepEval's output schemas: :func:`bounded_schema`.
 
-DeepEval's schemas have unbounded lists (``claims: List[str]``, ``verdicts: List[...]``) and
-free strings (``verdict: str`` in the contextual metrics). A grammar-constrained small model
-fills such a list until ``max_tokens`` and the call ends ``truncated`` — with the embedded
-135M judge, nearly every row did. The judge is therefore asked with a stricter copy of the
-schema (the same fields, nothing DeepEval reads is removed):
+DeepEval's schemas (4.x, ``deepeval/metrics/<name>/schema.py``) have unbounded lists
+(``claims: List[str]``, ``verdicts: List[...]``) and validate loosely (pydantic's lax mode: a
+``5`` for a string, ``"5"`` or ``true`` for an integer). A grammar-constrained small model
+fills an unbounded list until ``max_tokens`` and the call ends ``truncated`` — with the
+embedded 135M judge, nearly every row did. The judge is therefore asked with a stricter copy of
+the schema (the same fields, nothing DeepEval reads is removed):
 
 - every list holds at most ``max_items`` items; a verdict list whose length DeepEval needs to
   match something (one verdict per claim, per statement, per context) holds exactly that many
   when the count is known;
 - every free string holds at most ``max_chars`` characters;
-- a ``verdict: str`` becomes ``"yes" | "no"`` (DeepEval's prompts ask for those; it compares
-  ``verdict.strip().lower() == "yes"``); ``Literal`` verdicts keep their own values.
+- a ``verdict`` holds exactly one of DeepEval's words as a plain string: its ``YesNo``
+  (``"yes" | "no"``) or ``YesNoBorderline`` (``"yes" | "no" | "borderline"``) literal of
+  ``Verdict`` members becomes the literal of their values, and a free ``verdict: str`` (older
+  DeepEval) becomes ``"yes" | "no"``. ``"Yes"``, ``"idk"`` (DeepEval 2.9's word) or ``true``
+  are invalid;
+- every model is validated in pydantic's *strict* mode: no ``true`` for an integer, no
+  ``"5"`` for ``5``, no number for a string (the JSON Schema the judge is given is unchanged).
 
 The reply is validated against the strict copy, then converted back to DeepEval's own class
-(:func:`to_deepeval`), so DeepEval receives exactly the types it declares.
+(:func:`to_deepeval`), so DeepEval receives exactly the types it declares (``Verdict`` members).
 """
 
 from __future__ import annotations
 
+import enum
+import types
 import typing
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 VERDICT_LIST_FIELD = "verdicts"
 """The list field DeepEval aligns with what it judged."""
+
+VERDICT_FIELD = "verdict"
+"""The field holding one verdict word."""
+
+_STRICT = ConfigDict(strict=True)
 
 
 def bounded_schema(
@@ -40,7 +53,8 @@ def bounded_schema(
         n_verdicts: Exact length of the ``verdicts`` list when known (≥ 0), else None.
 
     Returns:
-        A subclass of ``schema`` with the same field names and bounded types.
+        A strict model named like ``schema`` with the same field names and bounded types
+        (nested models are bounded copies too, named like theirs).
     """
     fields: dict[str, Any] = {}
     for name, info in schema.model_fields.items():
@@ -49,27 +63,49 @@ def bounded_schema(
             annotation = _exact_list(info.annotation, n_verdicts, max_items, max_chars)
         default = ... if info.is_required() else info.default
         fields[name] = (annotation, default)
-    return create_model(f"{schema.__name__}", __base__=schema, **fields)  # type: ignore[call-overload]
+    model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+        schema.__name__, __config__=_STRICT, **fields)
+    return model
 
 
 def to_deepeval(schema: type[BaseModel], value: BaseModel) -> BaseModel:
-    """``value`` (an instance of a :func:`bounded_schema` copy) as an instance of ``schema``."""
+    """``value`` (an instance of a :func:`bounded_schema` copy) as an instance of ``schema``
+    (verdict strings become DeepEval's ``Verdict`` members)."""
     return schema.model_validate(value.model_dump())
+
+
+def verdict_words(annotation: Any) -> tuple[str, ...] | None:
+    """The verdict words a ``verdict`` field's type allows, or None when it is not a verdict.
+
+    Args:
+        annotation: The field's type: ``str`` (``"yes"``/``"no"``), a ``Literal`` of strings
+            or of ``str`` enum members (DeepEval's ``YesNo`` / ``YesNoBorderline``).
+
+    Returns:
+        The words as plain strings, in DeepEval's order.
+    """
+    if annotation is str:
+        return ("yes", "no")
+    if typing.get_origin(annotation) is Literal:
+        return tuple(v.value if isinstance(v, enum.Enum) else str(v)
+                     for v in typing.get_args(annotation))
+    return None
 
 
 def _bound(annotation: Any, max_items: int, max_chars: int, field: str) -> Any:
     """The bounded form of one field's type."""
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if field == VERDICT_FIELD and (words := verdict_words(annotation)) is not None:
+        return Literal[words]  # type: ignore[valid-type]
     if annotation is str:
-        if field == "verdict":
-            return Literal["yes", "no"]
         return Annotated[str, Field(max_length=max_chars)]
     if origin is list and args:
         item = _bound(args[0], max_items, max_chars, "")
         return Annotated[list[item], Field(max_length=max_items)]  # type: ignore[valid-type]
-    if origin is typing.Union and args:
-        return typing.Union[tuple(_bound(a, max_items, max_chars, field) for a in args)]  # noqa: UP007
+    if origin in (typing.Union, types.UnionType) and args:
+        bounded = tuple(_bound(a, max_items, max_chars, field) for a in args)
+        return typing.Union[bounded]  # noqa: UP007
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return bounded_schema(annotation, max_items=max_items, max_chars=max_chars)
     return annotation

@@ -1,0 +1,155 @@
+"""``rag-exp export``: a run's questions with its answers and contexts, as a dataset file that
+``target=recorded`` (here or in a peer tool) scores again without calling the system.
+
+The run's per-query table (``per_query_results.csv``, read by
+:func:`~rag_experiments.tracking.mlflow_tracker.read_table`) becomes one
+:class:`~rag_experiments.records.Sample` per row with its answer in ``recorded``, written as
+
+* ``ragas``: a RAGAS EvaluationDataset (:func:`~rag_experiments.data.peer.write_ragas`;
+  ``.jsonl``, ``.json`` or ``.csv`` by the output's extension), read by ``dataset=ragas``;
+* ``deepeval``: DeepEval goldens JSON (:func:`~rag_experiments.data.peer.write_deepeval`),
+  read by ``dataset=deepeval``;
+* ``jsonl``: our JSONL (:func:`~rag_experiments.data.jsonl.write_jsonl`), read by
+  ``dataset=jsonl``.
+
+What a row carries: id, question, reference, question type, answerability, reference doc ids,
+and — for runs logged since this command exists — reference contexts and keywords; the
+response, retrieved contexts, chunk ids, doc ids and latency. A row whose target failed, or
+that had no recorded response, is exported without a response (re-scored as NaN
+``no_response``). Not carried: sample metadata and graded relevance (``relevance``, BEIR),
+which the per-query table does not hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rag_experiments.data.jsonl import write_jsonl
+from rag_experiments.data.peer import write_deepeval, write_ragas
+from rag_experiments.errors import DatasetError
+from rag_experiments.records import RecordedAnswer, Sample
+
+WRITERS: dict[str, Callable[[Sequence[Sample], str | Path], Path]] = {
+    "ragas": write_ragas,
+    "deepeval": write_deepeval,
+    "jsonl": write_jsonl,
+}
+"""Export format → writer."""
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _text(value: Any) -> str:
+    return "" if _missing(value) else str(value)
+
+
+def _list(value: Any) -> list[str] | None:
+    """A list cell (JSON text in the table), None when empty."""
+    if _missing(value):
+        return None
+    items = json.loads(value) if isinstance(value, str) else value
+    return [str(v) for v in items]
+
+
+def _flag(value: Any, default: bool) -> bool:
+    if _missing(value):
+        return default
+    return value if isinstance(value, bool) else str(value).strip().lower() == "true"
+
+
+def table_samples(rows: Sequence[dict[str, Any]]) -> list[Sample]:
+    """Samples with their recorded answers from per-query table rows.
+
+    Args:
+        rows: Rows of ``per_query_results.csv`` as dicts (missing cells NaN or None).
+
+    Returns:
+        One sample per row, in table order.
+
+    Raises:
+        DatasetError: A row cannot become a sample (no id or question).
+    """
+    samples = []
+    for number, row in enumerate(rows, start=1):
+        failed = not _missing(row.get("error"))
+        no_answer = failed or _flag(row.get("no_response"), False)
+        latency = row.get("latency_ms")
+        try:
+            samples.append(Sample(
+                id=_text(row.get("id")),
+                user_input=_text(row.get("user_input")),
+                reference=_text(row.get("reference")),
+                reference_doc_ids=_list(row.get("reference_doc_ids")) or [],
+                reference_contexts=_list(row.get("reference_contexts")) or [],
+                keywords=_list(row.get("keywords")) or [],
+                question_type=None if _missing(row.get("question_type"))
+                else str(row["question_type"]),
+                answerable=_flag(row.get("answerable"), True),
+                recorded=RecordedAnswer(
+                    response=None if no_answer else _text(row.get("response")),
+                    retrieved_contexts=_list(row.get("retrieved_contexts")) or [],
+                    retrieved_ids=_list(row.get("retrieved_ids")),
+                    retrieved_doc_ids=_list(row.get("retrieved_doc_ids")),
+                    latency_ms=None if failed or _missing(latency) else float(latency),
+                ),
+            ))
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            raise DatasetError(f"row {number} of the per-query table cannot be exported: "
+                               f"{exc}") from exc
+    return samples
+
+
+def export_run(run_id: str, fmt: str, out: str | Path, tracking_uri: str) -> Path:
+    """Write run ``run_id``'s questions with its answers to ``out`` in format ``fmt``.
+
+    Args:
+        run_id: An MLflow run with a per-query table.
+        fmt: ``ragas``, ``deepeval`` or ``jsonl`` (see the module docstring).
+        out: Output file.
+        tracking_uri: Where the run is.
+
+    Returns:
+        The path written.
+
+    Raises:
+        DatasetError: Unknown format, or a row that cannot be exported.
+        TrackingError: The run or its table cannot be fetched.
+    """
+    import mlflow
+
+    from rag_experiments.tracking.mlflow_tracker import read_table, resolve_tracking_uri
+
+    if fmt not in WRITERS:
+        raise DatasetError(f"unknown export format {fmt!r}; use one of {', '.join(WRITERS)}")
+    client = mlflow.MlflowClient(tracking_uri=resolve_tracking_uri(tracking_uri))
+    table = read_table(client, run_id)
+    samples = table_samples(table.to_dict(orient="records"))
+    return WRITERS[fmt](samples, out)
+
+
+def export_command(argv: list[str]) -> int:
+    """``rag-exp export <run_id> --format ragas|deepeval|jsonl --out FILE [--tracking-uri]``."""
+    parser = argparse.ArgumentParser(
+        prog="rag-exp export",
+        description="Write a run's questions with its answers and contexts as a dataset file, "
+        "to score them again without calling the system (rag-exp run dataset=<format> "
+        "dataset.path=FILE target=recorded) or in RAGAS / DeepEval.",
+    )
+    parser.add_argument("run_id", help="MLflow run id (its per_query_results.csv is read)")
+    parser.add_argument("--format", required=True, choices=sorted(WRITERS),
+                        help="ragas: RAGAS EvaluationDataset (.jsonl, .json or .csv by --out's "
+                        "extension); deepeval: DeepEval goldens JSON; jsonl: our JSONL")
+    parser.add_argument("--out", required=True, help="output file (overwritten)")
+    parser.add_argument("--tracking-uri", default="sqlite:///mlruns.db",
+                        help="MLflow tracking URI of the run (default sqlite:///mlruns.db)")
+    opts = parser.parse_args(argv)
+    path = export_run(opts.run_id, opts.format, opts.out, opts.tracking_uri)
+    print(f"wrote {path}")
+    return 0
