@@ -55,6 +55,12 @@ class RecordedTarget:
         self.doc_min_overlap = float(doc_min_overlap)
         self.matcher: CorpusDocMatcher | None = None
 
+    max_concurrency = 1
+    """Answers are copied from the dataset: nothing to wait for, one at a time."""
+
+    def check(self) -> None:
+        """Nothing to check: no model, no index, no endpoint."""
+
     def prepare(self, dataset: EvalDataset) -> None:
         """Build the corpus matcher when doc ids may be needed; count rows without an answer."""
         self.matcher = None
