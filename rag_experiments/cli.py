@@ -9,6 +9,8 @@ Subcommands::
                                        generate an evaluation dataset from documents
     rag-exp dataset stats <path> [--json]
                                        type distribution and question/answer lengths
+    rag-exp dataset report <path> [--corpus DIR] [--judge J] [--json] [--out DIR] [--log]
+                                       quality report: balance, duplicates, coverage, groundedness
     rag-exp judge-check [judge=…] [n=…] [judge_check.data=…] [--json]
                                        qualify a judge on labeled pairs (MLflow experiment judges)
     rag-exp review [dataset=<file.jsonl>] [--port N] [--host H] [--workspace DIR] [--out FILE]
@@ -105,7 +107,7 @@ COMMANDS = {
     "run": (_run, "evaluate a RAG configuration (Hydra overrides follow; -m sweeps)"),
     "serve": (_serve, "serve the built-in baseline as an HTTP endpoint (POST /ask, GET /health)"),
     "generate": (_generate, "generate an evaluation dataset from PDF/DOCX/MD/TXT with a local LLM"),
-    "dataset": (_dataset, "inspect a dataset: `dataset stats <path> [--json]`"),
+    "dataset": (_dataset, "inspect a dataset: `dataset stats|report <path> [--json]`"),
     "judge-check": (_judge_check, "judge agreement with labeled pairs (kappa, CIs), logged to `judges`"),
     "review": (_review, "review generated pairs in the browser: upload, generate, edit, approve"),
     "rerun": (_rerun, "repeat a logged run exactly (`rerun <run_id>`) and diff its metrics"),

@@ -10,12 +10,13 @@ import math
 import sys
 from typing import Any
 
-from hydra import compose, initialize_config_dir
-from hydra.errors import HydraException, InstantiationException
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from rag_experiments.app import CONF_DIR, build_embedder
+from rag_experiments.app import build_embedder
+from rag_experiments.config.compose import compose_config
+from rag_experiments.metrics.audit import nan_to_none
 from rag_experiments.errors import ConfigError, RagExpError
 from rag_experiments.llm.factory import build_chat, configure_from_config, identity_by_role
 from rag_experiments.metrics.judge_config import judge_model_node
@@ -37,25 +38,7 @@ def compose_judge_check(overrides: list[str]) -> DictConfig:
     Raises:
         ConfigError: An override does not parse or names an unknown key or option.
     """
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return compose(config_name="judge_check", overrides=overrides)
-    except HydraException as exc:
-        raise ConfigError(f"rag-exp judge-check {' '.join(overrides)}: {exc}") from None
-    finally:
-        GlobalHydra.instance().clear()
-
-
-def _jsonable(value: Any) -> Any:
-    """NaN → None, recursively (JSON has no NaN)."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    return value
+    return compose_config("judge_check", overrides)
 
 
 def run_judge_check(cfg: DictConfig, *, judge: Any = None, quiet: bool = False
@@ -95,7 +78,7 @@ def run_judge_check(cfg: DictConfig, *, judge: Any = None, quiet: bool = False
               f"{len(pairs)} pairs of {data_name} ({', '.join(probes)})", file=sys.stderr)
     if not bool(settings.log):
         results = check.run(pairs, probes)
-        return {k: _jsonable(v.to_dict()) for k, v in results.items()}, None
+        return {k: nan_to_none(v.to_dict()) for k, v in results.items()}, None
     tracker = instantiate(cfg.tracking, experiment=JUDGES_EXPERIMENT,
                           run_name=f"judge-check-{identity.get('judge.model')}")
     params = {**OmegaConf.to_container(cfg, resolve=True), **qualification_params(identity)}
@@ -105,7 +88,7 @@ def run_judge_check(cfg: DictConfig, *, judge: Any = None, quiet: bool = False
             results = check.run(pairs, probes)
         finally:
             tracker.set_tags(identity_by_role())
-        report = {k: _jsonable(v.to_dict()) for k, v in results.items()}
+        report = {k: nan_to_none(v.to_dict()) for k, v in results.items()}
         tracker.log_metrics(check_metrics(results))
         tracker.log_dict(report, "judge_check.json")
     if not quiet:
