@@ -243,6 +243,7 @@ def _run(tmp_path: Path, *overrides: str):
     return client.search_runs([exp], order_by=["attributes.start_time DESC"])[0]
 
 
+@pytest.mark.slow
 def test_judge_check_logs_a_qualification_that_a_later_run_carries_and_warns(tmp_path, capsys):
     report, run_id = run_judge_check(_judge_check_cfg(tmp_path, "n=10",
                                                       "judge_check.probes=[faithfulness]"))
@@ -270,6 +271,7 @@ def test_judge_check_logs_a_qualification_that_a_later_run_carries_and_warns(tmp
     assert quiet.data.tags["judge.qualification.kappa"] == "0.0000"
 
 
+@pytest.mark.slow
 def test_a_run_without_qualification_says_so_and_require_qualified_refuses(tmp_path):
     run = _run(tmp_path)
     assert run.data.tags["judge.qualification"] == "none"
@@ -277,6 +279,7 @@ def test_a_run_without_qualification_says_so_and_require_qualified_refuses(tmp_p
         _run(tmp_path, "judge.require_qualified=true")
 
 
+@pytest.mark.slow
 def test_cli_prints_json_and_rejects_a_bad_key(tmp_path):
     args = [sys.executable, "-m", "rag_experiments", "judge-check", "judge=fake",
             "embedder=hash", "n=6", f"paths.cache_dir={tmp_path}/c",

@@ -13,7 +13,9 @@ Probes (each builds the metric object with the judge and calls its public
   on the faithful pairs: each question with its own answer (relevant) and with the answer of
   the next faithful pair in the subset (swapped: irrelevant). Relevant when the score is
   ``≥ relevancy_threshold`` (default 0.5; the score is a clipped cosine of the configured
-  embedder, so the threshold depends on it).
+  embedder, so the threshold depends on it). The prompt shows only the answer, so the two
+  pairs of an answer ask the judge the same thing (a response-cache hit when the cache is on)
+  and differ in the cosine with their question.
 - ``context_relevance`` — :class:`~rag_experiments.metrics.context_precision.ContextPrecision`
   with the faithful answer as reference and one context: the pair's supporting passages
   (relevant) or the next pair's (swapped). With one context the score is the judge's yes/no
