@@ -104,7 +104,7 @@ def judge_check_command(argv: list[str]) -> int:
         prog="rag-exp judge-check",
         description="Measure a judge's agreement with labeled pairs through our own metric "
         "prompts (faithfulness, answer relevancy, context relevance, position bias): accuracy, "
-        "balanced accuracy, Cohen's kappa with 95%% bootstrap intervals, confusion matrix, "
+        "balanced accuracy, Cohen's kappa with 95% bootstrap intervals, confusion matrix, "
         "judge calls, wall time. Logged to MLflow experiment 'judges'; later runs with the "
         "same judge carry the result as tags. Other arguments are Hydra overrides of "
         "conf/judge_check.yaml (judge=…, n=…, judge_check.data=…).",
