@@ -8,8 +8,8 @@ Sources:
 
 - **bundled** (default): ``data/faithfulness_pairs.jsonl`` in this package, written by hand
   for this project from the bundled sample's documents (``datasets/sample``): 34 questions of
-  ``datasets/sample/eval.jsonl``, each with a faithful answer and a hallucinated one (28 that
-  contradict the contexts, 6 that add an unsupported fact), 68 pairs. The contexts are the
+  ``datasets/sample/eval.jsonl``, each with a faithful answer and a hallucinated one (29 that
+  contradict the contexts, 5 that add an unsupported fact), 68 pairs. The contexts are the
   sample's reference contexts plus one distractor passage from another document, first for
   even-numbered questions and last for odd ones (so the position probe reverses something);
   ``relevant`` lists the indices of the supporting contexts.
