@@ -76,26 +76,30 @@ def run_judge_check(cfg: DictConfig, *, judge: Any = None, quiet: bool = False
     if not quiet:
         print(f"judge-check: {identity.get('judge.provider')}/{identity.get('judge.model')} on "
               f"{len(pairs)} pairs of {data_name} ({', '.join(probes)})", file=sys.stderr)
-    if not bool(settings.log):
+    run_id = None
+    if bool(settings.log):
+        tracker = instantiate(cfg.tracking, experiment=JUDGES_EXPERIMENT,
+                              run_name=f"judge-check-{identity.get('judge.model')}")
+        params = {**OmegaConf.to_container(cfg, resolve=True), **qualification_params(identity)}
+        with tracker.start_run(params=params, config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
+                               tags={"judge_check.data": data_name}):
+            try:
+                results = check.run(pairs, probes)
+            finally:
+                tracker.set_tags(identity_by_role())
+            report = {k: nan_to_none(v.to_dict()) for k, v in results.items()}
+            tracker.log_metrics(check_metrics(results))
+            tracker.log_dict(report, "judge_check.json")
+        run_id = tracker.run_id
+    else:
         results = check.run(pairs, probes)
-        return {k: nan_to_none(v.to_dict()) for k, v in results.items()}, None
-    tracker = instantiate(cfg.tracking, experiment=JUDGES_EXPERIMENT,
-                          run_name=f"judge-check-{identity.get('judge.model')}")
-    params = {**OmegaConf.to_container(cfg, resolve=True), **qualification_params(identity)}
-    with tracker.start_run(params=params, config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
-                           tags={"judge_check.data": data_name}):
-        try:
-            results = check.run(pairs, probes)
-        finally:
-            tracker.set_tags(identity_by_role())
         report = {k: nan_to_none(v.to_dict()) for k, v in results.items()}
-        tracker.log_metrics(check_metrics(results))
-        tracker.log_dict(report, "judge_check.json")
     if not quiet:
         for result in results.values():
             print(result.format())
-        print(tracker.describe_location())
-    return report, tracker.run_id
+        if run_id is not None:
+            print(tracker.describe_location())
+    return report, run_id
 
 
 def judge_check_command(argv: list[str]) -> int:
