@@ -19,7 +19,6 @@ judge has no qualification or one below ``min_kappa``.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,8 +26,6 @@ from typing import Any
 
 from rag_experiments.errors import ConfigError
 from rag_experiments.qualify.check import PROMPT_IDS, AgreementResult, PositionBiasResult
-
-log = logging.getLogger(__name__)
 
 JUDGES_EXPERIMENT = "judges"
 """The MLflow experiment of judge qualifications."""
@@ -187,7 +184,6 @@ def apply_qualification(cfg: Any, tracker: Any, identity: Mapping[str, str],
                               "better judge (judge=…), lower judge.min_kappa or set "
                               "judge.require_qualified=false")
         print(warning)
-        log.warning(warning)
         tracker.set_tags({"judge.qualification.warning": "below_min_kappa",
                           "mlflow.note.content": f"{note}\n\n{warning}" if note else warning})
     return found
