@@ -286,6 +286,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     """
     from rag_experiments.lifecycle.objective import NaNObjective, nan_reason, objective_value
     from rag_experiments.lifecycle.resume import job_checkpoint
+    from rag_experiments.qualify.registry import apply_qualification
     from rag_experiments.runner import evaluate_in_run
     from rag_experiments.tracking.sweep import parent_run_id_for_job
 
@@ -311,6 +312,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         job.attach(tracker)
         exp = build(cfg)
         log_dropped(exp.dataset, tracker)
+        apply_qualification(cfg, tracker, identity_by_role(), tags.get("mlflow.note.content"))
         preflight(exp.checks)
         if not cfg.run_name:  # the default name holds the loaded dataset's name
             tracker.set_tags({"mlflow.runName": _default_run_name(cfg, exp.dataset.name)})

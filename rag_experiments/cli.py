@@ -9,6 +9,10 @@ Subcommands::
                                        generate an evaluation dataset from documents
     rag-exp dataset stats <path> [--json]
                                        type distribution and question/answer lengths
+    rag-exp dataset report <path> [--corpus DIR] [--judge J] [--json] [--out DIR] [--log]
+                                       quality report: balance, duplicates, coverage, groundedness
+    rag-exp judge-check [judge=…] [n=…] [judge_check.data=…] [--json]
+                                       qualify a judge on labeled pairs (MLflow experiment judges)
     rag-exp review [dataset=<file.jsonl>] [--port N] [--host H] [--workspace DIR] [--out FILE]
                                        review, edit and approve generated pairs in the browser
     rag-exp rerun <run_id> [--tracking-uri URI] [key=value…]
@@ -79,6 +83,12 @@ def _dataset(argv: list[str]) -> int:
     return stats_command(argv)
 
 
+def _judge_check(argv: list[str]) -> int:
+    from rag_experiments.qualify.command import judge_check_command
+
+    return judge_check_command(argv)
+
+
 def _review(argv: list[str]) -> int:
     from rag_experiments.review.server import review_command
 
@@ -125,7 +135,8 @@ COMMANDS = {
     "run": (_run, "evaluate a RAG configuration (Hydra overrides follow; -m sweeps)"),
     "serve": (_serve, "serve the built-in baseline as an HTTP endpoint (POST /ask, GET /health)"),
     "generate": (_generate, "generate an evaluation dataset from PDF/DOCX/MD/TXT with a local LLM"),
-    "dataset": (_dataset, "inspect a dataset: `dataset stats <path> [--json]`"),
+    "dataset": (_dataset, "inspect a dataset: `dataset stats|report <path> [--json]`"),
+    "judge-check": (_judge_check, "judge agreement with labeled pairs (kappa, CIs), logged to `judges`"),
     "review": (_review, "review generated pairs in the browser: upload, generate, edit, approve"),
     "rerun": (_rerun, "repeat a logged run exactly (`rerun <run_id>`) and diff its metrics"),
     "grade-sheet": (_grade_sheet, "export a blinded CSV of a run's answers for human grading"),

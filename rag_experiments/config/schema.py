@@ -335,32 +335,39 @@ class CacheConf:
 
 
 @dataclass
-class EmbeddedJudgeConf(EmbeddedLLMConf):
-    """The embedded model as judge. ``require_distinct: true`` refuses a run whose judge is the
-    generator's model (otherwise it only warns)."""
+class JudgeRoleConf:
+    """Keys of every judge option that configure the judge's role, not the chat model
+    (:data:`~rag_experiments.metrics.judge_config.JUDGE_ONLY_KEYS`).
+
+    ``require_distinct: true`` refuses a run whose judge is the generator's model (otherwise it
+    only warns). ``min_kappa``: below this faithfulness kappa of the judge's latest
+    qualification (``rag-exp judge-check``) a run warns; ``require_qualified: true`` refuses a
+    run whose judge has no qualification or one below ``min_kappa``
+    (:mod:`rag_experiments.qualify.registry`)."""
 
     require_distinct: bool = False
+    min_kappa: float = 0.4
+    require_qualified: bool = False
 
 
 @dataclass
-class FakeJudgeConf(FakeLLMConf):
-    """The fake model as judge (tests); ``require_distinct`` as for every judge."""
-
-    require_distinct: bool = False
+class EmbeddedJudgeConf(EmbeddedLLMConf, JudgeRoleConf):
+    """The embedded model as judge (role keys: :class:`JudgeRoleConf`)."""
 
 
 @dataclass
-class OllamaJudgeConf(OllamaLLMConf):
-    """An Ollama model as judge; ``require_distinct`` as for every judge."""
-
-    require_distinct: bool = False
+class FakeJudgeConf(FakeLLMConf, JudgeRoleConf):
+    """The fake model as judge (tests; role keys: :class:`JudgeRoleConf`)."""
 
 
 @dataclass
-class OpenAIJudgeConf(OpenAILLMConf):
-    """An OpenAI-compatible server as judge; ``require_distinct`` as for every judge."""
+class OllamaJudgeConf(OllamaLLMConf, JudgeRoleConf):
+    """An Ollama model as judge (role keys: :class:`JudgeRoleConf`)."""
 
-    require_distinct: bool = False
+
+@dataclass
+class OpenAIJudgeConf(OpenAILLMConf, JudgeRoleConf):
+    """An OpenAI-compatible server as judge (role keys: :class:`JudgeRoleConf`)."""
 
 
 # --- metrics ---------------------------------------------------------------------------------

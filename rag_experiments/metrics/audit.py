@@ -68,14 +68,16 @@ def collect_audit(
 
 def to_jsonl(rows: Sequence[dict[str, Any]]) -> str:
     """One JSON object per line (UTF-8 text kept as is; NaN written as ``null``)."""
-    return "".join(json.dumps(_finite(r), ensure_ascii=False) + "\n" for r in rows)
+    return "".join(json.dumps(nan_to_none(r), ensure_ascii=False) + "\n" for r in rows)
 
 
-def _finite(value: Any) -> Any:
+def nan_to_none(value: Any) -> Any:
+    """``value`` with every NaN float, in nested dicts, lists and tuples, replaced by None
+    (JSON has no NaN); tuples become lists."""
     if isinstance(value, float) and math.isnan(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: nan_to_none(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
+        return [nan_to_none(v) for v in value]
     return value

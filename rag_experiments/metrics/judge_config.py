@@ -12,7 +12,7 @@ from rag_experiments.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-JUDGE_ONLY_KEYS = ("require_distinct",)
+JUDGE_ONLY_KEYS = ("require_distinct", "min_kappa", "require_qualified")
 """Keys of a ``judge`` config node that configure the judge role, not the chat model."""
 
 IDENTITY_KEYS = ("model_path", "model", "base_url")

@@ -1,0 +1,32 @@
+"""Compose a config of ``conf/`` with Hydra's compose API, for commands that are not Hydra
+apps (``rag-exp judge-check``, ``rag-exp dataset report``)."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from rag_experiments.errors import ConfigError
+
+
+def compose_config(config_name: str, overrides: list[str]) -> DictConfig:
+    """Compose ``conf/<config_name>.yaml`` with Hydra ``overrides`` (``judge=ollama``).
+
+    Hydra's global state is cleared before and after, so the call works in any process.
+
+    Raises:
+        ConfigError: An override does not parse or names an unknown key or option.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+
+    from rag_experiments.app import CONF_DIR  # registers the schemas and resolvers
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose(config_name=config_name, overrides=overrides)
+    except HydraException as exc:
+        raise ConfigError(f"{config_name} {' '.join(overrides)}: {exc}") from None
+    finally:
+        GlobalHydra.instance().clear()

@@ -1,0 +1,126 @@
+"""``rag-exp judge-check``: compose ``conf/judge_check.yaml``, build the judge, run the probes
+(:mod:`rag_experiments.qualify.check`), print the report and log it to MLflow experiment
+``judges`` (:mod:`rag_experiments.qualify.registry`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from rag_experiments.app import build_embedder
+from rag_experiments.config.compose import compose_config
+from rag_experiments.metrics.audit import nan_to_none
+from rag_experiments.errors import ConfigError, RagExpError
+from rag_experiments.llm.factory import build_chat, configure_from_config, identity_by_role
+from rag_experiments.metrics.judge_config import judge_model_node
+from rag_experiments.qualify.check import JudgeCheck
+from rag_experiments.qualify.config import register_judge_check_config
+from rag_experiments.qualify.pairs import balanced_subset, load_pairs
+from rag_experiments.qualify.registry import (
+    JUDGES_EXPERIMENT,
+    check_metrics,
+    qualification_params,
+)
+
+register_judge_check_config()
+
+
+def compose_judge_check(overrides: list[str]) -> DictConfig:
+    """Compose ``conf/judge_check.yaml`` with Hydra overrides (``judge=ollama``, ``n=20``).
+
+    Raises:
+        ConfigError: An override does not parse or names an unknown key or option.
+    """
+    return compose_config("judge_check", overrides)
+
+
+def run_judge_check(cfg: DictConfig, *, judge: Any = None, quiet: bool = False
+                    ) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """Run the check a composed ``judge_check`` config describes and log it.
+
+    Args:
+        cfg: The composed config.
+        judge: A chat model to use instead of building ``cfg.judge`` (tests).
+        quiet: Print nothing (the caller prints the JSON).
+
+    Returns:
+        ``({probe: summary dict}, MLflow run id or None when ``judge_check.log=false``)``.
+
+    Raises:
+        RagExpError: Bad settings, an unreadable labeled set, or a judge that cannot load.
+    """
+    settings = cfg.judge_check
+    pairs = balanced_subset(load_pairs(settings.data, str(settings.format)),
+                            None if cfg.n is None else int(cfg.n), seed=int(cfg.seed))
+    data_name = str(settings.data) if settings.data else "bundled"
+    configure_from_config(cfg)
+    probes = list(settings.probes)
+    try:
+        model = build_chat(judge if judge is not None else judge_model_node(cfg.judge), "judge")
+        embedder = build_embedder(cfg) if "answer_relevancy" in probes else None
+    except InstantiationException as exc:
+        if isinstance(exc.__cause__, RagExpError):
+            raise exc.__cause__ from None
+        raise
+    check = JudgeCheck(model, embedder, threshold=float(settings.threshold),
+                       relevancy_threshold=float(settings.relevancy_threshold),
+                       seed=int(cfg.seed))
+    identity = {f"judge.{k}": str(v) for k, v in model.describe().items()}
+    if not quiet:
+        print(f"judge-check: {identity.get('judge.provider')}/{identity.get('judge.model')} on "
+              f"{len(pairs)} pairs of {data_name} ({', '.join(probes)})", file=sys.stderr)
+    run_id = None
+    if bool(settings.log):
+        tracker = instantiate(cfg.tracking, experiment=JUDGES_EXPERIMENT,
+                              run_name=f"judge-check-{identity.get('judge.model')}")
+        params = {**OmegaConf.to_container(cfg, resolve=True), **qualification_params(identity)}
+        with tracker.start_run(params=params, config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
+                               tags={"judge_check.data": data_name}):
+            try:
+                results = check.run(pairs, probes)
+            finally:
+                tracker.set_tags(identity_by_role())
+            report = {k: nan_to_none(v.to_dict()) for k, v in results.items()}
+            tracker.log_metrics(check_metrics(results))
+            tracker.log_dict(report, "judge_check.json")
+        run_id = tracker.run_id
+    else:
+        results = check.run(pairs, probes)
+        report = {k: nan_to_none(v.to_dict()) for k, v in results.items()}
+    if not quiet:
+        for result in results.values():
+            print(result.format())
+        if run_id is not None:
+            print(tracker.describe_location())
+    return report, run_id
+
+
+def judge_check_command(argv: list[str]) -> int:
+    """``rag-exp judge-check [overrides…] [--json]``; returns the exit code."""
+    parser = argparse.ArgumentParser(
+        prog="rag-exp judge-check",
+        description="Measure a judge's agreement with labeled pairs through our own metric "
+        "prompts (faithfulness, answer relevancy, context relevance, position bias): accuracy, "
+        "balanced accuracy, Cohen's kappa with 95% bootstrap intervals, confusion matrix, "
+        "judge calls, wall time. Logged to MLflow experiment 'judges'; later runs with the "
+        "same judge carry the result as tags. Other arguments are Hydra overrides of "
+        "conf/judge_check.yaml (judge=…, n=…, judge_check.data=…).",
+        epilog="Example: rag-exp judge-check judge=embedded n=20 --json",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    opts, overrides = parser.parse_known_args(argv)
+    bad = [o for o in overrides if o.startswith("-")]
+    if bad:
+        raise ConfigError(f"unknown option {bad[0]}; see rag-exp judge-check --help")
+    cfg = compose_judge_check(overrides)
+    report, _ = run_judge_check(cfg, quiet=opts.json)
+    if opts.json:
+        print(json.dumps(report, indent=2))
+    return 0
