@@ -44,6 +44,7 @@ class OracleJudge:
     one; says "yes" to a context only when it is the supporting text of the reference."""
 
     provider = "oracle"
+    max_concurrency = 4
 
     def __init__(self, pairs):
         self.faithful = {p.answer for p in pairs if p.faithful}
