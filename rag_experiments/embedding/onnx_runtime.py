@@ -25,6 +25,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -112,11 +115,13 @@ def _export_float32(model: SentenceTransformer, target: Path) -> None:
             return self.inner(**dict(zip(names, inputs, strict=True)),
                               return_dict=True).last_hidden_state
 
-    axes = {"0": "batch", "1": "sequence"}
-    dynamic = {k: {int(a): n for a, n in axes.items()} for k in [*names, "last_hidden_state"]}
+    dynamic = {k: {0: "batch", 1: "sequence"} for k in [*names, "last_hidden_state"]}
 
     def write(path: Path) -> None:
-        with torch.no_grad():
+        # The tracer warns about Python branches on shapes (constant for an encoder) and that
+        # it is the legacy exporter; neither changes the graph, and the user can do nothing.
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             torch.onnx.export(
                 _LastHiddenState(), tuple(features[k] for k in names), str(path),
                 input_names=names, output_names=["last_hidden_state"], dynamic_axes=dynamic,
@@ -133,9 +138,24 @@ def _quantize_int8(source: Path, target: Path) -> None:
     for Efficient Integer-Arithmetic-Only Inference*)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    _write_atomically(target, lambda path: quantize_dynamic(
-        str(source), str(path), weight_type=QuantType.QInt8, per_channel=True, reduce_range=True,
-    ))
+    with _quiet_root_logger():
+        _write_atomically(target, lambda path: quantize_dynamic(
+            str(source), str(path), weight_type=QuantType.QInt8, per_channel=True,
+            reduce_range=True,
+        ))
+
+
+@contextmanager
+def _quiet_root_logger() -> Iterator[None]:
+    """Raise the root logger to WARNING for the duration (onnxruntime's quantiser logs a line
+    per tensor at INFO through the root logger)."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        root.setLevel(level)
 
 
 def export_folder(cache_dir: str | Path, name: str, config_hash: str, model_folder: Path) -> Path:

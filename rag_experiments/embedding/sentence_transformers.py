@@ -196,6 +196,13 @@ class SentenceTransformerEmbedder:
         return int(dim)
 
     @property
+    def export_dir(self) -> Path:
+        """Folder of this model's ONNX exports:
+        ``<cache_dir>/onnx/<name>-<config hash>-<weights hash>`` (reads the weights to hash
+        them)."""
+        return export_folder(self.cache_dir, self.name, self._config_hash, self.path)
+
+    @property
     def model(self) -> SentenceTransformer:
         """The loaded model (loaded on first access)."""
         if self._model is None:
@@ -230,8 +237,7 @@ class SentenceTransformerEmbedder:
                 f"transformer; {self.path} starts with {type(first).__name__}. Use "
                 "embedder.backend=torch."
             )
-        folder = export_folder(self.cache_dir, self.name, self._config_hash, self.path)
-        path, _ = ensure_export(model, folder, self.backend)
+        path, _ = ensure_export(model, self.export_dir, self.backend)
         session = OrtTransformer(path, first.model.config)
         del first.model  # a registered torch submodule: remove it before the plain object
         first.model = session
