@@ -136,7 +136,9 @@ class SentenceTransformerEmbedder:
             texts.
         backend: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``
             (:data:`~rag_experiments.embedding.onnx_runtime.BACKENDS`); the ONNX backends run
-            on CPU whatever ``device`` says.
+            on CPU whatever ``device`` says. The config's default is ``onnx``
+            (``conf/embedder/minilm.yaml``); the constructor's stays ``torch`` so that using
+            the class directly writes no export files.
         cache_dir: Where the ONNX exports are kept (``<cache_dir>/onnx/``); unused by
             ``torch``.
 
