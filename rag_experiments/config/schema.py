@@ -194,6 +194,8 @@ class SentenceTransformerEmbedderConf:
     device: str = "cpu"
     max_seq_length: Optional[int] = None
     show_progress: bool = True
+    backend: str = "onnx"  # onnx | onnx-int8 (ONNX Runtime, exported once to cache_dir) | torch
+    cache_dir: str = "${paths.cache_dir}"
 
 
 @dataclass

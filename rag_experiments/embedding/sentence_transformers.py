@@ -8,6 +8,11 @@ folder (the one ``SentenceTransformer.save`` writes, with ``modules.json``).
 Importing :mod:`rag_experiments` has already forced ``HF_HUB_OFFLINE=1`` and
 ``TRANSFORMERS_OFFLINE=1`` (:mod:`rag_experiments.offline`); the model is also loaded with
 ``local_files_only=True`` from a folder checked to exist, so nothing is ever downloaded.
+
+``backend`` picks the engine of the transformer: ``torch`` (PyTorch), ``onnx`` (ONNX Runtime,
+float32) or ``onnx-int8`` (ONNX Runtime, dynamically quantised int8 weights); the ONNX files are
+exported from the same folder once and kept under ``cache_dir`` (see
+:mod:`rag_experiments.embedding.onnx_runtime`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rag_experiments.embedding.onnx_runtime import (
+    OrtTransformer,
+    check_backend,
+    ensure_export,
+    export_folder,
+)
 from rag_experiments.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -123,10 +134,17 @@ class SentenceTransformerEmbedder:
             setting (256 for MiniLM).
         show_progress: Show a tqdm bar for calls with at least :data:`PROGRESS_MIN_TEXTS`
             texts.
+        backend: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``
+            (:data:`~rag_experiments.embedding.onnx_runtime.BACKENDS`); the ONNX backends run
+            on CPU whatever ``device`` says. The config's default is ``onnx``
+            (``conf/embedder/minilm.yaml``); the constructor's stays ``torch`` so that using
+            the class directly writes no export files.
+        cache_dir: Where the ONNX exports are kept (``<cache_dir>/onnx/``); unused by
+            ``torch``.
 
     Raises:
-        ConfigError: The model folder does not exist, or ``batch_size``/``max_seq_length`` are
-            not positive.
+        ConfigError: The model folder does not exist, ``batch_size``/``max_seq_length`` are
+            not positive, or ``backend`` is not one of the three.
     """
 
     def __init__(
@@ -137,7 +155,10 @@ class SentenceTransformerEmbedder:
         device: str = "cpu",
         max_seq_length: int | None = None,
         show_progress: bool = True,
+        backend: str = "torch",
+        cache_dir: str = ".cache",
     ) -> None:
+        self.backend = check_backend(backend)
         if batch_size < 1:
             raise ConfigError(f"embedder.batch_size must be >= 1, got {batch_size}.")
         if max_seq_length is not None and max_seq_length < 1:
@@ -150,10 +171,14 @@ class SentenceTransformerEmbedder:
         self.device = device
         self.max_seq_length = max_seq_length
         self.show_progress = show_progress
+        self.cache_dir = cache_dir
         seq = (
             max_seq_length if max_seq_length is not None else _configured_max_seq_length(self.path)
         )
-        self._id = f"st:{self.name}:{_fingerprint(self.path)}:norm{int(normalize)}:seq{seq}"
+        self._config_hash = _fingerprint(self.path)
+        self._id = f"st:{self.name}:{self._config_hash}:norm{int(normalize)}:seq{seq}"
+        if backend != "torch":
+            self._id += f":{backend}"
         self._model: SentenceTransformer | None = None
 
     def check(self) -> None:
@@ -162,8 +187,10 @@ class SentenceTransformerEmbedder:
 
     @property
     def id(self) -> str:
-        """``st:<name>:<config hash>:norm<0|1>:seq<max_seq_length>``; ``seq`` is the
-        effective length (the model's own when not overridden)."""
+        """``st:<name>:<config hash>:norm<0|1>:seq<max_seq_length>[:<backend>]``; ``seq`` is
+        the effective length (the model's own when not overridden); the backend is appended
+        unless it is ``torch`` (so ONNX vectors never share an index or cache entry with
+        PyTorch ones, and ids made before backends existed stay valid)."""
         return self._id
 
     @property
@@ -173,6 +200,13 @@ class SentenceTransformerEmbedder:
         if dim is None:
             raise ConfigError(f"Cannot tell the embedding dimension of the model at {self.path}.")
         return int(dim)
+
+    @property
+    def export_dir(self) -> Path:
+        """Folder of this model's ONNX exports:
+        ``<cache_dir>/onnx/<name>-<config hash>-<weights hash>`` (reads the weights to hash
+        them)."""
+        return export_folder(self.cache_dir, self.name, self._config_hash, self.path)
 
     @property
     def model(self) -> SentenceTransformer:
@@ -192,8 +226,27 @@ class SentenceTransformerEmbedder:
                 ) from exc
             if self.max_seq_length is not None:
                 model.max_seq_length = self.max_seq_length
+            if self.backend != "torch":
+                self._use_onnx(model)
             self._model = model
         return self._model
+
+    def _use_onnx(self, model: SentenceTransformer) -> None:
+        """Replace the PyTorch transformer inside ``model`` by an ONNX Runtime session of the
+        cached export (exported first if missing)."""
+        from sentence_transformers.sentence_transformer.modules import Transformer
+
+        first = model[0]
+        if not isinstance(first, Transformer):
+            raise ConfigError(
+                f"embedder.backend={self.backend} needs a model whose first module is a "
+                f"transformer; {self.path} starts with {type(first).__name__}. Use "
+                "embedder.backend=torch."
+            )
+        path, _ = ensure_export(model, self.export_dir, self.backend)
+        session = OrtTransformer(path, first.model.config)
+        del first.model  # a registered torch submodule: remove it before the plain object
+        first.model = session
 
     def _encode(self, texts: list[str], progress: bool, *, query: bool) -> np.ndarray:
         # encode_query / encode_document apply the model's "query" / "document" prompts when
