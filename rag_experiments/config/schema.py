@@ -194,7 +194,7 @@ class SentenceTransformerEmbedderConf:
     device: str = "cpu"
     max_seq_length: Optional[int] = None
     show_progress: bool = True
-    backend: str = "onnx"  # onnx | onnx-int8 (ONNX Runtime, exported once to cache_dir) | torch
+    backend: str = "torch"  # torch | onnx | onnx-int8 (ONNX Runtime, exported once to cache_dir)
     cache_dir: str = "${paths.cache_dir}"
 
 
