@@ -278,12 +278,12 @@ def evaluate(
         ConfigError: ``max_concurrency`` < 1.
     """
     started = time.perf_counter()
-    target.prepare(dataset)
-    samples = list(dataset.samples)
     answer_concurrency = int(target.max_concurrency if max_concurrency is None else max_concurrency)
     if answer_concurrency < 1:
         raise ConfigError(f"max_concurrency must be >= 1 (questions answered at once), got "
                           f"{answer_concurrency}")
+    target.prepare(dataset)
+    samples = list(dataset.samples)
     judged_metrics = [m for m in metrics if isinstance(m, JudgedRowMetric)]
     with (
         _progress_to_log(progress),
