@@ -317,6 +317,10 @@ def test_kill_9_during_concurrent_judging_then_resume_scores_every_row_once(
 # --- faults of the judge during a run (issue 16, items 1 and 5) ------------------------------
 
 
+JUDGED = ("faithfulness", "answer_relevancy", "context_precision", "context_recall",
+          "answer_judge")
+
+
 def _run_with_faulty_judge(tmp_path: Path, fault: str, *extra: str) -> tuple[Any, Any]:
     uri = f"sqlite:///{tmp_path}/mlruns.db"
     with FakeOpenAIServer(latency_s=0.01, slots=8, fault=fault, fault_share=1 / 3) as server:
@@ -325,6 +329,8 @@ def _run_with_faulty_judge(tmp_path: Path, fault: str, *extra: str) -> tuple[Any
              "judge=openai", f"judge.base_url={server.url}", "judge.model=fake-judge",
              "judge.max_concurrency=4", "judge.max_retries=0", "judge.parse_retries=0",
              "metrics=custom", "max_samples=12", "progress=false", f"tracking.uri={uri}",
+             # no re-asks: a faulty reply must stay a failed cell, whatever call it hit
+             *[f"metrics.suite.{m}.max_retries=0" for m in JUDGED],
              f"paths.cache_dir={tmp_path}/cache", f"hydra.run.dir={tmp_path}/job", *extra],
             cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
             env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
@@ -351,8 +357,7 @@ def test_faulty_judge_run_completes_with_reasons_and_counts(
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
     local = client.download_artifacts(run.info.run_id, "per_query_results.csv")
     table = pd.read_csv(io.StringIO(Path(local).read_text(encoding="utf-8")))
-    judged = ["faithfulness", "answer_relevancy", "context_precision", "context_recall",
-              "answer_judge.accuracy"]
+    judged = [*JUDGED[:-1], "answer_judge.accuracy"]
     cells = table[[f"{c}.reason" for c in judged]]
     assert int((cells == reason).sum().sum()) >= 1
     for col in judged:  # every NaN cell has its reason
