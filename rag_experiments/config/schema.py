@@ -36,12 +36,18 @@ class PathsConf:
 
 # --- dataset ---------------------------------------------------------------------------------
 @dataclass
-class JsonlDatasetConf:
-    _target_: str = "rag_experiments.data.jsonl.JsonlDataset"
+class RowFileDatasetConf:
+    """Fields of every loader that reads question rows from one file (``RowDataset``)."""
+
     path: str = MISSING
     corpus: Optional[str] = None
     name: Optional[str] = None
     password: Optional[str] = None
+
+
+@dataclass
+class JsonlDatasetConf(RowFileDatasetConf):
+    _target_: str = "rag_experiments.data.jsonl.JsonlDataset"
 
 
 @dataclass
@@ -55,39 +61,23 @@ class BeirDatasetConf:
 
 
 @dataclass
-class SeedJsonDatasetConf:
+class SeedJsonDatasetConf(RowFileDatasetConf):
     _target_: str = "rag_experiments.data.peer.SeedJsonDataset"
-    path: str = MISSING
-    corpus: Optional[str] = None
-    name: Optional[str] = None
-    password: Optional[str] = None
 
 
 @dataclass
-class KeywordsJsonlDatasetConf:
+class KeywordsJsonlDatasetConf(RowFileDatasetConf):
     _target_: str = "rag_experiments.data.peer.KeywordsJsonlDataset"
-    path: str = MISSING
-    corpus: Optional[str] = None
-    name: Optional[str] = None
-    password: Optional[str] = None
 
 
 @dataclass
-class RagasDatasetConf:
+class RagasDatasetConf(RowFileDatasetConf):
     _target_: str = "rag_experiments.data.peer.RagasDataset"
-    path: str = MISSING
-    corpus: Optional[str] = None
-    name: Optional[str] = None
-    password: Optional[str] = None
 
 
 @dataclass
-class DeepEvalDatasetConf:
+class DeepEvalDatasetConf(RowFileDatasetConf):
     _target_: str = "rag_experiments.data.peer.DeepEvalDataset"
-    path: str = MISSING
-    corpus: Optional[str] = None
-    name: Optional[str] = None
-    password: Optional[str] = None
 
 
 @dataclass
