@@ -60,18 +60,22 @@ def main() -> None:
     load_s: dict[str, float] = {}
     for b in args.backends:
         started = time.perf_counter()
-        embedders[b] = SentenceTransformerEmbedder(backend=b, batch_size=args.batch_size,
-                                                   cache_dir=args.cache_dir, show_progress=False)
+        embedders[b] = SentenceTransformerEmbedder(
+            backend=b, batch_size=args.batch_size, cache_dir=args.cache_dir, show_progress=False
+        )
         embedders[b].embed_documents(texts[:4])  # load (and export once) + warm-up
         load_s[b] = time.perf_counter() - started
-    print(f"{args.data.name}: {len(docs)} documents, {len(samples)} test queries, "
-          f"batch {args.batch_size}, slices of {SLICE}, backends in turn", flush=True)
+    print(
+        f"{args.data.name}: {len(docs)} documents, {len(samples)} test queries, "
+        f"batch {args.batch_size}, slices of {SLICE}, backends in turn",
+        flush=True,
+    )
 
     vectors: dict[str, list[np.ndarray]] = {b: [] for b in args.backends}
     spent = dict.fromkeys(args.backends, 0.0)
     for n, start in enumerate(range(0, len(texts), SLICE)):
         part = texts[start : start + SLICE]
-        order = args.backends[n % len(args.backends):] + args.backends[: n % len(args.backends)]
+        order = args.backends[n % len(args.backends) :] + args.backends[: n % len(args.backends)]
         for b in order:
             started = time.perf_counter()
             vectors[b].append(embedders[b].embed_documents(part))
@@ -86,18 +90,24 @@ def main() -> None:
         matrix = np.concatenate(vectors[b])
         queries = np.stack([embedders[b].embed_query(s.user_input) for s in samples])
         scores = queries @ matrix.T
-        responses = [RagResponse(retrieved_doc_ids=[ids[i] for i in np.argsort(-row)[:10]])
-                     for row in scores]
+        responses = [
+            RagResponse(retrieved_doc_ids=[ids[i] for i in np.argsort(-row)[:10]]) for row in scores
+        ]
         rows = metric.evaluate(samples, responses)
         ndcg = float(np.nanmean([r["nDCG@10"].value for r in rows]))
         results[b] = (len(texts) / spent[b], ndcg)
 
     base = results.get("torch", (math.nan, math.nan))
-    print(f"{'backend':>10} {'load s':>7} {'docs/s':>8} {'x torch':>8} {'nDCG@10':>8} "
-          f"{'d nDCG':>8}  id")
+    print(
+        f"{'backend':>10} {'load s':>7} {'docs/s':>8} {'x torch':>8} {'nDCG@10':>8} "
+        f"{'d nDCG':>8}  id"
+    )
     for b, (rate, ndcg) in results.items():
-        print(f"{b:>10} {load_s[b]:>7.1f} {rate:>8.1f} {rate / base[0]:>8.2f} {ndcg:>8.4f} "
-              f"{ndcg - base[1]:>+8.4f}  {embedders[b].id}")
+        print(
+            f"{b:>10} {load_s[b]:>7.1f} {rate:>8.1f} {rate / base[0]:>8.2f} {ndcg:>8.4f} "
+            f"{ndcg - base[1]:>+8.4f}  {embedders[b].id}"
+        )
+
 
 if __name__ == "__main__":
     main()

@@ -2,11 +2,11 @@
 DeepEval's own ``evaluate()``, on the same answers, against the same server, in one run.
 
 A fake OpenAI-compatible server on 127.0.0.1 (:class:`~rag_experiments.llm.fake_openai.
-FakeOpenAIServer`, in its own process, as a real server would be) answers every chat request after ``--latency`` seconds in one of ``--slots``
-parallel slots, like a vLLM or llama.cpp server. The answers are made once, by the baseline with
-the fake generator and the hash embedder on the bundled sample (69 questions). Then, one after
-the other, the same four core metrics (faithfulness, answer relevancy, context precision,
-context recall) judge them:
+FakeOpenAIServer`, in its own process, as a real server would be) answers every chat request
+after ``--latency`` seconds in one of ``--slots`` parallel slots, like a vLLM or llama.cpp
+server. The answers are made once, by the baseline with the fake generator and the hash
+embedder on the bundled sample (69 questions). Then, one after the other, the same four core
+metrics (faithfulness, answer relevancy, context precision, context recall) judge them:
 
 - ``rag-exp custom``: our metrics (:mod:`rag_experiments.metrics`), ``judge.max_concurrency
   = slots``;
@@ -67,9 +67,12 @@ def answers(n: int) -> tuple[list[Any], list[Any], Any]:
         dataset = dataset.subset(n, seed=0)
     embedder = HashEmbedder()
     target = BaselineTarget(
-        chunker=SemanticChunker(), embedder=embedder, retriever=Retriever(top_k=5),
+        chunker=SemanticChunker(),
+        embedder=embedder,
+        retriever=Retriever(top_k=5),
         index=ChromaIndex(path=tempfile.mkdtemp(prefix="bench-chroma-")),
-        generator=FakeChat(), generate=True,
+        generator=FakeChat(),
+        generate=True,
     )
     result = evaluate(dataset, target, [], progress=False)
     return result.samples, result.responses, embedder
@@ -80,8 +83,18 @@ class ServerProcess:
 
     def __init__(self, latency: float, slots: int) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rag_experiments.llm.fake_openai", "--latency", str(latency),
-             "--slots", str(slots)], stdout=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "rag_experiments.llm.fake_openai",
+                "--latency",
+                str(latency),
+                "--slots",
+                str(slots),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.url = self.proc.stdout.readline().strip() if self.proc.stdout else ""
         self.root = self.url.removesuffix("/v1")
         self.model = "fake-judge"
@@ -120,11 +133,16 @@ def deepeval_llm(base_url: str, model: str) -> Any:
             return self
 
         def _body(self, prompt: str, schema: Any) -> dict[str, Any]:
-            body: dict[str, Any] = {"model": model, "temperature": 0,
-                                    "messages": [{"role": "user", "content": prompt}]}
+            body: dict[str, Any] = {
+                "model": model,
+                "temperature": 0,
+                "messages": [{"role": "user", "content": prompt}],
+            }
             if schema is not None:
-                body["response_format"] = {"type": "json_schema", "json_schema": {
-                    "name": schema.__name__, "schema": schema.model_json_schema()}}
+                body["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema()},
+                }
             return body
 
         @staticmethod
@@ -138,8 +156,12 @@ def deepeval_llm(base_url: str, model: str) -> Any:
 
         async def a_generate(self, prompt: str, schema: Any = None) -> Any:
             if self.aclient is None:  # one per event loop
-                self.aclient = httpx.AsyncClient(base_url=base_url, timeout=120, trust_env=False,
-                                                 limits=httpx.Limits(max_connections=100))
+                self.aclient = httpx.AsyncClient(
+                    base_url=base_url,
+                    timeout=120,
+                    trust_env=False,
+                    limits=httpx.Limits(max_connections=100),
+                )
             reply = await self.aclient.post("/chat/completions", json=self._body(prompt, schema))
             return self._out(reply, schema)
 
@@ -149,8 +171,9 @@ def deepeval_llm(base_url: str, model: str) -> Any:
     return ServerLLM()
 
 
-def deepeval_evaluate(samples: list[Any], responses: list[Any], llm: Any,
-                      include_reason: bool) -> Any:
+def deepeval_evaluate(
+    samples: list[Any], responses: list[Any], llm: Any, include_reason: bool
+) -> Any:
     """DeepEval's own ``evaluate()`` on the four core metrics, quiet, no cache."""
     from deepeval import evaluate as de_evaluate
     from deepeval.evaluate import AsyncConfig, CacheConfig, DisplayConfig
@@ -162,18 +185,32 @@ def deepeval_evaluate(samples: list[Any], responses: list[Any], llm: Any,
     )
     from deepeval.test_case import LLMTestCase
 
-    cases = [LLMTestCase(input=s.user_input, actual_output=r.response,
-                         expected_output=s.reference or "-",
-                         retrieval_context=list(r.retrieved_contexts) or ["-"])
-             for s, r in zip(samples, responses, strict=True)]
-    kw: dict[str, Any] = {"model": llm} if include_reason else {"model": llm,
-                                                               "include_reason": False}
-    metrics = [FaithfulnessMetric(**kw), AnswerRelevancyMetric(**kw),
-               ContextualPrecisionMetric(**kw), ContextualRecallMetric(**kw)]
+    cases = [
+        LLMTestCase(
+            input=s.user_input,
+            actual_output=r.response,
+            expected_output=s.reference or "-",
+            retrieval_context=list(r.retrieved_contexts) or ["-"],
+        )
+        for s, r in zip(samples, responses, strict=True)
+    ]
+    kw: dict[str, Any] = (
+        {"model": llm} if include_reason else {"model": llm, "include_reason": False}
+    )
+    metrics = [
+        FaithfulnessMetric(**kw),
+        AnswerRelevancyMetric(**kw),
+        ContextualPrecisionMetric(**kw),
+        ContextualRecallMetric(**kw),
+    ]
     asyncio.set_event_loop(asyncio.new_event_loop())
-    return de_evaluate(test_cases=cases, metrics=metrics, async_config=AsyncConfig(),
-                       display_config=DisplayConfig(show_indicator=False, print_results=False),
-                       cache_config=CacheConfig(write_cache=False, use_cache=False))
+    return de_evaluate(
+        test_cases=cases,
+        metrics=metrics,
+        async_config=AsyncConfig(),
+        display_config=DisplayConfig(show_indicator=False, print_results=False),
+        cache_config=CacheConfig(write_cache=False, use_cache=False),
+    )
 
 
 def main() -> None:
@@ -182,9 +219,13 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.2, help="server latency per call (s)")
     parser.add_argument("--slots", type=int, default=8, help="requests the server serves at once")
     parser.add_argument("--questions", type=int, default=69, help="questions (69 = the sample)")
-    parser.add_argument("--skip", nargs="*", default=[],
-                        choices=["custom", "deepeval", "evaluate", "evaluate-defaults"],
-                        help="systems to leave out")
+    parser.add_argument(
+        "--skip",
+        nargs="*",
+        default=[],
+        choices=["custom", "deepeval", "evaluate", "evaluate-defaults"],
+        help="systems to leave out",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     os.chdir(os.path.join(os.path.dirname(__file__), ".."))
@@ -193,46 +234,75 @@ def main() -> None:
     rows: list[tuple[str, int, float]] = []
     server = ServerProcess(args.latency, args.slots)
     try:
-        judge = OpenAICompatChat(base_url=server.url, model=server.model, max_retries=0,
-                                 max_concurrency=args.slots)
+        judge = OpenAICompatChat(
+            base_url=server.url, model=server.model, max_retries=0, max_concurrency=args.slots
+        )
         judge.complete([{"role": "user", "content": "warm-up"}])
-        print(f"fake OpenAI-compatible judge at {server.url}: {args.latency * 1000:.0f} ms per "
-              f"call, {args.slots} slots; {len(samples)} questions; 4 core metrics")
+        print(
+            f"fake OpenAI-compatible judge at {server.url}: {args.latency * 1000:.0f} ms per "
+            f"call, {args.slots} slots; {len(samples)} questions; 4 core metrics"
+        )
         if "custom" not in args.skip:
-            core = [Faithfulness(judge=judge), AnswerRelevancy(judge=judge, embedder=embedder),
-                    ContextPrecision(judge=judge), ContextRecall(judge=judge)]
-            calls, wall, _ = timed(server, lambda: judge_rows(core, samples, responses,
-                                                              progress=False))
+            core = [
+                Faithfulness(judge=judge),
+                AnswerRelevancy(judge=judge, embedder=embedder),
+                ContextPrecision(judge=judge),
+                ContextRecall(judge=judge),
+            ]
+            calls, wall, _ = timed(
+                server, lambda: judge_rows(core, samples, responses, progress=False)
+            )
             rows.append(("rag-exp metrics=custom", calls, wall))
         if "deepeval" not in args.skip:
-            ours = [cls(judge=judge) for cls in (DeepEvalFaithfulness, DeepEvalAnswerRelevancy,
-                                                 DeepEvalContextPrecision, DeepEvalContextRecall)]
-            calls, wall, _ = timed(server, lambda: judge_rows(ours, samples, responses,
-                                                              progress=False))
+            ours = [
+                cls(judge=judge)
+                for cls in (
+                    DeepEvalFaithfulness,
+                    DeepEvalAnswerRelevancy,
+                    DeepEvalContextPrecision,
+                    DeepEvalContextRecall,
+                )
+            ]
+            calls, wall, _ = timed(
+                server, lambda: judge_rows(ours, samples, responses, progress=False)
+            )
             rows.append(("rag-exp metrics=deepeval", calls, wall))
         for name, with_reason in (("evaluate", False), ("evaluate-defaults", True)):
             if name in args.skip:
                 continue
             llm = deepeval_llm(server.url, server.model)  # its async client binds to one loop
-            calls, wall, _ = timed(server, lambda r=with_reason, m=llm: deepeval_evaluate(
-                samples, responses, m, include_reason=r))
-            label = "deepeval evaluate(), include_reason=False" if not with_reason else \
-                "deepeval evaluate(), defaults"
+            calls, wall, _ = timed(
+                server,
+                lambda r=with_reason, m=llm: deepeval_evaluate(
+                    samples, responses, m, include_reason=r
+                ),
+            )
+            label = (
+                "deepeval evaluate(), include_reason=False"
+                if not with_reason
+                else "deepeval evaluate(), defaults"
+            )
             rows.append((label, calls, wall))
     finally:
         server.stop()
 
     ours_wall = {name: wall for name, _, wall in rows if name.startswith("rag-exp")}
-    print(f"\n{'system':<44} {'calls':>6} {'wall s':>7} {'ideal s':>8} {'wall/ideal':>10} "
-          f"{'vs custom':>10}")
+    print(
+        f"\n{'system':<44} {'calls':>6} {'wall s':>7} {'ideal s':>8} {'wall/ideal':>10} "
+        f"{'vs custom':>10}"
+    )
     for name, calls, wall in rows:
         ideal = calls * args.latency / args.slots
-        vs = wall / ours_wall["rag-exp metrics=custom"] if "rag-exp metrics=custom" in ours_wall \
+        vs = (
+            wall / ours_wall["rag-exp metrics=custom"]
+            if "rag-exp metrics=custom" in ours_wall
             else float("nan")
-        print(f"{name:<44} {calls:>6} {wall:>7.2f} {ideal:>8.2f} {wall / ideal:>10.2f} "
-              f"{vs:>9.2f}x")
-    print("\nwall/ideal: 1.00 = every slot busy the whole time; 'vs custom': that system's wall "
-          "time over rag-exp metrics=custom's (> 1 = slower than ours).")
+        )
+        print(f"{name:<44} {calls:>6} {wall:>7.2f} {ideal:>8.2f} {wall / ideal:>10.2f} {vs:>9.2f}x")
+    print(
+        "\nwall/ideal: 1.00 = every slot busy the whole time; 'vs custom': that system's wall "
+        "time over rag-exp metrics=custom's (> 1 = slower than ours)."
+    )
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from rag_experiments.llm.batch import ChatRequest, complete_many
 from rag_experiments.llm.base import Completion
+from rag_experiments.llm.batch import ChatRequest, complete_many
 from rag_experiments.llm.fake_ollama import FakeOllamaServer
 from rag_experiments.llm.ollama import OllamaChat
 
@@ -32,13 +32,19 @@ def main() -> None:
     with FakeOllamaServer(latency_s=args.latency) as server:
         model = OllamaChat(model="fake-llm", base_url=server.url, timeout_s=30)
         model.complete([{"role": "user", "content": "warm-up"}])
-        print(f"fake Ollama at {server.url}, latency {args.latency * 1000:.0f} ms per request, "
-              f"{args.requests} requests per batch")
-        print(f"{'max_concurrency':>15} {'wall s':>8} {'req/s':>8} {'ideal req/s':>12} "
-              f"{'efficiency':>10}")
+        print(
+            f"fake Ollama at {server.url}, latency {args.latency * 1000:.0f} ms per request, "
+            f"{args.requests} requests per batch"
+        )
+        print(
+            f"{'max_concurrency':>15} {'wall s':>8} {'req/s':>8} {'ideal req/s':>12} "
+            f"{'efficiency':>10}"
+        )
         for c in args.concurrency:
-            requests = [ChatRequest([{"role": "user", "content": f"c{c} q{i}"}])
-                        for i in range(args.requests)]
+            requests = [
+                ChatRequest([{"role": "user", "content": f"c{c} q{i}"}])
+                for i in range(args.requests)
+            ]
             started = time.perf_counter()
             results = complete_many(model, requests, max_concurrency=c, progress=False)
             wall = time.perf_counter() - started

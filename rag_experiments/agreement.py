@@ -80,13 +80,22 @@ def _grade(s: float) -> str:
 
 
 LABEL_SETS: dict[str, LabelSet] = {
-    "faithfulness": LabelSet(("unfaithful", "partial", "faithful"), "faithfulness",
-                             _three_way("unfaithful", "partial", "faithful"), True),
-    "context_recall": LabelSet(("missing", "partial", "complete"), "context_recall",
-                               _three_way("missing", "partial", "complete"), True),
+    "faithfulness": LabelSet(
+        ("unfaithful", "partial", "faithful"),
+        "faithfulness",
+        _three_way("unfaithful", "partial", "faithful"),
+        True,
+    ),
+    "context_recall": LabelSet(
+        ("missing", "partial", "complete"),
+        "context_recall",
+        _three_way("missing", "partial", "complete"),
+        True,
+    ),
     **{
-        f"answer_judge.{c}": LabelSet(("1", "2", "3", "4", "5"), f"answer_judge.{c}_raw", _grade,
-                                      True)
+        f"answer_judge.{c}": LabelSet(
+            ("1", "2", "3", "4", "5"), f"answer_judge.{c}_raw", _grade, True
+        )
         for c in ("accuracy", "completeness", "relevance")
     },
 }
@@ -109,8 +118,9 @@ def _contexts(cell: Any) -> str:
     return "\n\n".join(f"[{i}] {c}" for i, c in enumerate(items, 1))
 
 
-def grade_sheet(run_id: str, tracking_uri: str, n: int = 20, seed: int = 0,
-                out_dir: str | Path = ".") -> tuple[Path, Path]:
+def grade_sheet(
+    run_id: str, tracking_uri: str, n: int = 20, seed: int = 0, out_dir: str | Path = "."
+) -> tuple[Path, Path]:
     """Write the blinded grade sheet and its key for a run.
 
     Args:
@@ -128,15 +138,21 @@ def grade_sheet(run_id: str, tracking_uri: str, n: int = 20, seed: int = 0,
         DatasetError: The run has no judged metric of :data:`LABEL_SETS` with a value.
     """
     table = read_table(_client(tracking_uri), run_id)
-    metrics = [m for m, ls in LABEL_SETS.items()
-               if ls.source in table.columns and table[ls.source].notna().any()]
+    metrics = [
+        m
+        for m, ls in LABEL_SETS.items()
+        if ls.source in table.columns and table[ls.source].notna().any()
+    ]
     if not metrics:
         raise DatasetError(
             f"run {run_id} has no judged metric to grade (looked for "
             f"{', '.join(ls.source for ls in LABEL_SETS.values())}); run it with metrics=custom"
         )
-    eligible = [i for i in range(len(table))
-                if any(pd.notna(table.at[i, LABEL_SETS[m].source]) for m in metrics)]
+    eligible = [
+        i
+        for i in range(len(table))
+        if any(pd.notna(table.at[i, LABEL_SETS[m].source]) for m in metrics)
+    ]
     rng = random.Random(seed)
     picked = rng.sample(eligible, min(n, len(eligible)))  # random order: items are shuffled
     sheet_id = f"{run_id[:8]}-s{seed}-n{len(picked)}"
@@ -149,8 +165,11 @@ def grade_sheet(run_id: str, tracking_uri: str, n: int = 20, seed: int = 0,
             "contexts": _contexts(row.get("retrieved_contexts")),
             "response": row.get("response", ""), **{m: "" for m in metrics}, "notes": "",
         })  # fmt: skip
-        judge = {m: LABEL_SETS[m].to_label(float(row[LABEL_SETS[m].source]))
-                 for m in metrics if pd.notna(row[LABEL_SETS[m].source])}
+        judge = {
+            m: LABEL_SETS[m].to_label(float(row[LABEL_SETS[m].source]))
+            for m in metrics
+            if pd.notna(row[LABEL_SETS[m].source])
+        }
         items.append({"item": item, "sample_id": str(row["id"]), "judge": judge})
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -183,8 +202,13 @@ class MetricAgreement:
     kappa_quadratic: float
 
 
-def agreement(human: Sequence[str], judge: Sequence[str], labels: Sequence[str],
-              metric: str = "", ordinal: bool = False) -> MetricAgreement:
+def agreement(
+    human: Sequence[str],
+    judge: Sequence[str],
+    labels: Sequence[str],
+    metric: str = "",
+    ordinal: bool = False,
+) -> MetricAgreement:
     """Raw agreement and Cohen's kappa of two label sequences.
 
     Args:
@@ -206,8 +230,11 @@ def agreement(human: Sequence[str], judge: Sequence[str], labels: Sequence[str],
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # undefined (NaN) when only one label is used
         kappa = float(cohen_kappa_score(human, judge, labels=list(labels))) if n else math.nan
-        quad = (float(cohen_kappa_score(human, judge, labels=list(labels), weights="quadratic"))
-                if n and ordinal else math.nan)
+        quad = (
+            float(cohen_kappa_score(human, judge, labels=list(labels), weights="quadratic"))
+            if n and ordinal
+            else math.nan
+        )
     return MetricAgreement(metric, n, raw, kappa, quad)
 
 
@@ -239,8 +266,9 @@ def score_sheet(
     try:
         key = json.loads(key_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise DatasetError(f"cannot read the key {key_path} ({exc}): pass --key <key.json>"
-                           ) from exc
+        raise DatasetError(
+            f"cannot read the key {key_path} ({exc}): pass --key <key.json>"
+        ) from exc
     if key.get("sheet_id") != sheet_id:
         raise DatasetError(f"{key_path} is the key of sheet {key.get('sheet_id')}, not {sheet_id}")
     judge_by_item = {int(it["item"]): it["judge"] for it in key["items"]}
@@ -254,8 +282,10 @@ def score_sheet(
             if not label:
                 continue
             if label not in labels:
-                errors.append(f"{filled.name}: item {row['item']}: {metric}: {label!r} is not "
-                              f"one of {', '.join(labels)}")
+                errors.append(
+                    f"{filled.name}: item {row['item']}: {metric}: {label!r} is not "
+                    f"one of {', '.join(labels)}"
+                )
                 continue
             judge = judge_by_item.get(int(row["item"]), {}).get(metric)
             if judge is not None:
@@ -264,8 +294,9 @@ def score_sheet(
         ordinal = LABEL_SETS[metric].ordinal if metric in LABEL_SETS else False
         results.append(agreement(human, judged, labels, metric, ordinal))
     if errors:
-        raise DatasetError("the grade sheet has labels outside the label sets:\n"
-                           + "\n".join(errors))
+        raise DatasetError(
+            "the grade sheet has labels outside the label sets:\n" + "\n".join(errors)
+        )
     return key, results
 
 
@@ -281,16 +312,26 @@ def log_agreement(
     client = _client(tracking_uri or key["tracking_uri"])
     values = {}
     for r in results:
-        for name, v in (("n", float(r.n)), ("raw", r.raw), ("kappa", r.kappa),
-                        ("kappa_quadratic", r.kappa_quadratic)):
+        for name, v in (
+            ("n", float(r.n)),
+            ("raw", r.raw),
+            ("kappa", r.kappa),
+            ("kappa_quadratic", r.kappa_quadratic),
+        ):
             if not math.isnan(v):
                 values[f"agreement.{r.metric}.{name}"] = v
     try:
         for k, v in values.items():
             client.log_metric(key["run_id"], k, v)
-        client.log_dict(key["run_id"], {"sheet_id": key["sheet_id"], "seed": key["seed"],
-                                        "results": [vars(r) for r in results]},
-                        f"agreement/{key['sheet_id']}.json")
+        client.log_dict(
+            key["run_id"],
+            {
+                "sheet_id": key["sheet_id"],
+                "seed": key["seed"],
+                "results": [vars(r) for r in results],
+            },
+            f"agreement/{key['sheet_id']}.json",
+        )
     except MlflowException as exc:
         raise TrackingError(
             f"cannot log the agreement to run {key['run_id']}: {exc.message}"
@@ -299,10 +340,14 @@ def log_agreement(
 
 def grade_sheet_command(argv: list[str]) -> int:
     """``rag-exp grade-sheet <run_id> [--n 20] [--seed 0] [--out DIR] [--tracking-uri URI]``."""
-    parser = argparse.ArgumentParser(prog="rag-exp grade-sheet", description=(
-        "Export a blinded CSV of a run's answers for human grading (judge verdicts hidden) and "
-        "a separate key; labels: " + "; ".join(f"{m}: {'/'.join(ls.labels)}"
-                                               for m, ls in LABEL_SETS.items())))
+    parser = argparse.ArgumentParser(
+        prog="rag-exp grade-sheet",
+        description=(
+            "Export a blinded CSV of a run's answers for human grading (judge verdicts hidden) and "
+            "a separate key; labels: "
+            + "; ".join(f"{m}: {'/'.join(ls.labels)}" for m, ls in LABEL_SETS.items())
+        ),
+    )
     parser.add_argument("run_id")
     parser.add_argument("--n", type=int, default=20, help="questions to draw (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the draw (default 0)")
@@ -317,9 +362,13 @@ def grade_sheet_command(argv: list[str]) -> int:
 
 def agreement_command(argv: list[str]) -> int:
     """``rag-exp agreement <filled.csv> [--key KEY] [--tracking-uri URI] [--no-log]``."""
-    parser = argparse.ArgumentParser(prog="rag-exp agreement", description=(
-        "Raw agreement and Cohen's kappa between a filled grade sheet and the judge, per "
-        "metric; logged to the original run."))
+    parser = argparse.ArgumentParser(
+        prog="rag-exp agreement",
+        description=(
+            "Raw agreement and Cohen's kappa between a filled grade sheet and the judge, per "
+            "metric; logged to the original run."
+        ),
+    )
     parser.add_argument("filled")
     parser.add_argument("--key", default=None, help="the key (default: beside the sheet)")
     parser.add_argument("--tracking-uri", default=None, help="default: the one in the key")

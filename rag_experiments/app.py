@@ -109,8 +109,9 @@ def preflight(checks: dict[str, Any]) -> None:
             part.check()
         except RagExpError as exc:
             reason = exc.reason if isinstance(exc, (LLMError, TargetError)) else "config"
-            raise PreflightError(role, reason, f"preflight: the {role} cannot be used, so "
-                                 f"nothing was run: {exc}") from exc
+            raise PreflightError(
+                role, reason, f"preflight: the {role} cannot be used, so nothing was run: {exc}"
+            ) from exc
         log.info("preflight: %s ready (%.2f s)", role, time.perf_counter() - started)
 
 
@@ -182,8 +183,9 @@ class _SharedParts:
             baseline = target_class(self.cfg.target) == "BaselineTarget"
             if self.cfg.metrics.generate and baseline:  # the generator is cfg.llm
                 check_judge_distinct(self.cfg.llm, self.cfg.judge)
-            self._judge = self.built["judge"] = build_chat(judge_model_node(self.cfg.judge),
-                                                           "judge")
+            self._judge = self.built["judge"] = build_chat(
+                judge_model_node(self.cfg.judge), "judge"
+            )
         return self._judge
 
     def embedder(self) -> Any:
@@ -248,8 +250,12 @@ def log_dropped(dataset: EvalDataset, tracker: Any) -> None:
     (0 when none) and ``n_dropped.<reason>``, tag ``dataset.dropped`` (the one-line summary)
     and artifact ``dropped_rows.json`` (every id with its reason)."""
     counts = dataset.dropped_counts()
-    tracker.log_metrics({"n_dropped": float(len(dataset.dropped)),
-                         **{f"n_dropped.{reason}": float(n) for reason, n in counts.items()}})
+    tracker.log_metrics(
+        {
+            "n_dropped": float(len(dataset.dropped)),
+            **{f"n_dropped.{reason}": float(n) for reason, n in counts.items()},
+        }
+    )
     if dataset.dropped:
         summary = dataset.dropped_summary()
         log.warning("dataset: %s (every id in dropped_rows.json)", summary)
@@ -342,19 +348,28 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
             n = int(summary.get(f"{spec.name}_n_valid", 0))
             ci = f"[{summary[f'{spec.name}_ci_low']:.3f}, {summary[f'{spec.name}_ci_high']:.3f}]"
             print(f"  {spec.name:<30} {summary[spec.name]:.4f} {ci:<16} (n={n})")
-    print(f"  samples {int(result.counts['n_samples'])}, failed {int(result.counts['n_failed'])}, "
-          f"{result.counts['duration_s']:.1f} s")
-    judge_errors = {k.removeprefix("judge.errors."): int(v) for k, v in summary.items()
-                    if k.startswith("judge.errors.")}
+    print(
+        f"  samples {int(result.counts['n_samples'])}, failed {int(result.counts['n_failed'])}, "
+        f"{result.counts['duration_s']:.1f} s"
+    )
+    judge_errors = {
+        k.removeprefix("judge.errors."): int(v)
+        for k, v in summary.items()
+        if k.startswith("judge.errors.")
+    }
     if judge_errors:
-        print("  judge errors (NaN cells): " + ", ".join(
-            f"{reason} {n}" for reason, n in sorted(judge_errors.items())))
+        print(
+            "  judge errors (NaN cells): "
+            + ", ".join(f"{reason} {n}" for reason, n in sorted(judge_errors.items()))
+        )
     if exp.dataset.dropped:
         print(f"  dropped {exp.dataset.dropped_summary()} (dropped_rows.json)")
     if "judge_calls_per_question" in summary:
         tokens = summary["judge_prompt_tokens"] + summary["judge_completion_tokens"]
-        print(f"  judge calls per question {summary['judge_calls_per_question']:.2f} "
-              f"(max {int(summary['judge_calls_per_question_max'])}), judge tokens {int(tokens)}")
+        print(
+            f"  judge calls per question {summary['judge_calls_per_question']:.2f} "
+            f"(max {int(summary['judge_calls_per_question_max'])}), judge tokens {int(tokens)}"
+        )
     if uses_embedded:
         print(f"  NOTE: {SMALL_MODEL_NOTE}")
     return objective

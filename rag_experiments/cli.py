@@ -60,12 +60,14 @@ def _serve(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="rag-exp serve",
         allow_abbrev=False,
-        description="Serve the built-in baseline over HTTP: POST /ask {\"question\"} -> "
+        description='Serve the built-in baseline over HTTP: POST /ask {"question"} -> '
         "{answer, contexts, context_ids, doc_ids}, GET /health. Every other argument is a "
         "Hydra override, as for `rag-exp run` (see `rag-exp run --help`).",
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 = any free)")
+    parser.add_argument(
+        "--port", type=int, default=8000, help="TCP port (default 8000; 0 = any free)"
+    )
     opts, overrides = parser.parse_known_args(argv)
     serve_main(overrides, host=opts.host, port=opts.port)
     return 0
@@ -136,7 +138,10 @@ COMMANDS = {
     "serve": (_serve, "serve the built-in baseline as an HTTP endpoint (POST /ask, GET /health)"),
     "generate": (_generate, "generate an evaluation dataset from PDF/DOCX/MD/TXT with a local LLM"),
     "dataset": (_dataset, "inspect a dataset: `dataset stats|report <path> [--json]`"),
-    "judge-check": (_judge_check, "judge agreement with labeled pairs (kappa, CIs), logged to `judges`"),
+    "judge-check": (
+        _judge_check,
+        "judge agreement with labeled pairs (kappa, CIs), logged to `judges`",
+    ),
     "review": (_review, "review generated pairs in the browser: upload, generate, edit, approve"),
     "rerun": (_rerun, "repeat a logged run exactly (`rerun <run_id>`) and diff its metrics"),
     "grade-sheet": (_grade_sheet, "export a blinded CSV of a run's answers for human grading"),
@@ -160,8 +165,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         epilog="Example: rag-exp run -m chunker.size=256,512 retriever.top_k=3,5",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--verbose", action="store_true",
-                        help="show the stack trace of errors (as HYDRA_FULL_ERROR=1 does)")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show the stack trace of errors (as HYDRA_FULL_ERROR=1 does)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="command")
     for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)

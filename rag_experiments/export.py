@@ -82,27 +82,31 @@ def table_samples(rows: Sequence[dict[str, Any]]) -> list[Sample]:
         no_answer = failed or _flag(row.get("no_response"), False)
         latency = row.get("latency_ms")
         try:
-            samples.append(Sample(
-                id=_text(row.get("id")),
-                user_input=_text(row.get("user_input")),
-                reference=_text(row.get("reference")),
-                reference_doc_ids=_list(row.get("reference_doc_ids")) or [],
-                reference_contexts=_list(row.get("reference_contexts")) or [],
-                keywords=_list(row.get("keywords")) or [],
-                question_type=None if _missing(row.get("question_type"))
-                else str(row["question_type"]),
-                answerable=_flag(row.get("answerable"), True),
-                recorded=RecordedAnswer(
-                    response=None if no_answer else _text(row.get("response")),
-                    retrieved_contexts=_list(row.get("retrieved_contexts")) or [],
-                    retrieved_ids=_list(row.get("retrieved_ids")),
-                    retrieved_doc_ids=_list(row.get("retrieved_doc_ids")),
-                    latency_ms=None if failed or _missing(latency) else float(latency),
-                ),
-            ))
+            samples.append(
+                Sample(
+                    id=_text(row.get("id")),
+                    user_input=_text(row.get("user_input")),
+                    reference=_text(row.get("reference")),
+                    reference_doc_ids=_list(row.get("reference_doc_ids")) or [],
+                    reference_contexts=_list(row.get("reference_contexts")) or [],
+                    keywords=_list(row.get("keywords")) or [],
+                    question_type=None
+                    if _missing(row.get("question_type"))
+                    else str(row["question_type"]),
+                    answerable=_flag(row.get("answerable"), True),
+                    recorded=RecordedAnswer(
+                        response=None if no_answer else _text(row.get("response")),
+                        retrieved_contexts=_list(row.get("retrieved_contexts")) or [],
+                        retrieved_ids=_list(row.get("retrieved_ids")),
+                        retrieved_doc_ids=_list(row.get("retrieved_doc_ids")),
+                        latency_ms=None if failed or _missing(latency) else float(latency),
+                    ),
+                )
+            )
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
-            raise DatasetError(f"row {number} of the per-query table cannot be exported: "
-                               f"{exc}") from exc
+            raise DatasetError(
+                f"row {number} of the per-query table cannot be exported: {exc}"
+            ) from exc
     return samples
 
 
@@ -143,12 +147,19 @@ def export_command(argv: list[str]) -> int:
         "dataset.path=FILE target=recorded) or in RAGAS / DeepEval.",
     )
     parser.add_argument("run_id", help="MLflow run id (its per_query_results.csv is read)")
-    parser.add_argument("--format", required=True, choices=sorted(WRITERS),
-                        help="ragas: RAGAS EvaluationDataset (.jsonl, .json or .csv by --out's "
-                        "extension); deepeval: DeepEval goldens JSON; jsonl: our JSONL")
+    parser.add_argument(
+        "--format",
+        required=True,
+        choices=sorted(WRITERS),
+        help="ragas: RAGAS EvaluationDataset (.jsonl, .json or .csv by --out's "
+        "extension); deepeval: DeepEval goldens JSON; jsonl: our JSONL",
+    )
     parser.add_argument("--out", required=True, help="output file (overwritten)")
-    parser.add_argument("--tracking-uri", default="sqlite:///mlruns.db",
-                        help="MLflow tracking URI of the run (default sqlite:///mlruns.db)")
+    parser.add_argument(
+        "--tracking-uri",
+        default="sqlite:///mlruns.db",
+        help="MLflow tracking URI of the run (default sqlite:///mlruns.db)",
+    )
     opts = parser.parse_args(argv)
     path = export_run(opts.run_id, opts.format, opts.out, opts.tracking_uri)
     print(f"wrote {path}")

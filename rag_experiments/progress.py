@@ -29,7 +29,12 @@ class Progress:
     """
 
     def __init__(
-        self, total: int, desc: str, *, unit: str = "q", enabled: bool = True,
+        self,
+        total: int,
+        desc: str,
+        *,
+        unit: str = "q",
+        enabled: bool = True,
         position: int | None = None,
     ) -> None:
         self.total = int(total)
@@ -40,8 +45,14 @@ class Progress:
         self._every = max(1, self.total // 10)
         self._started = time.perf_counter()
         self._lock = threading.Lock()
-        self._bar = tqdm(total=self.total, desc=desc, unit=unit, position=position,
-                         disable=None if enabled else True, leave=position in (None, 0))
+        self._bar = tqdm(
+            total=self.total,
+            desc=desc,
+            unit=unit,
+            position=position,
+            disable=None if enabled else True,
+            leave=position in (None, 0),
+        )
 
     def update(self, n: int = 1) -> None:
         """Mark ``n`` more items done (logs when a tenth of the way is passed)."""
@@ -59,8 +70,16 @@ class Progress:
         left = (self.total - self.done) / rate if rate > 0 else float("nan")
         pct = 100.0 * self.done / self.total if self.total else 100.0
         eta = f", about {left:.0f} s left" if self.done < self.total and rate > 0 else ""
-        log.info("%s: %d/%d (%.0f%%), %.2f %s/s%s", self.desc, self.done, self.total, pct, rate,
-                 self.unit, eta)
+        log.info(
+            "%s: %d/%d (%.0f%%), %.2f %s/s%s",
+            self.desc,
+            self.done,
+            self.total,
+            pct,
+            rate,
+            self.unit,
+            eta,
+        )
 
     def close(self) -> None:
         """Close the bar."""
@@ -70,7 +89,9 @@ class Progress:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.close()

@@ -11,7 +11,14 @@ import numpy as np
 
 if TYPE_CHECKING:
     from rag_experiments.data.base import EvalDataset
-    from rag_experiments.records import Chunk, Document, MetricSpec, MetricValue, RagResponse, Sample
+    from rag_experiments.records import (
+        Chunk,
+        Document,
+        MetricSpec,
+        MetricValue,
+        RagResponse,
+        Sample,
+    )
 
 
 @runtime_checkable

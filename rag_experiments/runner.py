@@ -37,8 +37,15 @@ class Tracker(Protocol):
     """What the runner needs from a tracker (see
     :class:`~rag_experiments.tracking.mlflow_tracker.MlflowTracker`)."""
 
-    def start_run(self, *, params: dict, config_yaml: str, tags: dict[str, str],
-                  parent_run_id: str | None = None, run_id: str | None = None) -> Any: ...
+    def start_run(
+        self,
+        *,
+        params: dict,
+        config_yaml: str,
+        tags: dict[str, str],
+        parent_run_id: str | None = None,
+        run_id: str | None = None,
+    ) -> Any: ...
 
     def log_metrics(self, values: dict[str, float], step: int | None = None) -> None: ...
 
@@ -215,7 +222,9 @@ def _score_all(
     seen: set[str] = set()
     for s in specs:
         if s.name in seen:
-            raise RagExpError(f"two metrics declare the column {s.name!r}; rename one in the metrics config")
+            raise RagExpError(
+                f"two metrics declare the column {s.name!r}; rename one in the metrics config"
+            )
         seen.add(s.name)
     return specs, values, audits
 
@@ -237,8 +246,11 @@ def judge_error_counts(
     columns = [s.name for m in metrics if isinstance(m, JudgedRowMetric) for s in m.specs()]
     out: dict[str, dict[str, int]] = {}
     for col in columns:
-        counts = Counter(row[col].reason for row in values
-                         if col in row and row[col].reason in JUDGE_ERROR_REASONS)
+        counts = Counter(
+            row[col].reason
+            for row in values
+            if col in row and row[col].reason in JUDGE_ERROR_REASONS
+        )
         if counts:
             out[col] = dict(sorted(counts.items()))
     return out
@@ -280,8 +292,9 @@ def evaluate(
     started = time.perf_counter()
     answer_concurrency = int(target.max_concurrency if max_concurrency is None else max_concurrency)
     if answer_concurrency < 1:
-        raise ConfigError(f"max_concurrency must be >= 1 (questions answered at once), got "
-                          f"{answer_concurrency}")
+        raise ConfigError(
+            f"max_concurrency must be >= 1 (questions answered at once), got {answer_concurrency}"
+        )
     target.prepare(dataset)
     samples = list(dataset.samples)
     judged_metrics = [m for m in metrics if isinstance(m, JudgedRowMetric)]
@@ -289,8 +302,13 @@ def evaluate(
         _progress_to_log(progress),
         JudgeScheduler(judged_metrics, len(samples), progress=progress, position=1) as judging,
     ):
-        responses = _answer_all(target, samples, progress=progress,
-                                max_concurrency=answer_concurrency, on_answer=judging.submit)
+        responses = _answer_all(
+            target,
+            samples,
+            progress=progress,
+            max_concurrency=answer_concurrency,
+            on_answer=judging.submit,
+        )
         judged = judging.finish()
     specs, values, audits = _score_all(metrics, samples, responses, judged)
     aggs = aggregate([s.name for s in specs], values, [s.question_type for s in samples], seed=seed)
@@ -309,10 +327,16 @@ def evaluate(
         "latency_ms_p50": percentile(latencies, 50),
         "latency_ms_p95": percentile(latencies, 95),
     }
-    log.info("Answered and judged %d questions in %.1f s (%d answered at once; judging: %s)",
-             len(samples), counts["duration_s"], answer_concurrency, judging.describe())
-    return EvalResult(samples, responses, values, specs, aggs, counts, audit, run_values,
-                      judge_errors)
+    log.info(
+        "Answered and judged %d questions in %.1f s (%d answered at once; judging: %s)",
+        len(samples),
+        counts["duration_s"],
+        answer_concurrency,
+        judging.describe(),
+    )
+    return EvalResult(
+        samples, responses, values, specs, aggs, counts, audit, run_values, judge_errors
+    )
 
 
 @contextlib.contextmanager
@@ -366,7 +390,12 @@ def run_experiment(
         params=params, config_yaml=config_yaml, tags=dict(tags or {}), parent_run_id=parent_run_id
     ) as run_id:
         result = evaluate_in_run(
-            dataset, target, metrics, tracker, max_failure_rate=max_failure_rate, progress=progress,
+            dataset,
+            target,
+            metrics,
+            tracker,
+            max_failure_rate=max_failure_rate,
+            progress=progress,
             seed=seed,
         )
     return run_id, result
@@ -417,14 +446,21 @@ def evaluate_in_run(
         dataset.source,
         [s.model_dump(mode="json") for s in dataset.samples],
     )
-    result = evaluate(dataset, target, metrics, progress=progress, max_concurrency=max_concurrency,
-                      seed=seed)
+    result = evaluate(
+        dataset, target, metrics, progress=progress, max_concurrency=max_concurrency, seed=seed
+    )
     tracker.set_tags(target.describe())
     tracker.log_table(result.rows(), name="per_query")
     tracker.log_csv(result.average_rows(), "average_results.csv")
     tracker.log_dict(
-        {s.name: {"higher_is_better": s.higher_is_better, "range": [s.low, s.high],
-                  "description": s.description} for s in result.specs},
+        {
+            s.name: {
+                "higher_is_better": s.higher_is_better,
+                "range": [s.low, s.high],
+                "description": s.description,
+            }
+            for s in result.specs
+        },
         "metric_specs.json",
     )
     if dataset.skipped:
@@ -461,8 +497,9 @@ def _check_judge_failures(result: EvalResult, max_failure_rate: float) -> None:
         if sum(service.values()) / n > max_failure_rate:
             failed[col] = service
     if failed:
-        detail = "; ".join(f"{col}: {sum(c.values())} of {n} ({json.dumps(c)})"
-                           for col, c in failed.items())
+        detail = "; ".join(
+            f"{col}: {sum(c.values())} of {n} ({json.dumps(c)})" for col, c in failed.items()
+        )
         raise RunFailedError(
             f"the judge failed on too many questions (> max_failure_rate="
             f"{max_failure_rate:.0%}): {detail}. Everything computed was logged; check that the "

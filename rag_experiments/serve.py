@@ -75,12 +75,21 @@ def serve_job(
     server = TargetServer(exp.target, host=host, port=port)
     url = server.start()
     if host not in ("127.0.0.1", "localhost", "::1"):
-        log.warning("serving on %s: the API has no authentication; anyone who can reach "
-                    "this address can query the corpus", host)
-    mode = "answers with " + target_class(cfg.llm) if exp.generate else (
-        "retrieval only (metrics.generate is false)")
-    print(f"rag-exp serve: listening on {url}  (POST {url}/ask, GET {url}/health; {mode}); "
-          "Ctrl-C to stop", flush=True)
+        log.warning(
+            "serving on %s: the API has no authentication; anyone who can reach "
+            "this address can query the corpus",
+            host,
+        )
+    mode = (
+        "answers with " + target_class(cfg.llm)
+        if exp.generate
+        else ("retrieval only (metrics.generate is false)")
+    )
+    print(
+        f"rag-exp serve: listening on {url}  (POST {url}/ask, GET {url}/health; {mode}); "
+        "Ctrl-C to stop",
+        flush=True,
+    )
     if exp.generate and is_embedded_model(cfg.llm):
         print(f"  NOTE: {SMALL_MODEL_NOTE}", flush=True)
     try:

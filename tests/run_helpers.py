@@ -11,8 +11,9 @@ from hydra.core.global_hydra import GlobalHydra
 from rag_experiments.app import CONF_DIR
 
 
-def evaluate_retrieval(tmp_path: Path, dataset: Path | str, corpus: Path | str,
-                       run_name: str) -> Any:
+def evaluate_retrieval(
+    tmp_path: Path, dataset: Path | str, corpus: Path | str, run_name: str
+) -> Any:
     """Run ``rag-exp run dataset=jsonl metrics=retrieval embedder=hash`` on ``dataset`` (our
     JSONL) against ``corpus`` with caches and MLflow under ``tmp_path``; return its MLflow run
     (the one named ``run_name`` in experiment ``rag-experiments``)."""
@@ -22,12 +23,22 @@ def evaluate_retrieval(tmp_path: Path, dataset: Path | str, corpus: Path | str,
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            "dataset=jsonl", f"dataset.path={dataset}", f"dataset.corpus={corpus}",
-            "embedder=hash", "metrics=retrieval", "llm=fake", "judge=fake", "progress=false",
-            f"paths.cache_dir={tmp_path}/cache", f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
-            f"run_name={run_name}",
-        ])
+        cfg = compose(
+            config_name="config",
+            overrides=[
+                "dataset=jsonl",
+                f"dataset.path={dataset}",
+                f"dataset.corpus={corpus}",
+                "embedder=hash",
+                "metrics=retrieval",
+                "llm=fake",
+                "judge=fake",
+                "progress=false",
+                f"paths.cache_dir={tmp_path}/cache",
+                f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
+                f"run_name={run_name}",
+            ],
+        )
         run_job(cfg)
     GlobalHydra.instance().clear()
     client = MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")

@@ -22,8 +22,13 @@ JUDGE = {f"s{i}": (1.0 if i < 6 else 0.0) for i in range(10)}
 #   unfaithful         2                3          -> human marginal 5
 #   judge marginal     6                4
 # p_o = (4 + 3) / 10 = 0.7;  p_e = 0.5*0.6 + 0.5*0.4 = 0.5;  kappa = (0.7 - 0.5) / 0.5 = 0.4
-HUMAN = {**{f"s{i}": "faithful" for i in range(4)}, "s4": "unfaithful", "s5": "unfaithful",
-         "s6": "faithful", **{f"s{i}": "unfaithful" for i in (7, 8, 9)}}
+HUMAN = {
+    **{f"s{i}": "faithful" for i in range(4)},
+    "s4": "unfaithful",
+    "s5": "unfaithful",
+    "s6": "faithful",
+    **{f"s{i}": "unfaithful" for i in (7, 8, 9)},
+}
 
 
 def _run_with_table(tmp_path: Path) -> tuple[str, str]:
@@ -31,12 +36,29 @@ def _run_with_table(tmp_path: Path) -> tuple[str, str]:
     client = mlflow.MlflowClient(uri)
     exp = client.create_experiment("agree", artifact_location=(tmp_path / "art").as_uri())
     run = client.create_run(exp)
-    rows = [{"id": sid, "user_input": f"question {sid}?", "reference": "ref",
-             "response": f"answer {sid}", "retrieved_contexts": json.dumps(["ctx one", "ctx two"]),
-             "faithfulness": v, "faithfulness.reason": None} for sid, v in JUDGE.items()]
-    rows.append({"id": "s10", "user_input": "q?", "reference": "", "response": "",
-                 "retrieved_contexts": "[]", "faithfulness": math.nan,
-                 "faithfulness.reason": "target_error"})
+    rows = [
+        {
+            "id": sid,
+            "user_input": f"question {sid}?",
+            "reference": "ref",
+            "response": f"answer {sid}",
+            "retrieved_contexts": json.dumps(["ctx one", "ctx two"]),
+            "faithfulness": v,
+            "faithfulness.reason": None,
+        }
+        for sid, v in JUDGE.items()
+    ]
+    rows.append(
+        {
+            "id": "s10",
+            "user_input": "q?",
+            "reference": "",
+            "response": "",
+            "retrieved_contexts": "[]",
+            "faithfulness": math.nan,
+            "faithfulness.reason": "target_error",
+        }
+    )
     table = pd.DataFrame(rows).to_csv(index=False)
     client.log_text(run.info.run_id, table, "per_query_results.csv")
     return run.info.run_id, uri
@@ -59,8 +81,16 @@ def test_grade_sheet_is_blinded_and_agreement_is_logged(tmp_path: Path) -> None:
     sheet = pd.read_csv(sheet_path, dtype=str, keep_default_na=False)
     key = json.loads(key_path.read_text())
     assert len(sheet) == 10  # the NaN row is not graded; n larger than what exists
-    assert list(sheet.columns) == ["item", "sheet_id", "question", "reference", "contexts",
-                                   "response", "faithfulness", "notes"]
+    assert list(sheet.columns) == [
+        "item",
+        "sheet_id",
+        "question",
+        "reference",
+        "contexts",
+        "response",
+        "faithfulness",
+        "notes",
+    ]
     assert (sheet["faithfulness"] == "").all()  # judge verdicts hidden
     assert sheet["contexts"].iloc[0] == "[1] ctx one\n\n[2] ctx two"
     assert key["labels"] == {"faithfulness": ["unfaithful", "partial", "faithful"]}

@@ -52,13 +52,16 @@ def test_appendlog_torn_first_line_and_long_torn_tail(tmp_path: Path) -> None:
     assert [r.value for r in log.read()] == [{"n": 1}, {"z": "w" * 100_000}, {"n": 3}]
 
 
-def test_appendlog_bad_middle_line_is_skipped_with_a_warning_or_refused(tmp_path: Path,
-                                                                        caplog) -> None:
+def test_appendlog_bad_middle_line_is_skipped_with_a_warning_or_refused(
+    tmp_path: Path, caplog
+) -> None:
     path = tmp_path / "a.jsonl"
     path.write_text('{"n": 1}\n{"n": 2, oops\n\n{"n": 3}\n')
     with caplog.at_level(logging.WARNING):
-        assert [(r.number, r.value) for r in AppendLog(path).read()] == [(1, {"n": 1}),
-                                                                          (4, {"n": 3})]
+        assert [(r.number, r.value) for r in AppendLog(path).read()] == [
+            (1, {"n": 1}),
+            (4, {"n": 3}),
+        ]
     assert f"{path}:2: unreadable line skipped" in caplog.text
     with pytest.raises(CorruptLineError) as info:
         list(AppendLog(path).read(strict=True))
@@ -123,8 +126,12 @@ def test_run_checkpoint_belongs_to_one_run(tmp_path: Path) -> None:
 
 
 def _sample(i: int) -> Sample:
-    return Sample(id=f"gen-{i}", user_input=f"question {i}?", reference=f"answer {i}",
-                  metadata={"attempt": f"k{i}"})
+    return Sample(
+        id=f"gen-{i}",
+        user_input=f"question {i}?",
+        reference=f"answer {i}",
+        metadata={"attempt": f"k{i}"},
+    )
 
 
 def test_generation_checkpoint_keeps_records_appended_after_torn_lines(tmp_path: Path) -> None:
@@ -140,8 +147,10 @@ def test_generation_checkpoint_keeps_records_appended_after_torn_lines(tmp_path:
     resumed.append_attempt({"key": "k2", "status": "rejected", "reason": "too_short"})
     state = Checkpoint(tmp_path).load()
     assert [s.id for s in state.samples] == ["gen-1", "gen-2"]
-    assert {k: a["status"] for k, a in state.attempts.items()} == {"k1": "accepted",
-                                                                   "k2": "rejected"}
+    assert {k: a["status"] for k, a in state.attempts.items()} == {
+        "k1": "accepted",
+        "k2": "rejected",
+    }
     assert ckpt.eval_path.read_text().endswith("}\n")
 
 

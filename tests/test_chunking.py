@@ -23,8 +23,25 @@ def _generated_texts(n: int = 40, seed: int = 7) -> list[str]:
     """Documents mixing headings, title lines, prose, single and blank-line breaks, very long
     words and unpunctuated long lines; whitespace runs stay short."""
     rng = random.Random(seed)
-    vocabulary = ["policy", "Access", "the", "a", "request", "approve", "x", "manager", "IT",
-                  "incident", "log", "éclair", "ﬁle", "3.2", "e-mail", "(see", "below)"]
+    vocabulary = [
+        "policy",
+        "Access",
+        "the",
+        "a",
+        "request",
+        "approve",
+        "x",
+        "manager",
+        "IT",
+        "incident",
+        "log",
+        "éclair",
+        "ﬁle",
+        "3.2",
+        "e-mail",
+        "(see",
+        "below)",
+    ]
 
     def sentence() -> str:
         words = [rng.choice(vocabulary) for _ in range(rng.randint(1, 25))]
@@ -156,7 +173,7 @@ def test_fixed_tiles_normalised_text_with_exact_overlap(size: int, overlap: int)
             assert chunks == []
             continue
         assert chunks[0].start == 0 and chunks[-1].end == len(text)
-        for previous, following in zip(chunks, chunks[1:]):
+        for previous, following in zip(chunks, chunks[1:], strict=False):
             assert following.start == previous.end - overlap
             assert following.start > previous.start
 
@@ -174,7 +191,7 @@ def test_fixed_prefers_word_boundaries_in_last_fifth() -> None:
 
 def _check_semantic(doc: Document, chunks: list[Chunk], size: int) -> None:
     _check_common(doc, chunks)
-    for previous, following in zip(chunks, chunks[1:]):
+    for previous, following in zip(chunks, chunks[1:], strict=False):
         assert previous.end <= following.start  # no overlap
     # Every non-whitespace character lies in exactly one chunk: the gaps are whitespace.
     cursor, gaps = 0, []

@@ -29,8 +29,12 @@ from rag_experiments.tracking.mlflow_tracker import MlflowTracker
 
 N = 60
 TYPES = ("procedural", "multi_hop")
-SPECS = {"nDCG@10": MetricInfo("nDCG@10"), "faithfulness": MetricInfo("faithfulness"),
-         "Hit@5": MetricInfo("Hit@5"), "refusal": MetricInfo("refusal", False)}
+SPECS = {
+    "nDCG@10": MetricInfo("nDCG@10"),
+    "faithfulness": MetricInfo("faithfulness"),
+    "Hit@5": MetricInfo("Hit@5"),
+    "refusal": MetricInfo("refusal", False),
+}
 N_RESAMPLES = 999  # fewer than scipy's default keeps the tests fast; same value on both sides
 
 rng = np.random.default_rng(7)
@@ -45,8 +49,12 @@ HIT_B[[3, 11]], HIT_B[7] = 1.0, 0.0
 HIT_A[[3, 11]] = 0.0
 VALUES = {
     "a": {"nDCG@10": BASE, "faithfulness": FAITH_A, "Hit@5": HIT_A, "refusal": np.zeros(N)},
-    "b": {"nDCG@10": BASE + 0.2 + SYMMETRIC, "faithfulness": FAITH_A + SYMMETRIC, "Hit@5": HIT_B,
-          "refusal": np.where(np.arange(N) == 5, 1.0, 0.0)},
+    "b": {
+        "nDCG@10": BASE + 0.2 + SYMMETRIC,
+        "faithfulness": FAITH_A + SYMMETRIC,
+        "Hit@5": HIT_B,
+        "refusal": np.where(np.arange(N) == 5, 1.0, 0.0),
+    },
 }
 
 
@@ -54,8 +62,9 @@ def _ids() -> list[str]:
     return [f"s{i:03d}" for i in range(N)]
 
 
-def _log_run(uri: str, values: dict[str, np.ndarray], digest: str = "d1",
-             ids: Sequence[str] | None = None) -> str:
+def _log_run(
+    uri: str, values: dict[str, np.ndarray], digest: str = "d1", ids: Sequence[str] | None = None
+) -> str:
     """A run as ``rag-exp run`` logs it: per-query table, metric specs, means, dataset digest."""
     ids = list(ids or _ids())
     tracker = MlflowTracker(uri, "compare-test", log_table=False)
@@ -69,8 +78,17 @@ def _log_run(uri: str, values: dict[str, np.ndarray], digest: str = "d1",
     with tracker.start_run(params={"seed": 0}, config_yaml="seed: 0\n", tags={}) as run_id:
         tracker.log_dataset("demo", digest, "demo", [{"id": s} for s in ids])
         tracker.log_table(rows)
-        tracker.log_dict({n: {"higher_is_better": SPECS[n].higher_is_better, "range": [0.0, 1.0],
-                              "description": ""} for n in values}, "metric_specs.json")
+        tracker.log_dict(
+            {
+                n: {
+                    "higher_is_better": SPECS[n].higher_is_better,
+                    "range": [0.0, 1.0],
+                    "description": "",
+                }
+                for n in values
+            },
+            "metric_specs.json",
+        )
         tracker.log_metrics({n: float(np.mean(v)) for n, v in values.items()})
     return run_id
 
@@ -87,9 +105,14 @@ def runs(store: str) -> tuple[str, str, str]:
 
 
 def _scipy_p(a: np.ndarray, b: np.ndarray, seed: int = 0) -> float:
-    res = stats.permutation_test((a, b), lambda x, y, axis: np.mean(y - x, axis=axis),
-                                 permutation_type="samples", vectorized=True,
-                                 n_resamples=N_RESAMPLES, rng=seed)
+    res = stats.permutation_test(
+        (a, b),
+        lambda x, y, axis: np.mean(y - x, axis=axis),
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=N_RESAMPLES,
+        rng=seed,
+    )
     return float(res.pvalue)
 
 
@@ -107,8 +130,10 @@ def test_sign_flip_p_equals_exhaustive_enumeration() -> None:
     d = b - a
     observed = abs(d.mean())
     # all 2^8 = 256 sign patterns (<= n_resamples, so scipy enumerates them exactly)
-    hits = sum(abs(np.mean(d * np.array(s))) >= observed - 1e-12
-               for s in itertools.product((1.0, -1.0), repeat=8))
+    hits = sum(
+        abs(np.mean(d * np.array(s))) >= observed - 1e-12
+        for s in itertools.product((1.0, -1.0), repeat=8)
+    )
     _, _, _, p = paired_test(a, b, seed=0, n_resamples=N_RESAMPLES)
     assert p == pytest.approx(hits / 256)
 
@@ -148,24 +173,35 @@ def test_diff_ci_p_and_flips_from_logged_runs(runs: tuple[str, str, str]) -> Non
     # flips: Hit@5 (t = 0.5) by construction; refusal is lower-is-better: s005 lost;
     # faithfulness passes at 0.8
     flips = {(f.metric, f.id, f.change) for f in result.flips}
-    assert {f for f in flips if f[0] == "Hit@5"} == {("Hit@5", "s003", "gained"),
-                                                     ("Hit@5", "s011", "gained"),
-                                                     ("Hit@5", "s007", "lost")}
+    assert {f for f in flips if f[0] == "Hit@5"} == {
+        ("Hit@5", "s003", "gained"),
+        ("Hit@5", "s011", "gained"),
+        ("Hit@5", "s007", "lost"),
+    }
     assert {f for f in flips if f[0] == "refusal"} == {("refusal", "s005", "lost")}
     fa, fb = VALUES["a"]["faithfulness"], VALUES["b"]["faithfulness"]
-    expected = {(f"s{i:03d}", "gained" if fb[i] >= 0.8 else "lost")
-                for i in range(N) if (fa[i] >= 0.8) != (fb[i] >= 0.8)}
+    expected = {
+        (f"s{i:03d}", "gained" if fb[i] >= 0.8 else "lost")
+        for i in range(N)
+        if (fa[i] >= 0.8) != (fb[i] >= 0.8)
+    }
     assert {(f[1], f[2]) for f in flips if f[0] == "faithfulness"} == expected
     s003 = next(f for f in result.flips if f.id == "s003" and f.metric == "Hit@5")
     assert (s003.user_input, s003.question_type, s003.a, s003.b) == (
-        "question s003?", "multi_hop", 0.0, 1.0)
+        "question s003?",
+        "multi_hop",
+        0.0,
+        1.0,
+    )
 
 
-def test_compare_is_logged_as_a_run_with_report_files(runs: tuple[str, str, str],
-                                                      tmp_path: Path) -> None:
+def test_compare_is_logged_as_a_run_with_report_files(
+    runs: tuple[str, str, str], tmp_path: Path
+) -> None:
     uri, run_a, run_b = runs
-    result = compare_runs(run_a, run_b, tracking_uri=uri, metrics=["nDCG@*", "Hit@5"],
-                          n_resamples=N_RESAMPLES)
+    result = compare_runs(
+        run_a, run_b, tracking_uri=uri, metrics=["nDCG@*", "Hit@5"], n_resamples=N_RESAMPLES
+    )
     assert [s.metric for s in result.overall()] == ["nDCG@10", "Hit@5"]
     run_id = log_comparison(result, uri, tmp_path / "out")
     client = mlflow.MlflowClient(uri)
@@ -173,16 +209,35 @@ def test_compare_is_logged_as_a_run_with_report_files(runs: tuple[str, str, str]
     assert run.data.tags["compare.run_a"] == run_a and run.data.tags["compare.run_b"] == run_b
     assert run.data.metrics["nDCG_at_10.diff"] == result.overall()[0].diff
     names = {a.path for a in client.list_artifacts(run_id)}
-    assert {"compare.csv", "flipped.csv", "compare.json", "compare.html", "diff_ci.png",
-            "scatter.png"} <= names
+    assert {
+        "compare.csv",
+        "flipped.csv",
+        "compare.json",
+        "compare.html",
+        "diff_ci.png",
+        "scatter.png",
+    } <= names
     page = (tmp_path / "out" / "compare.html").read_text()
     assert page.count('src="data:image/png;base64,') == 2 and "question s003?" in page
 
 
 def test_cli_json_uses_canonical_names(runs: tuple[str, str, str], capsys) -> None:
     uri, run_a, run_b = runs
-    code = main(["compare", run_a, run_b, "--json", "--tracking-uri", uri, "--no-log",
-                 "--n-resamples", str(N_RESAMPLES), "--threshold", "nDCG@10=0.7"])
+    code = main(
+        [
+            "compare",
+            run_a,
+            run_b,
+            "--json",
+            "--tracking-uri",
+            uri,
+            "--no-log",
+            "--n-resamples",
+            str(N_RESAMPLES),
+            "--threshold",
+            "nDCG@10=0.7",
+        ]
+    )
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out["metrics"]) == set(SPECS)
@@ -211,10 +266,20 @@ def test_different_datasets_are_refused_unless_forced(store: str, capsys) -> Non
 def test_nan_values_leave_the_pair_out_and_thresholds_follow_the_metric_kind() -> None:
     import pandas as pd
 
-    a = pd.DataFrame({"id": ["q1", "q2", "q3"], "P@10": [0.1, 0.0, math.nan],
-                      "answer_judge.accuracy_raw": [2.0, 3.0, 4.0]})
-    b = pd.DataFrame({"id": ["q3", "q2", "q1"], "P@10": [0.2, 0.1, 0.0],
-                      "answer_judge.accuracy_raw": [4.0, 2.0, 3.0]})
+    a = pd.DataFrame(
+        {
+            "id": ["q1", "q2", "q3"],
+            "P@10": [0.1, 0.0, math.nan],
+            "answer_judge.accuracy_raw": [2.0, 3.0, 4.0],
+        }
+    )
+    b = pd.DataFrame(
+        {
+            "id": ["q3", "q2", "q1"],
+            "P@10": [0.2, 0.1, 0.0],
+            "answer_judge.accuracy_raw": [4.0, 2.0, 3.0],
+        }
+    )
     specs = [MetricInfo("P@10"), MetricInfo("answer_judge.accuracy_raw", True, 1.0, 5.0)]
     result = compare_tables(a, b, specs, n_resamples=N_RESAMPLES)
     p10 = result.overall()[0]
@@ -222,6 +287,9 @@ def test_nan_values_leave_the_pair_out_and_thresholds_follow_the_metric_kind() -
     assert result.thresholds["P@10"] == Threshold(0.0, inclusive=False)
     assert result.thresholds["answer_judge.accuracy_raw"] == Threshold(3.0)
     flips = {(f.metric, f.id, f.change) for f in result.flips}
-    assert flips == {("P@10", "q1", "lost"), ("P@10", "q2", "gained"),
-                     ("answer_judge.accuracy_raw", "q1", "gained"),
-                     ("answer_judge.accuracy_raw", "q2", "lost")}
+    assert flips == {
+        ("P@10", "q1", "lost"),
+        ("P@10", "q2", "gained"),
+        ("answer_judge.accuracy_raw", "q1", "gained"),
+        ("answer_judge.accuracy_raw", "q2", "lost"),
+    }

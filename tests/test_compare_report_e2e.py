@@ -31,8 +31,15 @@ pytestmark = pytest.mark.slow
 
 def _rag_exp(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
-    done = subprocess.run([sys.executable, "-m", "rag_experiments", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "rag_experiments", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, f"{args}: {done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 
@@ -43,7 +50,8 @@ def _open(browser: Any, page_file: Path, shot: Path, full_page: bool) -> list[in
     try:
         page.goto(page_file.as_uri(), wait_until="load")
         widths = page.eval_on_selector_all(
-            "img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
+            "img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)"
+        )
         page.screenshot(path=str(shot), full_page=full_page)
         return widths
     finally:
@@ -51,10 +59,18 @@ def _open(browser: Any, page_file: Path, shot: Path, full_page: bool) -> list[in
 
 
 def test_sweep_compare_and_report_with_the_readme_commands(
-    browser: Any, tmp_path: Path  # noqa: F811
+    browser: Any,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
-    _rag_exp(tmp_path, "run", "-m", "embedder=hash", "metrics=retrieval", "chunker=fixed",
-             "chunker.size=128,512")
+    _rag_exp(
+        tmp_path,
+        "run",
+        "-m",
+        "embedder=hash",
+        "metrics=retrieval",
+        "chunker=fixed",
+        "chunker.size=128,512",
+    )
     (parent_file,) = tmp_path.glob(f"multirun/*/*/{PARENT_RUN_ID_FILE}")
     parent = parent_file.read_text().strip()
     client = MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
@@ -63,14 +79,17 @@ def test_sweep_compare_and_report_with_the_readme_commands(
     by_job = {Path(r.data.tags["job.dir"]).name: r for r in children}
     child0, child1 = by_job["0"], by_job["1"]
     assert (child0.data.params["chunker.size"], child1.data.params["chunker.size"]) == (
-        "128", "512")
+        "128",
+        "512",
+    )
 
     done = _rag_exp(tmp_path, "compare", child0.info.run_id, child1.info.run_id, "--json")
     result = json.loads(done.stdout)
     ndcg = result["metrics"]["nDCG@10"]
     assert ndcg["n"] == 60  # the sample's answerable questions
-    assert ndcg["diff"] == pytest.approx(child1.data.metrics["nDCG_at_10"]
-                                         - child0.data.metrics["nDCG_at_10"], abs=1e-12)
+    assert ndcg["diff"] == pytest.approx(
+        child1.data.metrics["nDCG_at_10"] - child0.data.metrics["nDCG_at_10"], abs=1e-12
+    )
     assert ndcg["ci_low"] <= ndcg["diff"] <= ndcg["ci_high"]
     assert 0 < ndcg["p_value"] <= ndcg["p_holm"] <= 1
     assert set(result["by_type"]) >= {"procedural", "multi_hop"}
@@ -81,8 +100,9 @@ def test_sweep_compare_and_report_with_the_readme_commands(
     done = _rag_exp(tmp_path, "report", parent)
     assert "best nDCG@10" in done.stdout
     report_html = Path(client.download_artifacts(parent, "report/report.html", str(tmp_path)))
-    compare_html = Path(client.download_artifacts(result["comparison_run_id"], "compare.html",
-                                                  str(tmp_path)))
+    compare_html = Path(
+        client.download_artifacts(result["comparison_run_id"], "compare.html", str(tmp_path))
+    )
     shots = Path(os.environ.get("RAG_EXP_SCREENSHOT_DIR", tmp_path))
     widths = _open(browser, report_html, shots / "report.png", full_page=True)
     assert len(widths) == 2 and all(w > 0 for w in widths), widths  # line plot + Pareto

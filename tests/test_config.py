@@ -15,8 +15,9 @@ from rag_experiments.app import CONF_DIR
 from rag_experiments.config.schema import SCHEMAS
 from rag_experiments.metrics.judge_config import judge_model_node
 
-GROUPS = sorted(p.name for p in CONF_DIR.iterdir()
-                if p.is_dir() and p.name not in ("experiment", "hydra"))  # hydra/: launchers
+GROUPS = sorted(
+    p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name not in ("experiment", "hydra")
+)  # hydra/: launchers
 REQUIRED = {"dataset": ["dataset.path=/nonexistent/x"]}
 
 
@@ -25,15 +26,23 @@ def _options(group: str) -> list[str]:
 
 
 def test_conf_groups_mirror_the_component_kinds():
-    expected = {"paths", "dataset", "target", "chunker", "embedder", "retriever", "llm", "judge",
-                "metrics", "tracking"}
+    expected = {
+        "paths",
+        "dataset",
+        "target",
+        "chunker",
+        "embedder",
+        "retriever",
+        "llm",
+        "judge",
+        "metrics",
+        "tracking",
+    }
     assert set(GROUPS) == expected
     assert set(SCHEMAS) == expected
 
 
-@pytest.mark.parametrize(
-    ("group", "option"), [(g, o) for g in GROUPS for o in _options(g)]
-)
+@pytest.mark.parametrize(("group", "option"), [(g, o) for g in GROUPS for o in _options(g)])
 def test_every_option_composes_and_instantiates(compose_cfg, group, option):
     extra = REQUIRED.get(group, []) if option not in ("sample",) else []
     cfg = compose_cfg(f"{group}={option}", *extra)
@@ -69,9 +78,21 @@ def test_wrong_type_fails_at_compose_time(compose_cfg):
 
 def test_cli_prints_resolved_config(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "rag_experiments", "run", "chunker=fixed", "chunker.size=300",
-         "--cfg", "job", "--resolve"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "rag_experiments",
+            "run",
+            "chunker=fixed",
+            "chunker.size=300",
+            "--cfg",
+            "job",
+            "--resolve",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert "_target_: rag_experiments.chunking.fixed.FixedChunker" in out.stdout
@@ -79,6 +100,10 @@ def test_cli_prints_resolved_config(tmp_path):
 
 
 def test_cli_help_lists_commands():
-    out = subprocess.run([sys.executable, "-m", "rag_experiments", "--help"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "rag_experiments", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0 and "run" in out.stdout

@@ -158,8 +158,10 @@ def test_jsonl_folder_prefers_corpus_jsonl_else_reads_shards_in_name_order(
     _jsonl(tmp_path / "queries.jsonl", [{"_id": "q", "text": "not a document"}])
     assert [d.id for d in load_corpus_jsonl(tmp_path)] == ["a", "b"]
 
-    _jsonl(tmp_path / "corpus.jsonl", [{"_id": "a", "text": "A"}, {"_id": "b", "text": "B"},
-                                        {"_id": "c", "text": "C"}])
+    _jsonl(
+        tmp_path / "corpus.jsonl",
+        [{"_id": "a", "text": "A"}, {"_id": "b", "text": "B"}, {"_id": "c", "text": "C"}],
+    )
     assert [d.id for d in load_corpus_jsonl(tmp_path)] == ["a", "b", "c"]
 
 

@@ -23,23 +23,46 @@ DOC_C = "Gamma notes. Nothing here is asked about by any question in the set."
 
 def _samples() -> list[Sample]:
     return [
-        Sample(id="q1", user_input="Must badges be worn inside the building?",
-               reference="Yes, at all times.", reference_doc_ids=["a"],
-               reference_contexts=["Badges must be worn at all times inside the building."],
-               question_type="compliance"),
-        Sample(id="q2", user_input="Must badges be worn inside the building at night?",
-               reference="Yes.", reference_doc_ids=["a"],
-               reference_contexts=["Badges must be worn at all times inside the building."],
-               question_type="compliance"),
-        Sample(id="q3", user_input="How long are nightly backups kept?",
-               reference="Thirty five days.", reference_doc_ids=[],
-               reference_contexts=["Backups run every night at two and are kept for thirty "
-                                   "five days."],
-               question_type="timeline_sla"),
-        Sample(id="q4", user_input="Who pays for the staff party?", answerable=False,
-               question_type="compliance"),
-        Sample(id="q5", user_input="When do backups run?", reference="At two.",
-               reference_doc_ids=["b"], reference_contexts=[], question_type="procedural"),
+        Sample(
+            id="q1",
+            user_input="Must badges be worn inside the building?",
+            reference="Yes, at all times.",
+            reference_doc_ids=["a"],
+            reference_contexts=["Badges must be worn at all times inside the building."],
+            question_type="compliance",
+        ),
+        Sample(
+            id="q2",
+            user_input="Must badges be worn inside the building at night?",
+            reference="Yes.",
+            reference_doc_ids=["a"],
+            reference_contexts=["Badges must be worn at all times inside the building."],
+            question_type="compliance",
+        ),
+        Sample(
+            id="q3",
+            user_input="How long are nightly backups kept?",
+            reference="Thirty five days.",
+            reference_doc_ids=[],
+            reference_contexts=[
+                "Backups run every night at two and are kept for thirty five days."
+            ],
+            question_type="timeline_sla",
+        ),
+        Sample(
+            id="q4",
+            user_input="Who pays for the staff party?",
+            answerable=False,
+            question_type="compliance",
+        ),
+        Sample(
+            id="q5",
+            user_input="When do backups run?",
+            reference="At two.",
+            reference_doc_ids=["b"],
+            reference_contexts=[],
+            question_type="procedural",
+        ),
     ]
 
 
@@ -48,8 +71,9 @@ def _docs() -> list[Document]:
 
 
 def test_report_numbers_by_hand():
-    report = build_report(_samples(), "five.jsonl", documents=_docs(),
-                          chunker=FixedChunker(size=1000, overlap=0))
+    report = build_report(
+        _samples(), "five.jsonl", documents=_docs(), chunker=FixedChunker(size=1000, overlap=0)
+    )
     d = report.to_dict()
     # types: compliance 3, timeline_sla 1, procedural 1 of 5
     assert d["type_shares"] == {"compliance": 0.6, "timeline_sla": 0.2, "procedural": 0.2}
@@ -72,8 +96,9 @@ def test_report_numbers_by_hand():
 
 def test_near_duplicate_threshold_and_chunk_coverage_with_small_chunks():
     samples = _samples()
-    report = build_report(samples, documents=_docs(), chunker=FixedChunker(size=40, overlap=0),
-                          dup_threshold=0.75)
+    report = build_report(
+        samples, documents=_docs(), chunker=FixedChunker(size=40, overlap=0), dup_threshold=0.75
+    )
     assert [(a, b) for a, b, _ in report.near_duplicates] == [("q1", "q2")]
     assert report.near_duplicates[0][2] == pytest.approx(7 / 9)
     cov = report.coverage
@@ -89,8 +114,13 @@ def test_near_duplicate_threshold_and_chunk_coverage_with_small_chunks():
 
 
 def test_groundedness_with_a_scripted_judge():
-    judge = FakeChat({"FaithfulnessOutput": {"claims": [{"claim": "x", "context": 1},
-                                                        {"claim": "y", "context": 0}]}})
+    judge = FakeChat(
+        {
+            "FaithfulnessOutput": {
+                "claims": [{"claim": "x", "context": 1}, {"claim": "y", "context": 0}]
+            }
+        }
+    )
     g = build_report(_samples(), judge=judge).groundedness
     # judged: answerable with a reference and reference contexts → q1, q2, q3 (q5 has none)
     assert (g.n_judged, g.n_valid, g.judge_calls) == (3, 3, 3)
@@ -106,39 +136,79 @@ def test_evenness_edges():
 @pytest.mark.slow
 def test_cli_writes_markdown_json_plots_and_logs(tmp_path):
     data = tmp_path / "five.jsonl"
-    data.write_text("".join(json.dumps(s.model_dump(mode="json")) + "\n" for s in _samples()),
-                    encoding="utf-8")
+    data.write_text(
+        "".join(json.dumps(s.model_dump(mode="json")) + "\n" for s in _samples()), encoding="utf-8"
+    )
     corpus = tmp_path / "docs"
     corpus.mkdir()
     for doc in _docs():
         (corpus / f"{doc.id}.txt").write_text(doc.text, encoding="utf-8")
     out = tmp_path / "rep"
     done = subprocess.run(
-        [sys.executable, "-m", "rag_experiments", "dataset", "report", str(data),
-         "--corpus", str(corpus), "--judge", "fake", "--json", "--out", str(out), "--log",
-         "chunker=fixed", "chunker.size=1000", "chunker.overlap=0",
-         f"tracking.uri=sqlite:///{tmp_path}/m.db", f"paths.cache_dir={tmp_path}/c"],
-        capture_output=True, text=True, check=True)
+        [
+            sys.executable,
+            "-m",
+            "rag_experiments",
+            "dataset",
+            "report",
+            str(data),
+            "--corpus",
+            str(corpus),
+            "--judge",
+            "fake",
+            "--json",
+            "--out",
+            str(out),
+            "--log",
+            "chunker=fixed",
+            "chunker.size=1000",
+            "chunker.overlap=0",
+            f"tracking.uri=sqlite:///{tmp_path}/m.db",
+            f"paths.cache_dir={tmp_path}/c",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     d = json.loads(done.stdout)
     assert d["coverage"]["n_documents_covered"] == 2 and d["answerable_share"] == 0.8
     # the fake judge's default script: 1 of 2 claims supported
     assert d["groundedness"]["mean"] == 0.5
-    assert {p.name for p in out.iterdir()} == {"report.md", "report.json", "question_length.png",
-                                               "question_types.png", "groundedness.png"}
+    assert {p.name for p in out.iterdir()} == {
+        "report.md",
+        "report.json",
+        "question_length.png",
+        "question_types.png",
+        "groundedness.png",
+    }
     assert (out / "question_length.png").read_bytes()[:4] == b"\x89PNG"
     client = MlflowClient(f"sqlite:///{tmp_path}/m.db")
     (run,) = client.search_runs([client.get_experiment_by_name("datasets").experiment_id])
     assert run.data.metrics["answerable_share"] == 0.8
     assert run.data.metrics["coverage_documents"] == pytest.approx(2 / 3)
     assert {a.path for a in client.list_artifacts(run.info.run_id, "report")} >= {
-        "report/report.md", "report/groundedness.png"}
+        "report/report.md",
+        "report/groundedness.png",
+    }
 
 
 @pytest.mark.slow
 def test_sample_dataset_report_runs(tmp_path):
     root = Path(__file__).resolve().parent.parent
     done = subprocess.run(
-        [sys.executable, "-m", "rag_experiments", "dataset", "report",
-         str(root / "datasets/sample/eval.jsonl"), "--corpus", str(root / "datasets/sample/docs")],
-        capture_output=True, text=True, check=True, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "rag_experiments",
+            "dataset",
+            "report",
+            str(root / "datasets/sample/eval.jsonl"),
+            "--corpus",
+            str(root / "datasets/sample/docs"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
     assert "documents: 12 / 12" in done.stdout and "69 (60 answerable" in done.stdout

@@ -33,12 +33,20 @@ from rag_experiments.metrics.deepeval_backend import (
 from rag_experiments.metrics.faithfulness import Faithfulness
 from rag_experiments.records import RagResponse, Sample
 
-CONTEXTS = ["The form AR-1 is signed by the line manager.", "Accounts expire after 90 days.",
-            "Passwords have 12 characters."]
-SAMPLE = Sample(id="q1", user_input="How is an account requested?",
-                reference="The line manager signs form AR-1.", question_type="procedural")
-RESPONSE = RagResponse(response="The line manager signs AR-1. It takes a day. It is free.",
-                       retrieved_contexts=CONTEXTS)
+CONTEXTS = [
+    "The form AR-1 is signed by the line manager.",
+    "Accounts expire after 90 days.",
+    "Passwords have 12 characters.",
+]
+SAMPLE = Sample(
+    id="q1",
+    user_input="How is an account requested?",
+    reference="The line manager signs form AR-1.",
+    question_type="procedural",
+)
+RESPONSE = RagResponse(
+    response="The line manager signs AR-1. It takes a day. It is free.", retrieved_contexts=CONTEXTS
+)
 
 
 def _verdicts(*words: str) -> dict[str, Any]:
@@ -46,11 +54,13 @@ def _verdicts(*words: str) -> dict[str, Any]:
 
 
 def _faithfulness_judge(claims: int, *verdicts: str) -> FakeChat:
-    return FakeChat(responses={
-        "Truths": {"truths": ["AR-1 is signed by the line manager."]},
-        "Claims": {"claims": [f"claim {i}" for i in range(claims)]},
-        "Verdicts": _verdicts(*verdicts),
-    })
+    return FakeChat(
+        responses={
+            "Truths": {"truths": ["AR-1 is signed by the line manager."]},
+            "Claims": {"claims": [f"claim {i}" for i in range(claims)]},
+            "Verdicts": _verdicts(*verdicts),
+        }
+    )
 
 
 def _one(metric: Any, sample: Sample = SAMPLE, resp: RagResponse = RESPONSE):
@@ -64,11 +74,13 @@ def test_faithfulness_counts_borderline_as_faithful_and_penalize_option_does_not
     judge = _faithfulness_judge(3, "yes", "borderline", "no")
     assert _one(DeepEvalFaithfulness(judge=judge)).value == pytest.approx(2 / 3)
     assert judge.calls == 3  # truths, claims, verdicts (include_reason off)
-    penalized = DeepEvalFaithfulness(judge=_faithfulness_judge(3, "yes", "borderline", "no"),
-                                     penalize_ambiguous_claims=True)
+    penalized = DeepEvalFaithfulness(
+        judge=_faithfulness_judge(3, "yes", "borderline", "no"), penalize_ambiguous_claims=True
+    )
     assert _one(penalized).value == pytest.approx(1 / 3)
-    strict = DeepEvalFaithfulness(judge=_faithfulness_judge(3, "yes", "borderline", "no"),
-                                  strict_mode=True)
+    strict = DeepEvalFaithfulness(
+        judge=_faithfulness_judge(3, "yes", "borderline", "no"), strict_mode=True
+    )
     assert _one(strict).value == 0.0  # strict: threshold 1, 2/3 < 1 → 0
 
 
@@ -82,8 +94,13 @@ def test_include_reason_costs_one_more_call_and_is_audited() -> None:
 
 
 def test_no_claims_is_one_in_deepeval_and_nan_in_custom() -> None:
-    judge = FakeChat(responses={"Truths": {"truths": ["x"]}, "Claims": {"claims": []},
-                                "FaithfulnessOutput": {"claims": []}})
+    judge = FakeChat(
+        responses={
+            "Truths": {"truths": ["x"]},
+            "Claims": {"claims": []},
+            "FaithfulnessOutput": {"claims": []},
+        }
+    )
     value = _one(DeepEvalFaithfulness(judge=judge))
     assert (value.value, value.reason) == (1.0, None)
     assert judge.calls == 2  # no verdict call without claims
@@ -92,8 +109,12 @@ def test_no_claims_is_one_in_deepeval_and_nan_in_custom() -> None:
 
 
 def test_answer_relevancy_statements_and_no_statements() -> None:
-    judge = FakeChat(responses={"Statements": {"statements": ["a", "b", "c", "d"]},
-                                "Verdicts": _verdicts("yes", "borderline", "no", "yes")})
+    judge = FakeChat(
+        responses={
+            "Statements": {"statements": ["a", "b", "c", "d"]},
+            "Verdicts": _verdicts("yes", "borderline", "no", "yes"),
+        }
+    )
     assert _one(DeepEvalAnswerRelevancy(judge=judge)).value == 0.75  # borderline counts as relevant
     empty = FakeChat(responses={"Statements": {"statements": []}})
     assert _one(DeepEvalAnswerRelevancy(judge=empty)).value == 1.0  # DeepEval: none → 1
@@ -105,13 +126,23 @@ def test_context_recall_and_relevancy_edges() -> None:
     assert _one(DeepEvalContextRecall(judge=recall)).value == 0.5
     none = FakeChat(responses={"Verdicts": {"verdicts": []}})
     assert _one(DeepEvalContextRecall(judge=none)).value == 0.0  # DeepEval: no sentence → 0
-    rel = FakeChat(responses={"ContextualRelevancyVerdicts": {"verdicts": [
-        {"statement": "s1", "verdict": "yes"}, {"statement": "s2", "verdict": "no"}]}})
+    rel = FakeChat(
+        responses={
+            "ContextualRelevancyVerdicts": {
+                "verdicts": [
+                    {"statement": "s1", "verdict": "yes"},
+                    {"statement": "s2", "verdict": "no"},
+                ]
+            }
+        }
+    )
     assert _one(DeepEvalContextRelevancy(judge=rel)).value == 0.5  # 3 contexts × (1 of 2)
     assert rel.calls == 3  # one call per context
     no_ctx = FakeChat()
-    value = _one(DeepEvalContextRelevancy(judge=no_ctx),
-                 resp=RagResponse(response="x", retrieved_contexts=[]))
+    value = _one(
+        DeepEvalContextRelevancy(judge=no_ctx),
+        resp=RagResponse(response="x", retrieved_contexts=[]),
+    )
     assert (value.value, no_ctx.calls) == (0.0, 0)  # DeepEval: no context → 0, no call
 
 
@@ -121,31 +152,55 @@ def test_faithfulness_parity_and_the_documented_difference() -> None:
     give 2/3. Replace B by an unverifiable claim (no context states or contradicts it): custom
     says context 0 (unsupported) → 1/3; DeepEval says "borderline" (faithful) → 2/3, and 1/3
     with penalize_ambiguous_claims."""
-    agree_custom = FakeChat(responses={"FaithfulnessOutput": {"claims": [
-        {"claim": "A", "context": 1}, {"claim": "B", "context": 2}, {"claim": "C", "context": 0}]}})
+    agree_custom = FakeChat(
+        responses={
+            "FaithfulnessOutput": {
+                "claims": [
+                    {"claim": "A", "context": 1},
+                    {"claim": "B", "context": 2},
+                    {"claim": "C", "context": 0},
+                ]
+            }
+        }
+    )
     custom = _one(Faithfulness(judge=agree_custom)).value
     ours = _one(DeepEvalFaithfulness(judge=_faithfulness_judge(3, "yes", "yes", "no"))).value
     assert custom == pytest.approx(ours) == pytest.approx(2 / 3)
 
-    differ_custom = FakeChat(responses={"FaithfulnessOutput": {"claims": [
-        {"claim": "A", "context": 1}, {"claim": "B?", "context": 0},
-        {"claim": "C", "context": 0}]}})
+    differ_custom = FakeChat(
+        responses={
+            "FaithfulnessOutput": {
+                "claims": [
+                    {"claim": "A", "context": 1},
+                    {"claim": "B?", "context": 0},
+                    {"claim": "C", "context": 0},
+                ]
+            }
+        }
+    )
     assert _one(Faithfulness(judge=differ_custom)).value == pytest.approx(1 / 3)
     verdicts = ("yes", "borderline", "no")
-    assert _one(DeepEvalFaithfulness(judge=_faithfulness_judge(3, *verdicts))).value == \
-        pytest.approx(2 / 3)
-    assert _one(DeepEvalFaithfulness(judge=_faithfulness_judge(3, *verdicts),
-                                     penalize_ambiguous_claims=True)).value == pytest.approx(1 / 3)
+    assert _one(
+        DeepEvalFaithfulness(judge=_faithfulness_judge(3, *verdicts))
+    ).value == pytest.approx(2 / 3)
+    assert _one(
+        DeepEvalFaithfulness(
+            judge=_faithfulness_judge(3, *verdicts), penalize_ambiguous_claims=True
+        )
+    ).value == pytest.approx(1 / 3)
 
 
 def test_context_precision_parity() -> None:
     """Verdicts yes, no, yes over 3 contexts: AP = (1/1 + 2/3) / 2 in both backends."""
-    (custom_row,) = ContextPrecision(judge=FakeChat(
-        responses={"ContextVerdicts": {"verdicts": ["yes", "no", "yes"]}})).evaluate(
-        [SAMPLE], [RESPONSE])
+    (custom_row,) = ContextPrecision(
+        judge=FakeChat(responses={"ContextVerdicts": {"verdicts": ["yes", "no", "yes"]}})
+    ).evaluate([SAMPLE], [RESPONSE])
     custom = custom_row["context_precision"]
-    ours = _one(DeepEvalContextPrecision(judge=FakeChat(
-        responses={"Verdicts": _verdicts("yes", "no", "yes")})))
+    ours = _one(
+        DeepEvalContextPrecision(
+            judge=FakeChat(responses={"Verdicts": _verdicts("yes", "no", "yes")})
+        )
+    )
     assert ours.value == pytest.approx(custom.value) == pytest.approx((1 + 2 / 3) / 2)
 
 
@@ -176,8 +231,9 @@ def test_structured_output_never_falls_back_to_string_parsing() -> None:
     TypeError) is never used: a judge raising TypeError is a NaN ``judge_error``."""
 
     class TypeErrorChat(FakeChat):
-        def complete(self, messages: list[Message], schema: type[BaseModel] | None = None,
-                     **options: Any) -> Completion:
+        def complete(
+            self, messages: list[Message], schema: type[BaseModel] | None = None, **options: Any
+        ) -> Completion:
             self.calls += 1
             raise TypeError("boom")
 
@@ -201,20 +257,23 @@ def test_config_checks() -> None:
 class SlowOnQuestion(FakeChat):
     """Sleeps ``delay_s`` on calls whose prompt mentions ``SLOW``."""
 
-    def complete(self, messages: list[Message], schema: type[BaseModel] | None = None,
-                 **options: Any) -> Completion:
+    def complete(
+        self, messages: list[Message], schema: type[BaseModel] | None = None, **options: Any
+    ) -> Completion:
         if "SLOW" in messages[-1]["content"]:
             time.sleep(0.6)
         return super().complete(messages, schema, **options)
 
 
 def test_timeout_rows_are_nan_and_the_rest_is_averaged() -> None:
-    judge = SlowOnQuestion(responses={"Statements": {"statements": ["a", "b"]},
-                                      "Verdicts": _verdicts("yes", "no")})
-    samples = [Sample(id=f"q{i}", user_input=q, question_type="t")
-               for i, q in enumerate(["Fast one?", "SLOW one?", "Fast two?"])]
-    responses = [RagResponse(response="SLOW answer" if i == 1 else "An answer.")
-                 for i in range(3)]
+    judge = SlowOnQuestion(
+        responses={"Statements": {"statements": ["a", "b"]}, "Verdicts": _verdicts("yes", "no")}
+    )
+    samples = [
+        Sample(id=f"q{i}", user_input=q, question_type="t")
+        for i, q in enumerate(["Fast one?", "SLOW one?", "Fast two?"])
+    ]
+    responses = [RagResponse(response="SLOW answer" if i == 1 else "An answer.") for i in range(3)]
     metric = DeepEvalAnswerRelevancy(judge=judge, timeout_s=0.2)
     started = time.perf_counter()
     rows = metric.evaluate(samples, responses)
@@ -222,8 +281,9 @@ def test_timeout_rows_are_nan_and_the_rest_is_averaged() -> None:
     values = [r["deepeval.answer_relevancy"] for r in rows]
     assert [v.reason for v in values] == [None, "timeout", None]
     assert math.isnan(values[1].value)
-    (agg,) = [a for a in aggregate(["deepeval.answer_relevancy"], rows, ["t"] * 3)
-              if a.group == "all"]
+    (agg,) = [
+        a for a in aggregate(["deepeval.answer_relevancy"], rows, ["t"] * 3) if a.group == "all"
+    ]
     assert (agg.mean, agg.n_valid, agg.n_nan) == (0.5, 2, 1)
     # the abandoned thread finishes its one call, then its cancelled adapter refuses the next
     time.sleep(0.8)
@@ -244,19 +304,33 @@ def test_judge_calls_per_question_are_collected_like_the_custom_backend() -> Non
     assert [r["judge_calls"] for r in rows] == [4, 0]
     assert rows[0]["deepeval.faithfulness"]["claims"] == ["claim 0", "claim 1", "claim 2"]
     assert [j["prompt"] for j in rows[0]["deepeval.faithfulness"]["judgements"]] == [
-        "deepeval.faithfulness.Truths", "deepeval.faithfulness.Claims",
-        "deepeval.faithfulness.Verdicts"]
+        "deepeval.faithfulness.Truths",
+        "deepeval.faithfulness.Claims",
+        "deepeval.faithfulness.Verdicts",
+    ]
     assert run["judge_calls"] == 4 and run["judge_calls_per_question"] == 2.0
     assert run["judge_calls_per_question_max"] == 4.0
     json.dumps(rows)  # JSON-ready
 
 
 def test_specs_are_prefixed() -> None:
-    names = [m().specs()[0].name for m in (DeepEvalFaithfulness, DeepEvalAnswerRelevancy,
-             DeepEvalContextPrecision, DeepEvalContextRecall, DeepEvalContextRelevancy)]
-    assert names == ["deepeval.faithfulness", "deepeval.answer_relevancy",
-                     "deepeval.context_precision", "deepeval.context_recall",
-                     "deepeval.context_relevancy"]
+    names = [
+        m().specs()[0].name
+        for m in (
+            DeepEvalFaithfulness,
+            DeepEvalAnswerRelevancy,
+            DeepEvalContextPrecision,
+            DeepEvalContextRecall,
+            DeepEvalContextRelevancy,
+        )
+    ]
+    assert names == [
+        "deepeval.faithfulness",
+        "deepeval.answer_relevancy",
+        "deepeval.context_precision",
+        "deepeval.context_recall",
+        "deepeval.context_relevancy",
+    ]
 
 
 # --- no network ------------------------------------------------------------------------------
@@ -295,11 +369,22 @@ NO_NETWORK = textwrap.dedent(
 
 def test_no_network_at_import_or_in_measure(tmp_path) -> None:
     code = "import json\n" + NO_NETWORK
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=tmp_path, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        check=True,
+    )
     report = json.loads(out.stdout.strip().splitlines()[-1])
-    assert report == {"attempts": [], "value": 1.0, "opt_out": True, "posthog": False,
-                      "sentry": False}
+    assert report == {
+        "attempts": [],
+        "value": 1.0,
+        "opt_out": True,
+        "posthog": False,
+        "sentry": False,
+    }
 
 
 # --- metrics=both: one run, responses generated once, both backends side by side ---------------
@@ -309,7 +394,11 @@ def test_metrics_both_runs_both_backends_on_the_same_responses(compose_cfg) -> N
 
     v5 = ",".join(["{verdict:yes,reason:r}"] * 3 + ["{verdict:no,reason:r}"] * 2)
     cfg = compose_cfg(
-        "metrics=both", "judge=fake", "llm=fake", "embedder=hash", "max_samples=3",
+        "metrics=both",
+        "judge=fake",
+        "llm=fake",
+        "embedder=hash",
+        "max_samples=3",
         "+judge.responses.Truths={truths:[t]}",
         "+judge.responses.Claims={claims:[a,b,c,d,e]}",
         "+judge.responses.Statements={statements:[a,b,c,d,e]}",

@@ -26,9 +26,10 @@ from rag_experiments.metrics.judge import ask_judge
 from rag_experiments.records import RagResponse, Sample
 
 SAMPLE = Sample(id="q1", user_input="Who signs AR-1?", reference="The line manager.")
-RESPONSE = RagResponse(response="The line manager signs AR-1. It is free.",
-                       retrieved_contexts=["AR-1 is signed by the line manager.", "It is free.",
-                                           "Other text."])
+RESPONSE = RagResponse(
+    response="The line manager signs AR-1. It is free.",
+    retrieved_contexts=["AR-1 is signed by the line manager.", "It is free.", "Other text."],
+)
 
 
 def test_lists_strings_and_verdicts_are_bounded() -> None:
@@ -43,7 +44,10 @@ def test_lists_strings_and_verdicts_are_bounded() -> None:
     assert item["reason"]["maxLength"] == 50
     faith = bounded_schema(FaithfulnessVerdicts, max_items=4, max_chars=50).model_json_schema()
     assert faith["$defs"]["FaithfulnessVerdict"]["properties"]["verdict"]["enum"] == [
-        "yes", "no", "borderline"]  # DeepEval 4's YesNoBorderline
+        "yes",
+        "no",
+        "borderline",
+    ]  # DeepEval 4's YesNoBorderline
     with pytest.raises(ValidationError):
         verdicts.model_validate({"verdicts": [{"verdict": "yes", "reason": "r"}]})
     with pytest.raises(ValidationError):
@@ -51,9 +55,13 @@ def test_lists_strings_and_verdicts_are_bounded() -> None:
 
 
 ALL_SCHEMAS = [
-    ("faithfulness", "Verdicts"), ("faithfulness", "Truths"), ("faithfulness", "Claims"),
-    ("answer_relevancy", "Statements"), ("answer_relevancy", "Verdicts"),
-    ("contextual_precision", "Verdicts"), ("contextual_recall", "Verdicts"),
+    ("faithfulness", "Verdicts"),
+    ("faithfulness", "Truths"),
+    ("faithfulness", "Claims"),
+    ("answer_relevancy", "Statements"),
+    ("answer_relevancy", "Verdicts"),
+    ("contextual_precision", "Verdicts"),
+    ("contextual_recall", "Verdicts"),
     ("contextual_relevancy", "ContextualRelevancyVerdicts"),
 ]
 
@@ -96,8 +104,11 @@ def test_strict_types_hold_for_integers_in_any_schema() -> None:
 
     strict = bounded_schema(Count, max_items=2, max_chars=10)
     assert strict.model_validate({"n": 5, "verdict": "no"}).n == 5
-    for bad in ({"n": True, "verdict": "no"}, {"n": "5", "verdict": "no"},
-                {"n": 5, "verdict": "true"}):
+    for bad in (
+        {"n": True, "verdict": "no"},
+        {"n": "5", "verdict": "no"},
+        {"n": 5, "verdict": "true"},
+    ):
         with pytest.raises(ValidationError):
             strict.model_validate(bad)
     assert Count.model_validate({"n": "5", "verdict": "x"}).n == 5  # DeepEval's own: lax
@@ -120,8 +131,9 @@ class SchemaRecorder(FakeChat):
         super().__init__(**kwargs)
         self.schemas: list[tuple[str, dict[str, Any]]] = []
 
-    def complete(self, messages: list[Message], schema: type[BaseModel] | None = None,
-                 **options: Any) -> Completion:
+    def complete(
+        self, messages: list[Message], schema: type[BaseModel] | None = None, **options: Any
+    ) -> Completion:
         if schema is not None:
             self.schemas.append((schema.__name__, schema.model_json_schema()))
         return super().complete(messages, schema, **options)
@@ -134,11 +146,13 @@ def _verdict_bounds(judge: SchemaRecorder) -> tuple[int | None, int | None]:
 
 
 def test_faithfulness_asks_exactly_one_verdict_per_extracted_claim() -> None:
-    judge = SchemaRecorder(responses={
-        "Truths": {"truths": ["AR-1 is signed by the line manager."]},
-        "Claims": {"claims": ["The line manager signs AR-1.", "It is free."]},
-        "Verdicts": {"verdicts": [{"verdict": "yes"}, {"verdict": "no"}]},
-    })
+    judge = SchemaRecorder(
+        responses={
+            "Truths": {"truths": ["AR-1 is signed by the line manager."]},
+            "Claims": {"claims": ["The line manager signs AR-1.", "It is free."]},
+            "Verdicts": {"verdicts": [{"verdict": "yes"}, {"verdict": "no"}]},
+        }
+    )
     (row,) = DeepEvalFaithfulness(judge=judge, max_items=7).evaluate([SAMPLE], [RESPONSE])
     assert row["deepeval.faithfulness"].value == 0.5
     assert _verdict_bounds(judge) == (2, 2)  # from the 2 claims of the previous reply
@@ -147,9 +161,17 @@ def test_faithfulness_asks_exactly_one_verdict_per_extracted_claim() -> None:
 
 
 def test_context_precision_asks_one_verdict_per_context() -> None:
-    judge = SchemaRecorder(responses={"Verdicts": {"verdicts": [
-        {"verdict": "yes", "reason": "a"}, {"verdict": "no", "reason": "b"},
-        {"verdict": "no", "reason": "c"}]}})
+    judge = SchemaRecorder(
+        responses={
+            "Verdicts": {
+                "verdicts": [
+                    {"verdict": "yes", "reason": "a"},
+                    {"verdict": "no", "reason": "b"},
+                    {"verdict": "no", "reason": "c"},
+                ]
+            }
+        }
+    )
     (row,) = DeepEvalContextPrecision(judge=judge).evaluate([SAMPLE], [RESPONSE])
     assert row["deepeval.context_precision"].value == 1.0  # relevant at rank 1 only
     assert _verdict_bounds(judge) == (3, 3)
@@ -163,8 +185,9 @@ class FailingChat(FakeChat):
         super().__init__()
         self.truncate = truncate
 
-    def complete(self, messages: list[Message], schema: type[BaseModel] | None = None,
-                 **options: Any) -> Completion:
+    def complete(
+        self, messages: list[Message], schema: type[BaseModel] | None = None, **options: Any
+    ) -> Completion:
         self.calls += 1
         error = LLMTruncatedError if self.truncate else LLMParseError
         raise error("unusable", raw='{"claims": ["a", "a"', usage=Usage(100, 40))

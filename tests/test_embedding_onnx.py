@@ -44,8 +44,10 @@ def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def vectors(onnx_cache: Path) -> dict[str, np.ndarray]:
     """Document vectors of :data:`TEXTS` per backend."""
-    return {b: SentenceTransformerEmbedder(backend=b, cache_dir=str(onnx_cache))
-            .embed_documents(TEXTS) for b in ("torch", "onnx", "onnx-int8")}
+    return {
+        b: SentenceTransformerEmbedder(backend=b, cache_dir=str(onnx_cache)).embed_documents(TEXTS)
+        for b in ("torch", "onnx", "onnx-int8")
+    }
 
 
 @pytest.mark.slow
@@ -58,8 +60,9 @@ def test_onnx_vectors_match_torch(vectors: dict[str, np.ndarray]) -> None:
 
 
 @pytest.mark.slow
-def test_onnx_query_equals_document_vector(onnx_cache: Path,
-                                           vectors: dict[str, np.ndarray]) -> None:
+def test_onnx_query_equals_document_vector(
+    onnx_cache: Path, vectors: dict[str, np.ndarray]
+) -> None:
     # MiniLM has no query prompt, so a query is embedded as a document (same session).
     emb = SentenceTransformerEmbedder(backend="onnx", cache_dir=str(onnx_cache))
     np.testing.assert_allclose(emb.embed_query(TEXTS[1]), vectors["onnx"][1], atol=1e-5)
@@ -85,8 +88,10 @@ def test_export_happens_once(onnx_cache: Path, caplog: pytest.LogCaptureFixture)
 
 
 def test_ids_differ_per_backend(tmp_path: Path) -> None:
-    ids = {b: SentenceTransformerEmbedder(backend=b, cache_dir=str(tmp_path)).id
-           for b in ("torch", "onnx", "onnx-int8")}
+    ids = {
+        b: SentenceTransformerEmbedder(backend=b, cache_dir=str(tmp_path)).id
+        for b in ("torch", "onnx", "onnx-int8")
+    }
     assert len(set(ids.values())) == 3
     assert ids["onnx"] == ids["torch"] + ":onnx"
     assert ids["onnx-int8"] == ids["torch"] + ":onnx-int8"
@@ -105,8 +110,9 @@ def test_unknown_backend_fails_when_the_job_is_built(compose_cfg) -> None:
 
 
 @pytest.mark.slow
-def test_composed_onnx_backend_embeds(compose_cfg, onnx_cache: Path,
-                                      vectors: dict[str, np.ndarray]) -> None:
+def test_composed_onnx_backend_embeds(
+    compose_cfg, onnx_cache: Path, vectors: dict[str, np.ndarray]
+) -> None:
     cfg = compose_cfg("embedder.backend=onnx")
     assert cfg.embedder.cache_dir.endswith("/cache")  # ${paths.cache_dir}
     cfg = compose_cfg("embedder.backend=onnx", f"paths.cache_dir={onnx_cache}")

@@ -53,8 +53,21 @@ def test_normalize_text_rules(raw: str, expected: str) -> None:
 
 def test_normalize_text_is_idempotent_on_generated_strings() -> None:
     alphabet = list("aZé -.\n\n\r\t1") + [
-        "\x00", "\x07", "\u00ad", "\ufb01", "\u00a0", "\u0301", "\u00b4", "\u2028",
-        "\u200b", "\ufeff", "\u2010", "\u2011", "\u3000", "\u1100", "\u1161",
+        "\x00",
+        "\x07",
+        "\u00ad",
+        "\ufb01",
+        "\u00a0",
+        "\u0301",
+        "\u00b4",
+        "\u2028",
+        "\u200b",
+        "\ufeff",
+        "\u2010",
+        "\u2011",
+        "\u3000",
+        "\u1100",
+        "\u1161",
     ]
     rng = random.Random(1234)
     for _ in range(2000):
@@ -95,12 +108,7 @@ def test_docx_paragraphs_headings_and_nested_tables_in_document_order(tmp_path: 
     result = extract_file(path)
 
     assert result.text == (
-        "# Access Policy\n"
-        "Intro text.\n"
-        "## Scope\n"
-        "A | B\n"
-        "C | before [N1 | N2] after\n"
-        "After table."
+        "# Access Policy\nIntro text.\n## Scope\nA | B\nC | before [N1 | N2] after\nAfter table."
     )
     assert result.page_starts is None and result.n_pages is None
     assert result.metadata["format"] == "docx"
@@ -325,8 +333,10 @@ def test_real_docx_tables_and_headings() -> None:
     assert "6/19/2017 | Initial Document | 1.0 | FedRAMP PMO" in lines
     # Mostly tables: 62x5 control rows, one line each.
     assert sum(" | " in line for line in attestation.text.split("\n")) >= 60
-    assert any(line.startswith("1. | AC-1 | Access Control Policy") for line in
-               attestation.text.split("\n"))
+    assert any(
+        line.startswith("1. | AC-1 | Access Control Policy")
+        for line in attestation.text.split("\n")
+    )
 
 
 @needs_real

@@ -55,15 +55,21 @@ class ScriptedChat:
     ``fail_types`` makes questions of those types blank (rejected by ``missing_keys``).
     """
 
-    def __init__(self, *, crash_after: int | None = None, answered_marker: str = "\x00",
-                 fail_types: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        crash_after: int | None = None,
+        answered_marker: str = "\x00",
+        fail_types: tuple[str, ...] = (),
+    ) -> None:
         self.calls = 0
         self.crash_after = crash_after
         self.answered_marker = answered_marker
         self.fail_types = fail_types
 
-    def complete(self, messages: list[dict[str, str]], schema: type[BaseModel] | None = None,
-                 **options: Any) -> Completion:
+    def complete(
+        self, messages: list[dict[str, str]], schema: type[BaseModel] | None = None, **options: Any
+    ) -> Completion:
         self.calls += 1
         if self.crash_after is not None and self.calls > self.crash_after:
             raise KeyboardInterrupt
@@ -75,12 +81,13 @@ class ScriptedChat:
             words = re.findall(r"[A-Za-z]{5,}", passage)
             opening = _OPENING.search(prompt)
             kind = self._type_of(prompt).replace("_", " ")
-            question = (f"{opening.group(1) if opening else 'What'} the {kind} rule on "
-                        f"{words[0]} and {words[1]} for {words[2]}?")
+            question = (
+                f"{opening.group(1) if opening else 'What'} the {kind} rule on "
+                f"{words[0]} and {words[1]} for {words[2]}?"
+            )
             if self._type_of(prompt) in self.fail_types:
                 question = ""
-            data: dict[str, Any] = {"question": question,
-                                    "answer": " ".join(passage.split()[:20])}
+            data: dict[str, Any] = {"question": question, "answer": " ".join(passage.split()[:20])}
         elif schema.__name__ == "UnanswerableQuestion":
             topic = _TOPIC.search(prompt)
             words = re.findall(r"[A-Za-z]{5,}", topic.group(1) if topic else "")
@@ -123,9 +130,11 @@ def docs(tmp_path: Path) -> Path:
     (folder / "sub").mkdir(parents=True)
     for i in range(3):
         sections = []
-        for topic, role, days, register, boss in TOPICS[2 * i: 2 * i + 2]:
-            sections.append(f"## {topic.title()}\n\n" + PARAGRAPH.format(
-                topic=topic, role=role, days=days, register=register, boss=boss))
+        for topic, role, days, register, boss in TOPICS[2 * i : 2 * i + 2]:
+            sections.append(
+                f"## {topic.title()}\n\n"
+                + PARAGRAPH.format(topic=topic, role=role, days=days, register=register, boss=boss)
+            )
         target = folder / ("sub" if i == 2 else "") / f"policy-{i}.md"
         target.write_text(f"# Policy {i}\n\n" + "\n\n".join(sections) + "\n", encoding="utf-8")
     (folder / "notes.xyz").write_text("not a document", encoding="utf-8")
@@ -133,14 +142,24 @@ def docs(tmp_path: Path) -> Path:
     return folder
 
 
-def _generator(chat: ScriptedChat, judge: ScriptedChat | None = None,
-               **settings: Any) -> DatasetGenerator:
-    base: dict[str, Any] = {"n": 8, "n_unanswerable": 0, "min_chunk_words": 10,
-                            "max_concurrency": 2}
+def _generator(
+    chat: ScriptedChat, judge: ScriptedChat | None = None, **settings: Any
+) -> DatasetGenerator:
+    base: dict[str, Any] = {
+        "n": 8,
+        "n_unanswerable": 0,
+        "min_chunk_words": 10,
+        "max_concurrency": 2,
+    }
     base.update(settings)
-    return DatasetGenerator(chat, embedder=HashEmbedder(dim=512),
-                            chunker=SemanticChunker(size=400, min_size=100), judge=judge,
-                            settings=GenerationSettings(**base), progress=False)
+    return DatasetGenerator(
+        chat,
+        embedder=HashEmbedder(dim=512),
+        chunker=SemanticChunker(size=400, min_size=100),
+        judge=judge,
+        settings=GenerationSettings(**base),
+        progress=False,
+    )
 
 
 # --- schedule --------------------------------------------------------------------------------
@@ -169,7 +188,7 @@ def test_schedule_balance_variety_and_coverage(n_types: int) -> None:
                 per_chunk.setdefault(slot.chunk_index, []).append(slot.question_type)
             for kinds in per_chunk.values():  # no type twice before every type was used
                 for start in range(0, len(kinds), n_types):
-                    block = kinds[start: start + n_types]
+                    block = kinds[start : start + n_types]
                     assert len(set(block)) == len(block)
             if n_slots >= n_chunks:
                 assert set(per_chunk) == set(range(n_chunks))  # every chunk used
@@ -185,7 +204,12 @@ def test_schedule_small_example_by_hand() -> None:
     # partial round: counts tie at 2-2, the previous type was b, so a comes next, on the first
     # chunk in that order that has not had a (chunk 2); then b, on chunk 0.
     assert [(s.chunk_index, s.question_type) for s in slots] == [
-        (0, "a"), (2, "b"), (1, "a"), (3, "b"), (2, "a"), (0, "b"),
+        (0, "a"),
+        (2, "b"),
+        (1, "a"),
+        (3, "b"),
+        (2, "a"),
+        (0, "b"),
     ]
 
 
@@ -199,17 +223,25 @@ def test_schedule_rejects_bad_types() -> None:
 
 # --- filters ---------------------------------------------------------------------------------
 
-CONTEXT = ("The security manager approves every request for remote access to the finance "
-           "system within two working days and records the decision in the access register.")
+CONTEXT = (
+    "The security manager approves every request for remote access to the finance "
+    "system within two working days and records the decision in the access register."
+)
 GOOD_Q = "Who approves requests for remote access to the finance system?"
-GOOD_A = ("The security manager approves every request for remote access to the finance "
-          "system within two working days.")
+GOOD_A = (
+    "The security manager approves every request for remote access to the finance "
+    "system within two working days."
+)
 
 
 def _pair(**changes: Any) -> dict[str, Any]:
-    pair: dict[str, Any] = {"question": GOOD_Q, "answer": GOOD_A,
-                            "question_type": "role_responsibility", "answerable": True,
-                            "contexts": [CONTEXT]}
+    pair: dict[str, Any] = {
+        "question": GOOD_Q,
+        "answer": GOOD_A,
+        "question_type": "role_responsibility",
+        "answerable": True,
+        "contexts": [CONTEXT],
+    }
     pair.update(changes)
     return pair
 
@@ -217,36 +249,70 @@ def _pair(**changes: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("check", "rejected", "kept"),
     [
-        (F.missing_keys, {k: v for k, v in _pair().items() if k != "answer"},
-         _pair(answer="", answerable=False)),
+        (
+            F.missing_keys,
+            {k: v for k, v in _pair().items() if k != "answer"},
+            _pair(answer="", answerable=False),
+        ),
         (F.unknown_type, _pair(question_type="trivia"), _pair(question_type="multi_hop")),
-        (F.question_too_short, _pair(question="Who approves?"),
-         _pair(question="Who approves it?")),  # 13 vs 16 characters
-        (F.answer_too_short, _pair(answer="The security manager approves remote access requests."),
-         _pair(answer="The security manager approves every remote access request within two "
-                      "working days.")),
-        (F.not_a_question, _pair(question="Remote access to the finance system"),
-         _pair(question="Describe how remote access to the finance system is approved")),
-        (F.too_few_content_words, _pair(question="What happens if"),
-         _pair(question="What happens if access expires?")),
+        (
+            F.question_too_short,
+            _pair(question="Who approves?"),
+            _pair(question="Who approves it?"),
+        ),  # 13 vs 16 characters
+        (
+            F.answer_too_short,
+            _pair(answer="The security manager approves remote access requests."),
+            _pair(
+                answer="The security manager approves every remote access request within two "
+                "working days."
+            ),
+        ),
+        (
+            F.not_a_question,
+            _pair(question="Remote access to the finance system"),
+            _pair(question="Describe how remote access to the finance system is approved"),
+        ),
+        (
+            F.too_few_content_words,
+            _pair(question="What happens if"),
+            _pair(question="What happens if access expires?"),
+        ),
         (F.too_few_content_words, _pair(question="What is a term or concept?"), _pair()),
-        (F.document_reference,
-         _pair(question="According to the text, who approves remote access requests?"),
-         _pair(question="Which contextual factors delay remote access approvals?")),
-        (F.document_reference, _pair(question="Who approves the requests in this context?"),
-         _pair(question="What documentation does the security manager keep on approvals?")),
-        (F.meta_question, _pair(question="What is the main topic of this document?"),
-         _pair(question="What is the main duty of the security manager for remote access?")),
-        (F.yes_no_question, _pair(question="Does the security manager approve remote access?"),
-         _pair(question="Who, besides the security manager, approves remote access?")),
-        (F.answer_copies_question,
-         _pair(answer="Who approves requests for remote access to the finance system"),
-         _pair()),
+        (
+            F.document_reference,
+            _pair(question="According to the text, who approves remote access requests?"),
+            _pair(question="Which contextual factors delay remote access approvals?"),
+        ),
+        (
+            F.document_reference,
+            _pair(question="Who approves the requests in this context?"),
+            _pair(question="What documentation does the security manager keep on approvals?"),
+        ),
+        (
+            F.meta_question,
+            _pair(question="What is the main topic of this document?"),
+            _pair(question="What is the main duty of the security manager for remote access?"),
+        ),
+        (
+            F.yes_no_question,
+            _pair(question="Does the security manager approve remote access?"),
+            _pair(question="Who, besides the security manager, approves remote access?"),
+        ),
+        (
+            F.answer_copies_question,
+            _pair(answer="Who approves requests for remote access to the finance system"),
+            _pair(),
+        ),
         (F.question_not_in_context, _pair(question="How is it done in practice?"), _pair()),
-        (F.answer_not_in_context,
-         _pair(answer="Line managers fill in form AR-1 and the service desk creates the "
-                      "account after approval."),
-         _pair()),
+        (
+            F.answer_not_in_context,
+            _pair(
+                answer="Line managers fill in form AR-1 and the service desk creates the "
+                "account after approval."
+            ),
+            _pair(),
+        ),
     ],
 )
 def test_each_filter_rejects_one_case_and_keeps_another(
@@ -260,9 +326,16 @@ def test_every_filter_keeps_a_good_pair_and_first_rejection_names_the_filter() -
     assert F.first_rejection(_pair()) is None
     name, detail = F.first_rejection(_pair(question="Is it?"))  # type: ignore[misc]
     assert name == "question_too_short" and "6 characters" in detail
-    assert set(F.FILTER_NAMES) >= {"missing_keys", "unknown_type", "question_too_short",
-                                   "answer_too_short", "document_reference", "meta_question",
-                                   "yes_no_question", "answer_copies_question"}
+    assert set(F.FILTER_NAMES) >= {
+        "missing_keys",
+        "unknown_type",
+        "question_too_short",
+        "answer_too_short",
+        "document_reference",
+        "meta_question",
+        "yes_no_question",
+        "answer_copies_question",
+    }
 
 
 # --- dedup -----------------------------------------------------------------------------------
@@ -272,7 +345,8 @@ def test_dedup_exact_after_normalisation_then_near_by_cosine() -> None:
     dedup = Deduplicator(HashEmbedder(dim=1024), threshold=0.95)
     dedup.add("Who approves remote access to the finance system?", "q1")
     assert question_key("WHO approves remote-access to the finance system") == question_key(
-        "Who approves remote access to the finance system?")
+        "Who approves remote access to the finance system?"
+    )
     exact = dedup.check("who approves REMOTE access, to the finance system")
     assert exact is not None and exact[0] == "duplicate_exact" and "q1" in exact[1]
     # same bag of words in another order: hashed bag-of-words cosine = 1.0
@@ -341,8 +415,9 @@ def test_generate_writes_a_dataset_that_loads_with_the_corpus_folder(
     dataset = JsonlDataset(str(out / "eval.jsonl"), corpus=str(docs)).load()
     corpus_ids = {d.id for d in load_corpus_folder(docs)[0]}
     assert corpus_ids == {"policy-0", "policy-1", "sub/policy-2"}
-    chunks = {c.id: c for d in source.documents
-              for c in SemanticChunker(size=400, min_size=100).split(d)}
+    chunks = {
+        c.id: c for d in source.documents for c in SemanticChunker(size=400, min_size=100).split(d)
+    }
     for sample in dataset.samples:
         if not sample.answerable:
             assert sample.reference == "" and sample.reference_doc_ids == []
@@ -363,7 +438,8 @@ def test_unanswerable_question_answered_by_the_corpus_is_rejected(
 ) -> None:
     judge = ScriptedChat(answered_marker="travel")  # the judge finds every question answered
     summary = _generator(ScriptedChat(), judge=judge, n=1, n_unanswerable=2).run(
-        load_docs(docs), tmp_path / "out")
+        load_docs(docs), tmp_path / "out"
+    )
     assert summary.n_unanswerable == 0
     assert summary.rejects_by_filter["answered_by_corpus"] == 4  # the 2x attempt buffer
 
@@ -412,16 +488,17 @@ def test_resume_after_a_simulated_crash_loses_nothing_and_duplicates_nothing(
     assert again.calls == 0 and len(Checkpoint(out).load().samples) == 8
 
 
-def test_resume_with_other_settings_is_refused_unless_overwrite(
-    docs: Path, tmp_path: Path
-) -> None:
+def test_resume_with_other_settings_is_refused_unless_overwrite(docs: Path, tmp_path: Path) -> None:
     source = load_docs(docs)
     out = tmp_path / "out"
     _generator(ScriptedChat(), n=2).run(source, out)
-    other = DatasetGenerator(ScriptedChat(), embedder=HashEmbedder(dim=512),
-                             chunker=SemanticChunker(size=300, min_size=100),
-                             settings=GenerationSettings(n=2, n_unanswerable=0,
-                                                         min_chunk_words=10), progress=False)
+    other = DatasetGenerator(
+        ScriptedChat(),
+        embedder=HashEmbedder(dim=512),
+        chunker=SemanticChunker(size=300, min_size=100),
+        settings=GenerationSettings(n=2, n_unanswerable=0, min_chunk_words=10),
+        progress=False,
+    )
     with pytest.raises(ConfigError, match="chunker"):
         other.run(source, out)
     summary = other.run(source, out, overwrite=True)
@@ -455,8 +532,11 @@ def test_model_errors_are_retried_on_the_next_run(docs: Path, tmp_path: Path) ->
     out = tmp_path / "out"
     first = _generator(Flaky(), n=2).run(load_docs(docs), out)
     assert first.errors_by_reason == {"connection_refused": 1}
-    key = next(json.loads(line)["key"] for line in (out / "attempts.jsonl").read_text().splitlines()
-               if json.loads(line)["status"] == "error")
+    key = next(
+        json.loads(line)["key"]
+        for line in (out / "attempts.jsonl").read_text().splitlines()
+        if json.loads(line)["status"] == "error"
+    )
     assert not Checkpoint(out).load().done(key)
 
 
@@ -476,7 +556,8 @@ def test_real_scanned_and_locked_pdfs_are_skipped_and_the_empty_password_one_is_
 ) -> None:
     folder = shared_real / "docs"
     files = sorted(str(p) for p in (folder / "encrypted").glob("*.pdf")) + [
-        str(p) for p in (folder / "scanned").glob("*.pdf")]
+        str(p) for p in (folder / "scanned").glob("*.pdf")
+    ]
     source = load_docs(files)
     assert source.root == folder.resolve()
     assert [d.id for d in source.documents] == ["encrypted/pypdf_r6-empty-password"]
@@ -487,8 +568,9 @@ def test_real_scanned_and_locked_pdfs_are_skipped_and_the_empty_password_one_is_
         "encrypted/skew-encrypted_scan.pdf": "encrypted",
         "scanned/c02-22_huckfinn_scan.pdf": "no_text_layer",
     }
-    unlocked = load_docs([str(folder / "encrypted" / "libreoffice-writer-password.pdf")],
-                         password="openpassword")
+    unlocked = load_docs(
+        [str(folder / "encrypted" / "libreoffice-writer-password.pdf")], password="openpassword"
+    )
     assert unlocked.documents[0].id == "libreoffice-writer-password"
 
 
@@ -497,39 +579,56 @@ def test_real_scanned_and_locked_pdfs_are_skipped_and_the_empty_password_one_is_
 
 def test_template_mode_is_reproducible_and_loads(tmp_path: Path) -> None:
     table = tmp_path / "assets.csv"
-    table.write_text("name,owner,location\nPrinter A,Facilities,Floor 2\n"
-                     "Laptop B,IT,\nServer C,Infrastructure,Basement\n", encoding="utf-8")
-    settings = TemplateSettings(key_column="name",
-                                questions={"owner": "Who owns {key}?",
-                                           "location": "Where is the {column} of {key}?"},
-                                types={"owner": "role_responsibility"}, n=4, seed=7)
+    table.write_text(
+        "name,owner,location\nPrinter A,Facilities,Floor 2\n"
+        "Laptop B,IT,\nServer C,Infrastructure,Basement\n",
+        encoding="utf-8",
+    )
+    settings = TemplateSettings(
+        key_column="name",
+        questions={"owner": "Who owns {key}?", "location": "Where is the {column} of {key}?"},
+        types={"owner": "role_responsibility"},
+        n=4,
+        seed=7,
+    )
     summary = generate_from_template(str(table), tmp_path / "a", settings)
     generate_from_template(str(table), tmp_path / "b", settings)
     text = (tmp_path / "a" / "eval.jsonl").read_text()
     assert text == (tmp_path / "b" / "eval.jsonl").read_text()
     assert summary.rejects_by_filter == {"empty_value": 1}  # Laptop B has no location
 
-    candidates = ["Who owns Printer A?", "Where is the location of Printer A?",
-                  "Who owns Laptop B?", "Who owns Server C?", "Where is the location of Server C?"]
+    candidates = [
+        "Who owns Printer A?",
+        "Where is the location of Printer A?",
+        "Who owns Laptop B?",
+        "Who owns Server C?",
+        "Where is the location of Server C?",
+    ]
     order = list(range(5))
     random.Random(7).shuffle(order)  # the documented selection rule, as a reference
     expected = [candidates[i] for i in sorted(order[:4])]
-    dataset = JsonlDataset(str(tmp_path / "a" / "eval.jsonl"),
-                           corpus=str(tmp_path / "a" / "corpus.jsonl")).load()
+    dataset = JsonlDataset(
+        str(tmp_path / "a" / "eval.jsonl"), corpus=str(tmp_path / "a" / "corpus.jsonl")
+    ).load()
     assert [s.user_input for s in dataset.samples] == expected
     assert [s.id for s in dataset.samples] == ["tpl-0001", "tpl-0002", "tpl-0003", "tpl-0004"]
     types = Counter("role_responsibility" if q.startswith("Who") else "lookup" for q in expected)
     assert summary.accepted_by_type == dict(types)
     by_question = {s.user_input: s for s in dataset.samples}
-    by_question.setdefault("Who owns Server C?", next(
-        s for s in dataset.samples if s.user_input.startswith("Who owns")))
+    by_question.setdefault(
+        "Who owns Server C?",
+        next(s for s in dataset.samples if s.user_input.startswith("Who owns")),
+    )
     owner = by_question["Who owns Server C?"]
     assert owner.reference == "Infrastructure" and owner.keywords == ["Infrastructure"]
     assert owner.reference_doc_ids == ["assets/row-3"]
     assert owner.reference_contexts == ["name: Server C\nowner: Infrastructure\nlocation: Basement"]
     with pytest.raises(ConfigError, match="unknown fields"):
-        generate_from_template(str(table), tmp_path / "c",
-                               TemplateSettings(key_column="name", questions={"owner": "{x}?"}))
+        generate_from_template(
+            str(table),
+            tmp_path / "c",
+            TemplateSettings(key_column="name", questions={"owner": "{x}?"}),
+        )
 
 
 # --- stats -----------------------------------------------------------------------------------
@@ -537,12 +636,26 @@ def test_template_mode_is_reproducible_and_loads(tmp_path: Path) -> None:
 
 def test_stats_by_hand(tmp_path: Path) -> None:
     samples = [
-        Sample(id="1", user_input="Who approves access?", reference="The data owner does.",
-               reference_doc_ids=["a"], question_type="role_responsibility"),
-        Sample(id="2", user_input="How long?", reference="Two days at most here.",
-               reference_doc_ids=["a", "b"], question_type="timeline_sla"),
-        Sample(id="3", user_input="Who pays travel?", question_type="role_responsibility",
-               answerable=False),
+        Sample(
+            id="1",
+            user_input="Who approves access?",
+            reference="The data owner does.",
+            reference_doc_ids=["a"],
+            question_type="role_responsibility",
+        ),
+        Sample(
+            id="2",
+            user_input="How long?",
+            reference="Two days at most here.",
+            reference_doc_ids=["a", "b"],
+            question_type="timeline_sla",
+        ),
+        Sample(
+            id="3",
+            user_input="Who pays travel?",
+            question_type="role_responsibility",
+            answerable=False,
+        ),
     ]
     stats = compute_stats(samples)
     assert stats.by_type == {"role_responsibility": 2, "timeline_sla": 1}
@@ -561,9 +674,17 @@ def test_dataset_stats_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[st
     from rag_experiments.cli import main
 
     path = tmp_path / "d.jsonl"
-    path.write_text(json.dumps({"id": "1", "user_input": "What is a privileged account?",
-                                "reference": "An account with administrator rights.",
-                                "question_type": "definition_concept"}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "id": "1",
+                "user_input": "What is a privileged account?",
+                "reference": "An account with administrator rights.",
+                "question_type": "definition_concept",
+            }
+        )
+        + "\n"
+    )
     assert main(["dataset", "stats", str(path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["by_type"] == {"definition_concept": 1} and data["avg_answer_words"] == 5.0
@@ -580,8 +701,11 @@ def test_a_reader_that_leaves_the_pipe_early_is_not_an_error(tmp_path: Path) -> 
     from rag_experiments.app import PROJECT_ROOT
 
     sample = PROJECT_ROOT / "datasets" / "sample" / "eval.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "rag_experiments", "dataset", "stats",
-                             str(sample)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rag_experiments", "dataset", "stats", str(sample)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # the reader is gone before anything is written
     err = proc.stderr.read().decode()

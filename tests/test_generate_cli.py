@@ -13,7 +13,6 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import ConfigCompositionException
 from mlflow import MlflowClient
 from omegaconf import DictConfig
-
 from run_helpers import evaluate_retrieval
 
 from rag_experiments.app import CONF_DIR
@@ -30,31 +29,43 @@ PARAGRAPH = (
 # Fixed scripted outputs (every call gets the same one): the first is accepted, later ones
 # are exact duplicates. The answer's words occur in every policy paragraph.
 QUESTION = "Who reviews requests and records each decision in the register?"
-ANSWER = ("Requests are reviewed within working days and each decision is recorded in the "
-          "register by the reviewer.")
+ANSWER = (
+    "Requests are reviewed within working days and each decision is recorded in the "
+    "register by the reviewer."
+)
 
 
 @pytest.fixture
 def docs(tmp_path: Path) -> Path:
     folder = tmp_path / "docs"
     folder.mkdir()
-    for i, (topic, role) in enumerate([("laptops", "asset officer"), ("badges", "security desk"),
-                                       ("backups", "storage team")]):
+    for i, (topic, role) in enumerate(
+        [("laptops", "asset officer"), ("badges", "security desk"), ("backups", "storage team")]
+    ):
         (folder / f"policy-{i}.md").write_text(
             f"# {topic.title()} policy\n\n" + PARAGRAPH.format(topic=topic, role=role, days=i + 2),
-            encoding="utf-8")
+            encoding="utf-8",
+        )
     (folder / "scan.tiff").write_bytes(b"II*\x00")
     return folder
 
 
 def _overrides(tmp_path: Path, docs: Path, out: Path) -> list[str]:
     return [
-        f"docs={docs}", f"out={out}", "n=2", "n_unanswerable=1", "min_chunk_words=10",
-        "llm=fake", "judge=fake", "embedder=hash", "progress=false",
+        f"docs={docs}",
+        f"out={out}",
+        "n=2",
+        "n_unanswerable=1",
+        "min_chunk_words=10",
+        "llm=fake",
+        "judge=fake",
+        "embedder=hash",
+        "progress=false",
         f"+llm.responses.QAPair={{question:'{QUESTION}',answer:'{ANSWER}'}}",
         "+llm.responses.UnanswerableQuestion={question:'Which travel budget pays for trips?'}",
         "+judge.responses.AnswerCheck={answered:false}",
-        f"paths.cache_dir={tmp_path}/cache", f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
+        f"paths.cache_dir={tmp_path}/cache",
+        f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
         f"hydra.run.dir={tmp_path}/hydra",
     ]
 
@@ -91,9 +102,12 @@ def test_generate_command_writes_dataset_logs_mlflow_and_run_loads_it(
     assert run.data.params["docs_password"] is not None
     paths = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"summary.json", "skipped_files.json", "dataset"} <= paths
-    local = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, tracking_uri=uri,
-                                                artifact_path="dataset/eval.jsonl",
-                                                dst_path=str(tmp_path / "dl"))
+    local = mlflow.artifacts.download_artifacts(
+        run_id=run.info.run_id,
+        tracking_uri=uri,
+        artifact_path="dataset/eval.jsonl",
+        dst_path=str(tmp_path / "dl"),
+    )
     assert Path(local).read_text() == (out / "eval.jsonl").read_text()
 
     # resuming a finished output makes no new attempt
@@ -106,11 +120,19 @@ def test_generate_command_writes_dataset_logs_mlflow_and_run_loads_it(
     assert evaluation.data.metrics["n_unanswerable"] == 1
 
 
-def test_generate_command_reports_a_missing_out(docs: Path, tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_generate_command_reports_a_missing_out(
+    docs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit):
-        main(["generate", f"docs={docs}", "llm=fake", f"hydra.run.dir={tmp_path}/h",
-              f"tracking.uri=sqlite:///{tmp_path}/mlruns.db"])
+        main(
+            [
+                "generate",
+                f"docs={docs}",
+                "llm=fake",
+                f"hydra.run.dir={tmp_path}/h",
+                f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
+            ]
+        )
     assert "out is required" in capsys.readouterr().err
 
 
@@ -130,21 +152,33 @@ def test_generate_config_is_typed_and_logs_to_the_datasets_experiment() -> None:
     assert cfg.n == 40 and list(cfg.types) == list(QUESTION_TYPES)
     assert cfg.attempt_factor == 2.0 and cfg.dedup_threshold == 0.95
     assert cfg.llm._target_.endswith("EmbeddedChat") and cfg.chunker._target_.endswith(
-        "SemanticChunker")
+        "SemanticChunker"
+    )
     with pytest.raises(ConfigCompositionException, match="nn"):
         _compose_generate("docs=d", "out=o", "nn=3")
 
 
 def test_template_mode_through_the_config(tmp_path: Path) -> None:
     table = tmp_path / "people.jsonl"
-    table.write_text('{"name": "Ada", "role": "analyst", "team": "risk"}\n'
-                     '{"name": "Bo", "role": "auditor", "team": null}\n', encoding="utf-8")
-    cfg = _compose_generate(f"docs={table}", f"out={tmp_path}/out", "mode=template",
-                            "template.key_column=name", "n=0",
-                            "+template.types.role=role_responsibility")
+    table.write_text(
+        '{"name": "Ada", "role": "analyst", "team": "risk"}\n'
+        '{"name": "Bo", "role": "auditor", "team": null}\n',
+        encoding="utf-8",
+    )
+    cfg = _compose_generate(
+        f"docs={table}",
+        f"out={tmp_path}/out",
+        "mode=template",
+        "template.key_column=name",
+        "n=0",
+        "+template.types.role=role_responsibility",
+    )
     summary = generate_dataset(cfg)
     rows = [json.loads(line) for line in (tmp_path / "out" / "eval.jsonl").read_text().splitlines()]
     assert sorted(r["user_input"] for r in rows) == [
-        "What is the role of Ada?", "What is the role of Bo?", "What is the team of Ada?"]
+        "What is the role of Ada?",
+        "What is the role of Bo?",
+        "What is the team of Ada?",
+    ]
     assert summary.accepted_by_type == {"role_responsibility": 2, "lookup": 1}
     assert summary.corpus == str(tmp_path / "out" / "corpus.jsonl")

@@ -54,13 +54,22 @@ def _free_port() -> int:
 
 def _rag_exp(cwd: Path, *args: str, verbose: bool = False) -> subprocess.CompletedProcess[str]:
     """``python -m rag_experiments [--verbose] run <args>`` with MLflow and caches in ``cwd``."""
-    cmd = [sys.executable, "-m", "rag_experiments", *(["--verbose"] if verbose else []), "run",
-           *args, f"tracking.uri=sqlite:///{cwd}/mlruns.db", f"paths.cache_dir={cwd}/cache",
-           "progress=false"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rag_experiments",
+        *(["--verbose"] if verbose else []),
+        "run",
+        *args,
+        f"tracking.uri=sqlite:///{cwd}/mlruns.db",
+        f"paths.cache_dir={cwd}/cache",
+        "progress=false",
+    ]
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
     env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S, check=False)
+    return subprocess.run(
+        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
+    )
 
 
 def _explain(done: subprocess.CompletedProcess[str]) -> str:
@@ -90,26 +99,35 @@ def test_a_refused_judge_port_fails_the_preflight_at_once() -> None:
     assert elapsed < 3.0  # a refused connection is not retried (CHECK: no backoff)
 
 
-def test_ollama_and_openai_checks(httpserver: HTTPServer, caplog: pytest.LogCaptureFixture
-                                  ) -> None:
+def test_ollama_and_openai_checks(httpserver: HTTPServer, caplog: pytest.LogCaptureFixture) -> None:
     base = httpserver.url_for("").rstrip("/")
     httpserver.expect_request("/api/tags").respond_with_json(
-        {"models": [{"name": "llama3.1:8b", "model": "llama3.1:8b", "digest": "abc"},
-                    {"name": "bge-m3:latest", "model": "bge-m3:latest", "digest": "def"}]})
+        {
+            "models": [
+                {"name": "llama3.1:8b", "model": "llama3.1:8b", "digest": "abc"},
+                {"name": "bge-m3:latest", "model": "bge-m3:latest", "digest": "def"},
+            ]
+        }
+    )
     OllamaChat(model="llama3.1:8b", base_url=base).check()
     OllamaEmbedder(model="bge-m3", base_url=base).check()  # implicit :latest
-    with pytest.raises(ModelNotFoundError, match=r"has: bge-m3:latest, llama3.1:8b\); run "
-                                                 r"`ollama pull mistral`"):
+    with pytest.raises(
+        ModelNotFoundError,
+        match=r"has: bge-m3:latest, llama3.1:8b\); run "
+        r"`ollama pull mistral`",
+    ):
         OllamaChat(model="mistral", base_url=base).check()
 
     httpserver.expect_request("/v1/models").respond_with_json(
-        {"data": [{"id": "served", "max_model_len": 8192}]})
+        {"data": [{"id": "served", "max_model_len": 8192}]}
+    )
     with caplog.at_level("INFO"):
         OpenAICompatChat(model="served", base_url=base + "/v1").check()
     assert "context window of 8192 tokens" in caplog.text
     # not listed: one 1-token call decides; vLLM answers 404 "model ... does not exist"
     httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_json(
-        {"error": {"message": "The model `other` does not exist."}}, status=404)
+        {"error": {"message": "The model `other` does not exist."}}, status=404
+    )
     with pytest.raises(ModelNotFoundError):
         OpenAICompatChat(model="other", base_url=base + "/v1").check()
     sent = json.loads(httpserver.log[-1][0].get_data())
@@ -145,12 +163,20 @@ def test_the_target_checks_delegate_and_health_is_asked_once(httpserver: HTTPSer
 @pytest.mark.slow
 def test_dead_judge_run_stops_before_answering_without_traceback(tmp_path: Path) -> None:
     port = _free_port()
-    done = _rag_exp(tmp_path, "llm=fake", "embedder=hash", "judge=openai",
-                    f"judge.base_url=http://127.0.0.1:{port}/v1", "metrics=custom")
+    done = _rag_exp(
+        tmp_path,
+        "llm=fake",
+        "embedder=hash",
+        "judge=openai",
+        f"judge.base_url=http://127.0.0.1:{port}/v1",
+        "metrics=custom",
+    )
     assert done.returncode == 1, _explain(done)
     assert "Traceback" not in done.stderr
-    assert (f"rag-exp run: error: preflight: the judge cannot be used, so nothing was run: "
-            f"cannot reach http://127.0.0.1:{port}/v1/models") in done.stderr
+    assert (
+        f"rag-exp run: error: preflight: the judge cannot be used, so nothing was run: "
+        f"cannot reach http://127.0.0.1:{port}/v1/models"
+    ) in done.stderr
     (run,) = _runs(tmp_path)
     assert run.info.status == "FAILED" and "preflight" in run.data.tags["error"]
     assert "n_samples" not in run.data.metrics  # no question was answered
@@ -160,29 +186,45 @@ def test_dead_judge_run_stops_before_answering_without_traceback(tmp_path: Path)
 
 
 def test_nan_objective_says_which_metric_why_and_n_valid() -> None:
-    rows = [{"faithfulness": MetricValue.nan("parse_error"), "nDCG@10": MetricValue(0.5)},
-            {"faithfulness": MetricValue.nan("parse_error"), "nDCG@10": MetricValue(1.0)},
-            {"faithfulness": MetricValue.nan("timeout"), "nDCG@10": MetricValue(0.0)}]
+    rows = [
+        {"faithfulness": MetricValue.nan("parse_error"), "nDCG@10": MetricValue(0.5)},
+        {"faithfulness": MetricValue.nan("parse_error"), "nDCG@10": MetricValue(1.0)},
+        {"faithfulness": MetricValue.nan("timeout"), "nDCG@10": MetricValue(0.0)},
+    ]
     summary = {"nDCG@10": 0.5, "faithfulness_n_valid": 0.0}
     assert math.isnan(objective_value("0.5*nDCG@10+0.5*faithfulness", summary))
     assert objective_value("nDCG@10", summary) == 0.5
     reason = nan_reason("0.5*nDCG@10+0.5*faithfulness", rows)
-    assert reason == ("objective 0.5*nDCG@10+0.5*faithfulness: faithfulness is NaN: 0 of 3 rows "
-                      "valid (parse_error: 2, timeout: 1)")
+    assert reason == (
+        "objective 0.5*nDCG@10+0.5*faithfulness: faithfulness is NaN: 0 of 3 rows "
+        "valid (parse_error: 2, timeout: 1)"
+    )
     value = pickle.loads(pickle.dumps(NaNObjective(reason)))  # crosses launcher processes
     assert math.isnan(value) and value.reason == reason
 
 
 @pytest.mark.slow
 def test_optuna_study_with_only_nan_trials_ends_in_one_line(tmp_path: Path) -> None:
-    done = _rag_exp(tmp_path, "-m", "experiment=optuna_search", "hydra.sweeper.n_trials=2",
-                    "objective=faithfulness", "metrics=custom", "llm=fake", "judge=fake",
-                    "judge.responses.FaithfulnessOutput=garbage", "embedder=hash",
-                    "max_samples=4", f"hydra.sweep.dir={tmp_path}/sweep")
+    done = _rag_exp(
+        tmp_path,
+        "-m",
+        "experiment=optuna_search",
+        "hydra.sweeper.n_trials=2",
+        "objective=faithfulness",
+        "metrics=custom",
+        "llm=fake",
+        "judge=fake",
+        "judge.responses.FaithfulnessOutput=garbage",
+        "embedder=hash",
+        "max_samples=4",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+    )
     assert done.returncode == 1, _explain(done)
     assert "Traceback" not in done.stderr
-    line = ("no trial of the Optuna study completed, so there is no best value: objective "
-            "faithfulness: faithfulness is NaN: 0 of 4 rows valid (parse_error: 4) (x2)")
+    line = (
+        "no trial of the Optuna study completed, so there is no best value: objective "
+        "faithfulness: faithfulness is NaN: 0 of 4 rows valid (parse_error: 4) (x2)"
+    )
     assert f"rag-exp run: error: {line}" in done.stderr
     assert done.stdout.count("Failed experiment: objective faithfulness: faithfulness is NaN") == 2
     runs = _runs(tmp_path)
@@ -199,11 +241,22 @@ def test_optuna_study_goes_on_after_a_nan_trial(tmp_path: Path) -> None:
     # The fake judge scripts 5 context verdicts: top_k=5 scores context_precision, top_k=3
     # makes every row a parse_error (NaN objective). The seeded sampler tries both. (Not the
     # grid sampler: when its last point fails, the plugin itself raises in Study.stop.)
-    done = _rag_exp(tmp_path, "-m", "hydra/sweeper=rag_optuna", "hydra.sweeper.n_trials=3",
-                    "hydra.sweeper.sampler.seed=0", "hydra.sweeper.n_jobs=1",
-                    "retriever.top_k=choice(3,5)", "objective=context_precision",
-                    "metrics=custom", "llm=fake", "judge=fake", "embedder=hash",
-                    "max_samples=4", f"hydra.sweep.dir={tmp_path}/sweep")
+    done = _rag_exp(
+        tmp_path,
+        "-m",
+        "hydra/sweeper=rag_optuna",
+        "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.sampler.seed=0",
+        "hydra.sweeper.n_jobs=1",
+        "retriever.top_k=choice(3,5)",
+        "objective=context_precision",
+        "metrics=custom",
+        "llm=fake",
+        "judge=fake",
+        "embedder=hash",
+        "max_samples=4",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+    )
     assert done.returncode == 0, _explain(done)
     assert "Failed experiment: objective context_precision: context_precision is NaN" in done.stdout
     children = [r for r in _runs(tmp_path) if MLFLOW_PARENT_RUN_ID in r.data.tags]
@@ -238,13 +291,18 @@ def test_jmespath_key_with_a_dash_gets_its_quoted_form() -> None:
 
 @pytest.mark.slow
 def test_a_refused_config_is_one_line_and_verbose_shows_the_stack(tmp_path: Path) -> None:
-    args = ("target=http", f"target.url=http://127.0.0.1:{_free_port()}/ask",
-            "target.response.contexts=source-documents")
+    args = (
+        "target=http",
+        f"target.url=http://127.0.0.1:{_free_port()}/ask",
+        "target.response.contexts=source-documents",
+    )
     done = _rag_exp(tmp_path, *args)
     assert done.returncode == 1, _explain(done)
     assert "Traceback" not in done.stderr
-    assert "rag-exp run: error: target.response.contexts: 'source-documents' is not a valid " \
-           "JMESPath expression" in done.stderr
+    assert (
+        "rag-exp run: error: target.response.contexts: 'source-documents' is not a valid "
+        "JMESPath expression" in done.stderr
+    )
     assert '"target.response.contexts=\'\\"source-documents\\"\'"' in done.stderr
     verbose = _rag_exp(tmp_path, *args, verbose=True)
     assert verbose.returncode == 1 and "Traceback" in verbose.stderr, _explain(verbose)
@@ -252,8 +310,15 @@ def test_a_refused_config_is_one_line_and_verbose_shows_the_stack(tmp_path: Path
 
 @pytest.mark.slow
 def test_a_failed_sweep_job_is_a_failed_child_and_one_line(tmp_path: Path) -> None:
-    done = _rag_exp(tmp_path, "-m", "retriever.top_k=0,3", "embedder=hash", "llm=fake",
-                    "metrics=retrieval", f"hydra.sweep.dir={tmp_path}/sweep")
+    done = _rag_exp(
+        tmp_path,
+        "-m",
+        "retriever.top_k=0,3",
+        "embedder=hash",
+        "llm=fake",
+        "metrics=retrieval",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+    )
     assert done.returncode == 1, _explain(done)
     assert "Traceback" not in done.stderr
     assert "rag-exp run: error: retriever.top_k must be >= 1, got 0" in done.stderr
@@ -268,24 +333,30 @@ def test_a_failed_sweep_job_is_a_failed_child_and_one_line(tmp_path: Path) -> No
 def _beir_folder(root: Path) -> Path:
     """4 queries: q1 and q3 have a relevant doc, q2 only a grade-0 row, q4 no row."""
     (root / "qrels").mkdir(parents=True)
-    docs = [{"_id": f"d{i}", "title": f"Doc {i}", "text": f"Document {i} is about topic {i}."}
-            for i in range(1, 4)]
+    docs = [
+        {"_id": f"d{i}", "title": f"Doc {i}", "text": f"Document {i} is about topic {i}."}
+        for i in range(1, 4)
+    ]
     (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     queries = [{"_id": f"q{i}", "text": f"What about topic {i}?"} for i in range(1, 5)]
     (root / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
     (root / "qrels" / "test.tsv").write_text(
-        "query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t0\nq3\td3\t2\nq2\td1\t0\n")
+        "query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t0\nq3\td3\t2\nq2\td1\t0\n"
+    )
     return root
 
 
 def test_beir_queries_left_out_are_listed_with_their_reason(tmp_path: Path) -> None:
     data = BeirDataset(str(_beir_folder(tmp_path / "beir"))).load()
     assert [s.id for s in data.samples] == ["q1", "q3"]
-    assert [(d.id, d.reason) for d in data.dropped] == [("q2", "no_relevant_doc"),
-                                                        ("q4", "no_qrels")]
+    assert [(d.id, d.reason) for d in data.dropped] == [
+        ("q2", "no_relevant_doc"),
+        ("q4", "no_qrels"),
+    ]
     assert data.dropped[0].detail == "its 2 row(s) in qrels/test.tsv all have score 0"
-    assert data.dropped_summary() == ("2 rows of beir left out: no_relevant_doc 1 (q2); "
-                                      "no_qrels 1 (q4)")
+    assert data.dropped_summary() == (
+        "2 rows of beir left out: no_relevant_doc 1 (q2); no_qrels 1 (q4)"
+    )
     assert data.subset(1).dropped == data.dropped
 
 
@@ -293,8 +364,15 @@ def test_a_run_logs_and_prints_the_dropped_queries(
     compose_cfg: Callable[..., DictConfig], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = _beir_folder(tmp_path / "beir")
-    cfg = compose_cfg("dataset=beir", f"dataset.path={folder}", "chunker=none", "embedder=hash",
-                      "metrics=retrieval", "llm=fake", "judge=fake")
+    cfg = compose_cfg(
+        "dataset=beir",
+        f"dataset.path={folder}",
+        "chunker=none",
+        "embedder=hash",
+        "metrics=retrieval",
+        "llm=fake",
+        "judge=fake",
+    )
     run_job(cfg)
     out = capsys.readouterr().out
     assert "dropped 2 rows of beir left out: no_relevant_doc 1 (q2); no_qrels 1 (q4)" in out
@@ -305,6 +383,7 @@ def test_a_run_logs_and_prints_the_dropped_queries(
     assert run.data.tags["dataset.dropped"].startswith("2 rows of beir left out")
     assert run.data.metrics["n_samples"] == 2.0
     path = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlruns.db").download_artifacts(
-        run.info.run_id, "dropped_rows.json", str(tmp_path / "dl"))
+        run.info.run_id, "dropped_rows.json", str(tmp_path / "dl")
+    )
     rows = json.loads(Path(path).read_text())
     assert [(r["id"], r["reason"]) for r in rows] == [("q2", "no_relevant_doc"), ("q4", "no_qrels")]

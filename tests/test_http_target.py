@@ -125,12 +125,18 @@ def _sample(i: int | str, question: str | None = None, **kw) -> Sample:
 
 def test_body_template_fills_placeholders_and_keeps_types():
     tpl = RequestTemplate(
-        {"q": "{user_input}", "meta": {"id": "{id}", "k": 5, "note": "ask: {user_input} {{raw}}"},
-         "list": ["{question_type}", True, None]}
+        {
+            "q": "{user_input}",
+            "meta": {"id": "{id}", "k": 5, "note": "ask: {user_input} {{raw}}"},
+            "list": ["{question_type}", True, None],
+        }
     )
     body = tpl.render(_sample(7, "Who approves?", question_type="procedural"))
-    assert body == {"q": "Who approves?", "meta": {"id": "q7", "k": 5, "note": "ask: Who approves? {raw}"},
-                    "list": ["procedural", True, None]}
+    assert body == {
+        "q": "Who approves?",
+        "meta": {"id": "q7", "k": 5, "note": "ask: Who approves? {raw}"},
+        "list": ["procedural", True, None],
+    }
     assert tpl.body["q"] == "{user_input}"  # the template itself is unchanged
 
 
@@ -141,10 +147,20 @@ def test_body_template_rejects_unknown_placeholder():
 
 def test_header_env_interpolation_and_redaction(monkeypatch):
     monkeypatch.setenv("RX_TEST_TOKEN", "tok-123456")
-    tpl = RequestTemplate({}, {"Authorization": "Bearer {env:RX_TEST_TOKEN}", "X-Tenant": "t{env:RX_TEST_TOKEN}",
-                               "Accept": "application/json"})
+    tpl = RequestTemplate(
+        {},
+        {
+            "Authorization": "Bearer {env:RX_TEST_TOKEN}",
+            "X-Tenant": "t{env:RX_TEST_TOKEN}",
+            "Accept": "application/json",
+        },
+    )
     assert tpl.headers["Authorization"] == "Bearer tok-123456"
-    assert tpl.public_headers() == {"Authorization": REDACTED, "X-Tenant": REDACTED, "Accept": "application/json"}
+    assert tpl.public_headers() == {
+        "Authorization": REDACTED,
+        "X-Tenant": REDACTED,
+        "Accept": "application/json",
+    }
     assert tpl.scrub("echo ttok-123456 and Bearer abc") == f"echo t{REDACTED} and {REDACTED}"
     monkeypatch.delenv("RX_TEST_TOKEN")
     with pytest.raises(ConfigError, match="RX_TEST_TOKEN, which is not set"):
@@ -158,19 +174,40 @@ def test_header_env_interpolation_and_redaction(monkeypatch):
 
 def test_mapping_strings_with_top_level_ids():
     m = ResponseMapping()
-    out = m.apply({"answer": "A", "contexts": ["c1", "c2"], "context_ids": ["x#0", 7],
-                   "doc_ids": ["x", "y", "x", "z"]})
-    assert (out.answer, out.contexts, out.context_ids, out.doc_ids) == ("A", ["c1", "c2"], ["x#0", "7"], ["x", "y", "z"])
+    out = m.apply(
+        {
+            "answer": "A",
+            "contexts": ["c1", "c2"],
+            "context_ids": ["x#0", 7],
+            "doc_ids": ["x", "y", "x", "z"],
+        }
+    )
+    assert (out.answer, out.contexts, out.context_ids, out.doc_ids) == (
+        "A",
+        ["c1", "c2"],
+        ["x#0", "7"],
+        ["x", "y", "z"],
+    )
 
 
 def test_mapping_context_objects_with_sub_expressions():
-    m = ResponseMapping(answer="data.reply", contexts="data.hits", context_text="chunk.body",
-                        context_id="chunk.id", context_doc_id="source.doc")
-    payload = {"data": {"reply": "R", "hits": [
-        {"chunk": {"body": "t1", "id": "a#1"}, "source": {"doc": "a"}},
-        {"chunk": {"body": "t2", "id": "b#0"}, "source": {"doc": "b"}},
-        {"chunk": {"body": "t3", "id": "a#2"}, "source": {"doc": "a"}},
-    ]}}
+    m = ResponseMapping(
+        answer="data.reply",
+        contexts="data.hits",
+        context_text="chunk.body",
+        context_id="chunk.id",
+        context_doc_id="source.doc",
+    )
+    payload = {
+        "data": {
+            "reply": "R",
+            "hits": [
+                {"chunk": {"body": "t1", "id": "a#1"}, "source": {"doc": "a"}},
+                {"chunk": {"body": "t2", "id": "b#0"}, "source": {"doc": "b"}},
+                {"chunk": {"body": "t3", "id": "a#2"}, "source": {"doc": "a"}},
+            ],
+        }
+    }
     out = m.apply(payload)
     assert out.contexts == ["t1", "t2", "t3"]
     assert out.context_ids == ["a#1", "b#0", "a#2"]
@@ -207,15 +244,39 @@ def test_mapping_errors():
     ("option", "payload", "expected"),
     [
         ("http", {"answer": "A", "contexts": ["c1"], "doc_ids": ["d1"]}, ("A", ["c1"], ["d1"])),
-        ("http_openai",
-         {"choices": [{"message": {"role": "assistant", "content": "A",
-                                   "context": {"citations": [{"content": "c1", "chunk_id": "0"}]}}}]},
-         ("A", ["c1"], None)),
-        ("http_openai", {"choices": [{"message": {"role": "assistant", "content": "A"}}]}, ("A", [], None)),
-        ("http_langserve",
-         {"output": {"answer": "A", "context": [{"page_content": "c1", "metadata": {"source": "f.pdf"},
-                                                  "type": "Document"}]}, "metadata": {"run_id": "r"}},
-         ("A", ["c1"], None)),
+        (
+            "http_openai",
+            {
+                "choices": [
+                    {
+                        "message": {
+                            "role": "assistant",
+                            "content": "A",
+                            "context": {"citations": [{"content": "c1", "chunk_id": "0"}]},
+                        }
+                    }
+                ]
+            },
+            ("A", ["c1"], None),
+        ),
+        (
+            "http_openai",
+            {"choices": [{"message": {"role": "assistant", "content": "A"}}]},
+            ("A", [], None),
+        ),
+        (
+            "http_langserve",
+            {
+                "output": {
+                    "answer": "A",
+                    "context": [
+                        {"page_content": "c1", "metadata": {"source": "f.pdf"}, "type": "Document"}
+                    ],
+                },
+                "metadata": {"run_id": "r"},
+            },
+            ("A", ["c1"], None),
+        ),
     ],
 )
 def test_presets_compose_and_map_their_shape(compose_cfg, option, payload, expected):
@@ -234,14 +295,20 @@ def test_misspelled_http_key_fails_at_compose(compose_cfg):
 
 def test_body_can_be_replaced_by_a_json_string(compose_cfg):
     cfg = compose_cfg("target=http", """target.body='{"input": {"question": "{user_input}"}}'""")
-    assert instantiate(cfg.target).template.render(_sample(1, "Q?")) == {"input": {"question": "Q?"}}
+    assert instantiate(cfg.target).template.render(_sample(1, "Q?")) == {
+        "input": {"question": "Q?"}
+    }
 
 
 # --- corpus doc matching ------------------------------------------------------------------------
 
 CORPUS = [
-    Document("a", "Access Policy. New accounts are requested by the line manager, using form AR-1."),
-    Document("b", "Travel. Economy class is booked for flights under six hours; receipts are required."),
+    Document(
+        "a", "Access Policy. New accounts are requested by the line manager, using form AR-1."
+    ),
+    Document(
+        "b", "Travel. Economy class is booked for flights under six hours; receipts are required."
+    ),
     Document("c", "Travel (copy). Economy class is booked for flights under six hours."),
 ]
 
@@ -260,8 +327,9 @@ def test_doc_matcher_rule_by_hand():
     assert m.match("economy class flights yak") == "b"
     assert m.match("accounts requested zebra yak wolf") is None  # 2/5 = 0.4 < 0.7
     assert m.match("?!") is None
-    assert m.rank(["flights under six hours", "nothing like it here", "line manager", "receipts are required"]) \
-        == ["b", "unmatched:2", "a"]
+    assert m.rank(
+        ["flights under six hours", "nothing like it here", "line manager", "receipts are required"]
+    ) == ["b", "unmatched:2", "a"]
 
 
 def test_doc_matcher_rejects_bad_overlap():
@@ -297,8 +365,12 @@ def test_secrets_never_reach_messages_tags_or_logs(monkeypatch, caplog):
 
     caplog.set_level(logging.DEBUG)
     with ScriptedServer(echo) as srv:
-        target = HttpTarget(f"{srv.url}/ask", headers={"Authorization": "Bearer {env:RX_TEST_TOKEN}"},
-                            retries=1, backoff_s=0.0)
+        target = HttpTarget(
+            f"{srv.url}/ask",
+            headers={"Authorization": "Bearer {env:RX_TEST_TOKEN}"},
+            retries=1,
+            backoff_s=0.0,
+        )
         target.prepare(EvalDataset("t", [], []))
         resp = target.answer(_sample(1))
     assert srv.headers[0]["Authorization"] == "Bearer very-secret-42"  # the server got it
@@ -318,7 +390,9 @@ def test_retry_after_recovers_and_health_check(caplog):
         return _json({"answer": "fine", "contexts": ["c"]})
 
     with ScriptedServer(flaky) as srv:
-        target = HttpTarget(f"{srv.url}/ask", health_url=f"{srv.url}/health", retries=2, backoff_s=0.01)
+        target = HttpTarget(
+            f"{srv.url}/ask", health_url=f"{srv.url}/health", retries=2, backoff_s=0.01
+        )
         target.prepare(EvalDataset("t", [], []))
         resp = target.answer(_sample(1))
     assert resp.error is None and resp.response == "fine" and resp.metadata["attempts"] == 2
@@ -326,8 +400,9 @@ def test_retry_after_recovers_and_health_check(caplog):
 
 
 def test_failed_health_check_stops_before_the_run():
-    target = HttpTarget("http://127.0.0.1:9/ask", health_url=f"http://127.0.0.1:{_free_port()}/health",
-                        retries=0)
+    target = HttpTarget(
+        "http://127.0.0.1:9/ask", health_url=f"http://127.0.0.1:{_free_port()}/health", retries=0
+    )
     with pytest.raises(TargetError, match="health check GET .* failed") as e:
         target.prepare(EvalDataset("t", [], []))
     assert e.value.reason == "endpoint_unavailable"
@@ -352,20 +427,31 @@ def test_concurrency_keeps_order_and_per_row_latency():
 
 # --- the fault-injection run --------------------------------------------------------------------
 
-DOCS = [Document(f"d{i}", t) for i, t in enumerate([
-    "Alpha bravo charlie delta echo foxtrot.",
-    "Golf hotel india juliet kilo lima.",
-    "Mike november oscar papa quebec romeo.",
-])]
+DOCS = [
+    Document(f"d{i}", t)
+    for i, t in enumerate(
+        [
+            "Alpha bravo charlie delta echo foxtrot.",
+            "Golf hotel india juliet kilo lima.",
+            "Mike november oscar papa quebec romeo.",
+        ]
+    )
+]
 T = [d.text for d in DOCS]
 
 REPLIES: dict[int, Callable[[int], Reply | str]] = {
     # answered (q3 only at the second attempt): doc ids from text, then from the endpoint
     0: lambda n: _json({"answer": "a0", "contexts": [T[0], T[1]]}),
     1: lambda n: _json({"answer": "a1", "contexts": [T[0], T[1]]}),
-    2: lambda n: _json({"answer": "a2", "contexts": [{"text": T[1], "doc_id": "d1"},
-                                                      {"text": T[2], "doc_id": "d2"}]}),
-    3: lambda n: (503, "text/plain", b"busy") if n == 1 else _json({"answer": "a3", "contexts": [T[0]]}),
+    2: lambda n: _json(
+        {
+            "answer": "a2",
+            "contexts": [{"text": T[1], "doc_id": "d1"}, {"text": T[2], "doc_id": "d2"}],
+        }
+    ),
+    3: lambda n: (
+        (503, "text/plain", b"busy") if n == 1 else _json({"answer": "a3", "contexts": [T[0]]})
+    ),
     # failures
     4: lambda n: DROP,
     5: lambda n: _json({"answer": "late", "contexts": []}),  # after a delay > timeout
@@ -374,8 +460,14 @@ REPLIES: dict[int, Callable[[int], Reply | str]] = {
     8: lambda n: _json({"result": {"text": "wrong shape"}}),
     9: lambda n: _json({"answer": "a9", "contexts": T[0]}),
 }
-REASONS = {4: "connection_error", 5: "timeout", 6: "http_500", 7: "non_json", 8: "mapping_empty",
-           9: "mapping_invalid"}
+REASONS = {
+    4: "connection_error",
+    5: "timeout",
+    6: "http_500",
+    7: "non_json",
+    8: "mapping_empty",
+    9: "mapping_invalid",
+}
 
 
 @pytest.fixture
@@ -394,13 +486,21 @@ def test_fault_injection_rows_fail_with_reasons_and_averages_cover_the_rest(tmp_
     refs = {0: "d0", 1: "d1", 2: "d2", 3: "d0"}
     samples = [_sample(i, reference_doc_ids=[refs.get(i, "d0")]) for i in range(10)]
     dataset = EvalDataset("faults", samples, DOCS, "mem")
-    target = HttpTarget(f"{fault_server.url}/ask", timeout_s=0.3, retries=2, backoff_s=0.01,
-                        max_concurrency=3)
+    target = HttpTarget(
+        f"{fault_server.url}/ask", timeout_s=0.3, retries=2, backoff_s=0.01, max_concurrency=3
+    )
     uri = f"sqlite:///{tmp_path}/m.db"
     tracker = MlflowTracker(uri=uri, experiment="faults", run_name="faults")
     with pytest.raises(RunFailedError, match="6 of 10 questions failed") as e:  # default 0.2
-        run_experiment(dataset, target, [RetrievalMetrics(cutoffs=[1, 3], chunk_level=False), KeywordCoverage()],
-                       tracker, params={}, config_yaml="", progress=False)
+        run_experiment(
+            dataset,
+            target,
+            [RetrievalMetrics(cutoffs=[1, 3], chunk_level=False), KeywordCoverage()],
+            tracker,
+            params={},
+            config_yaml="",
+            progress=False,
+        )
     assert '"http_500": 1' in str(e.value) and '"timeout": 1' in str(e.value)
 
     client = MlflowClient(uri)
@@ -415,8 +515,12 @@ def test_fault_injection_rows_fail_with_reasons_and_averages_cover_the_rest(tmp_
     assert m["Hit_at_3"] == 1.0
     assert m["latency_ms_p50"] > 0 and m["latency_ms_p95"] >= m["latency_ms_p50"]
 
-    path = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="per_query_results.csv",
-                                               tracking_uri=uri, dst_path=str(tmp_path))
+    path = mlflow.artifacts.download_artifacts(
+        run_id=run.info.run_id,
+        artifact_path="per_query_results.csv",
+        tracking_uri=uri,
+        dst_path=str(tmp_path),
+    )
     table = pd.read_csv(path).set_index("id")
     for i, reason in REASONS.items():
         row = table.loc[f"q{i}"]

@@ -25,7 +25,6 @@ from rag_experiments.llm.parsing import parse_structured
 from rag_experiments.qualify.check import JudgeCheck
 from rag_experiments.qualify.command import compose_judge_check, run_judge_check
 from rag_experiments.qualify.pairs import (
-    BUNDLED,
     balanced_subset,
     load_faithbench,
     load_halueval,
@@ -35,8 +34,10 @@ from rag_experiments.qualify.pairs import (
 from rag_experiments.qualify.stats import _closed_forms, binary_agreement
 from rag_experiments.text.normalize import word_tokens
 
-ALWAYS_SUPPORTED = {"FaithfulnessOutput": {"claims": [{"claim": "The answer.", "context": 1}]},
-                    "ContextVerdicts": {"verdicts": ["yes"]}}
+ALWAYS_SUPPORTED = {
+    "FaithfulnessOutput": {"claims": [{"claim": "The answer.", "context": 1}]},
+    "ContextVerdicts": {"verdicts": ["yes"]},
+}
 
 
 class OracleJudge:
@@ -60,8 +61,9 @@ class OracleJudge:
             shown = prompt.split("[1] ", 1)[1].split("\n\nQuestion:", 1)[0]
             reply = {"verdicts": ["yes" if shown == self.support[reference] else "no"]}
         text = json.dumps(reply)
-        return Completion(text=text, parsed=parse_structured(text, schema), usage=Usage(1, 1),
-                          model="oracle")
+        return Completion(
+            text=text, parsed=parse_structured(text, schema), usage=Usage(1, 1), model="oracle"
+        )
 
     def describe(self):
         return {"provider": self.provider, "model": "oracle", "digest": "0"}
@@ -69,13 +71,16 @@ class OracleJudge:
 
 # --- the bundled labeled set ------------------------------------------------------------------
 
+
 def test_bundled_set_is_balanced_and_drawn_from_the_sample_documents():
     pairs = load_our_pairs()
     assert len(pairs) >= 60
     assert sum(p.faithful for p in pairs) == sum(not p.faithful for p in pairs)
     assert len({p.id for p in pairs}) == len(pairs)
-    sources = " ".join(" ".join(word_tokens(f.read_text(encoding="utf-8")))
-                       for f in (PROJECT_ROOT / "datasets/sample/source").glob("*.md"))
+    sources = " ".join(
+        " ".join(word_tokens(f.read_text(encoding="utf-8")))
+        for f in (PROJECT_ROOT / "datasets/sample/source").glob("*.md")
+    )
     for p in pairs:
         assert len(p.contexts) >= 2 and p.relevant
         for context in p.contexts:  # every passage is a verbatim piece of a sample document
@@ -99,19 +104,35 @@ def test_balanced_subset_takes_half_of_each_label_and_refuses_too_many():
 
 def test_halueval_and_faithbench_loaders(tmp_path):
     halu = tmp_path / "qa.jsonl"
-    halu.write_text(json.dumps({
-        "knowledge": "Arthur's Magazine was a periodical.First for Women is a magazine.",
-        "question": "Which came first?", "right_answer": "Arthur's Magazine",
-        "hallucinated_answer": "First for Women"}) + "\n", encoding="utf-8")
+    halu.write_text(
+        json.dumps(
+            {
+                "knowledge": "Arthur's Magazine was a periodical.First for Women is a magazine.",
+                "question": "Which came first?",
+                "right_answer": "Arthur's Magazine",
+                "hallucinated_answer": "First for Women",
+            }
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     right, wrong = load_pairs(halu)
-    assert right.contexts == ("Arthur's Magazine was a periodical.",
-                              "First for Women is a magazine.")
+    assert right.contexts == (
+        "Arthur's Magazine was a periodical.",
+        "First for Women is a magazine.",
+    )
     assert (right.answer, right.faithful, wrong.answer, wrong.faithful) == (
-        "Arthur's Magazine", True, "First for Women", False)
+        "Arthur's Magazine",
+        True,
+        "First for Women",
+        False,
+    )
     bench = tmp_path / "fb.csv"
-    bench.write_text("source,summary,LLM,worst-label,best-label\n"
-                     "S1,A1,m,Benign,Consistent\nS2,A2,m,Questionable,Benign\n",
-                     encoding="utf-8")
+    bench.write_text(
+        "source,summary,LLM,worst-label,best-label\n"
+        "S1,A1,m,Benign,Consistent\nS2,A2,m,Questionable,Benign\n",
+        encoding="utf-8",
+    )
     ok, bad = load_pairs(bench)
     assert (ok.contexts, ok.answer, ok.faithful, bad.faithful) == (("S1",), "A1", True, False)
     with pytest.raises(DatasetError, match="does not exist"):
@@ -127,6 +148,7 @@ def test_real_public_sets_load(shared_real):
 
 
 # --- statistics -------------------------------------------------------------------------------
+
 
 def test_agreement_of_a_judge_that_always_says_faithful_by_hand():
     labels = [True] * 5 + [False] * 5
@@ -154,16 +176,20 @@ def test_bootstrap_closed_forms_equal_sklearn():
 
 # --- probes through our own metric prompts ---------------------------------------------------
 
+
 def test_scripted_always_supported_judge_has_balanced_accuracy_half_and_kappa_zero():
     pairs = balanced_subset(load_pairs(), 20)
-    results = JudgeCheck(FakeChat(ALWAYS_SUPPORTED)).run(pairs, ["faithfulness",
-                                                              "context_relevance"])
+    results = JudgeCheck(FakeChat(ALWAYS_SUPPORTED)).run(
+        pairs, ["faithfulness", "context_relevance"]
+    )
     faith = results["faithfulness"].to_dict()
     # 10 faithful, 10 hallucinated, every verdict "faithful": as in the hand computation above
     assert (faith["n"], faith["balanced_accuracy"], faith["kappa"]) == (20, 0.5, 0.0)
     assert faith["accuracy"] == 0.5 and faith["judge_calls"] == 20
-    assert faith["confusion"] == {"label_faithful": {"faithful": 10, "hallucinated": 0},
-                                  "label_hallucinated": {"faithful": 10, "hallucinated": 0}}
+    assert faith["confusion"] == {
+        "label_faithful": {"faithful": 10, "hallucinated": 0},
+        "label_hallucinated": {"faithful": 10, "hallucinated": 0},
+    }
     ctx = results["context_relevance"].to_dict()  # "yes" to every context
     assert (ctx["n"], ctx["balanced_accuracy"], ctx["kappa"]) == (20, 0.5, 0.0)
 
@@ -171,7 +197,8 @@ def test_scripted_always_supported_judge_has_balanced_accuracy_half_and_kappa_ze
 def test_oracle_judge_scores_one_and_is_not_position_sensitive():
     pairs = balanced_subset(load_pairs(), 20)
     results = JudgeCheck(OracleJudge(pairs)).run(
-        pairs, ["faithfulness", "context_relevance", "position_bias"])
+        pairs, ["faithfulness", "context_relevance", "position_bias"]
+    )
     for probe in ("faithfulness", "context_relevance"):
         r = results[probe].to_dict()
         assert (r["accuracy"], r["balanced_accuracy"], r["kappa"]) == (1.0, 1.0, 1.0), probe
@@ -195,8 +222,9 @@ def test_position_sensitive_judge_changes_the_expected_share():
             shown_first = prompt.split("[1] ", 1)[1].split("\n\n", 1)[0]
             ok = any(shown_first == pair.contexts[i] for i in pair.relevant)
             text = json.dumps({"claims": [{"claim": "c", "context": 1 if ok else 0}]})
-            return Completion(text=text, parsed=parse_structured(text, schema),
-                              usage=Usage(1, 1), model="first")
+            return Completion(
+                text=text, parsed=parse_structured(text, schema), usage=Usage(1, 1), model="first"
+            )
 
     expected = sum((0 in p.relevant) != (len(p.contexts) - 1 in p.relevant) for p in pairs)
     assert expected > 0 and first_supports
@@ -213,10 +241,17 @@ def test_unknown_probe_and_bad_threshold_are_refused():
 
 # --- MLflow qualification and its lookup by later runs ---------------------------------------
 
+
 def _judge_check_cfg(tmp_path: Path, *overrides: str):
-    return compose_judge_check([
-        "judge=fake", "embedder=hash", f"paths.cache_dir={tmp_path}/cache",
-        f"tracking.uri=sqlite:///{tmp_path}/mlruns.db", *overrides])
+    return compose_judge_check(
+        [
+            "judge=fake",
+            "embedder=hash",
+            f"paths.cache_dir={tmp_path}/cache",
+            f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
+            *overrides,
+        ]
+    )
 
 
 def _run(tmp_path: Path, *overrides: str):
@@ -228,15 +263,29 @@ def _run(tmp_path: Path, *overrides: str):
     corpus = tmp_path / "docs"
     corpus.mkdir(exist_ok=True)
     (corpus / "it-access-policy.md").write_text(
-        (PROJECT_ROOT / "datasets/sample/source/it-access-policy.md").read_text())
+        (PROJECT_ROOT / "datasets/sample/source/it-access-policy.md").read_text()
+    )
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            "dataset=jsonl", f"dataset.path={tmp_path / 'one.jsonl'}", f"dataset.corpus={corpus}",
-            "embedder=hash", "llm=fake", "judge=fake", "chunker=fixed", "progress=false",
-            "metrics.suite={faithfulness: {_target_: rag_experiments.metrics.faithfulness.Faithfulness}}",
-            f"paths.cache_dir={tmp_path}/cache", f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
-            "run_name=after", *overrides])
+        cfg = compose(
+            config_name="config",
+            overrides=[
+                "dataset=jsonl",
+                f"dataset.path={tmp_path / 'one.jsonl'}",
+                f"dataset.corpus={corpus}",
+                "embedder=hash",
+                "llm=fake",
+                "judge=fake",
+                "chunker=fixed",
+                "progress=false",
+                "metrics.suite={faithfulness: "
+                "{_target_: rag_experiments.metrics.faithfulness.Faithfulness}}",
+                f"paths.cache_dir={tmp_path}/cache",
+                f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
+                "run_name=after",
+                *overrides,
+            ],
+        )
     GlobalHydra.instance().clear()
     run_job(cfg)
     client = MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
@@ -246,8 +295,9 @@ def _run(tmp_path: Path, *overrides: str):
 
 @pytest.mark.slow
 def test_judge_check_logs_a_qualification_that_a_later_run_carries_and_warns(tmp_path, capsys):
-    report, run_id = run_judge_check(_judge_check_cfg(tmp_path, "n=10",
-                                                      "judge_check.probes=[faithfulness]"))
+    report, run_id = run_judge_check(
+        _judge_check_cfg(tmp_path, "n=10", "judge_check.probes=[faithfulness]")
+    )
     client = MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
     logged = client.get_run(run_id)
     assert client.get_experiment(logged.info.experiment_id).name == "judges"
@@ -282,13 +332,31 @@ def test_a_run_without_qualification_says_so_and_require_qualified_refuses(tmp_p
 
 @pytest.mark.slow
 def test_cli_prints_json_and_rejects_a_bad_key(tmp_path):
-    args = [sys.executable, "-m", "rag_experiments", "judge-check", "judge=fake",
-            "embedder=hash", "n=6", f"paths.cache_dir={tmp_path}/c",
-            f"tracking.uri=sqlite:///{tmp_path}/m.db", "judge_check.probes=[faithfulness]"]
+    args = [
+        sys.executable,
+        "-m",
+        "rag_experiments",
+        "judge-check",
+        "judge=fake",
+        "embedder=hash",
+        "n=6",
+        f"paths.cache_dir={tmp_path}/c",
+        f"tracking.uri=sqlite:///{tmp_path}/m.db",
+        "judge_check.probes=[faithfulness]",
+    ]
     done = subprocess.run([*args, "--json"], capture_output=True, text=True, check=True)
     faith = json.loads(done.stdout)["faithfulness"]
-    assert {"n", "accuracy", "balanced_accuracy", "kappa", "ci_low", "ci_high",
-            "confusion", "judge_calls", "wall_s"} <= set(faith) and faith["n"] == 6
+    assert {
+        "n",
+        "accuracy",
+        "balanced_accuracy",
+        "kappa",
+        "ci_low",
+        "ci_high",
+        "confusion",
+        "judge_calls",
+        "wall_s",
+    } <= set(faith) and faith["n"] == 6
     bad = subprocess.run([*args, "judge_check.tresh=1"], capture_output=True, text=True)
     assert bad.returncode == 1 and "tresh" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -298,10 +366,22 @@ def test_cli_prints_json_and_rejects_a_bad_key(tmp_path):
 def test_embedded_judge_check_n20(tmp_path):
     """The must-show command with the bundled SmolLM2 judge (minutes on a CPU)."""
     done = subprocess.run(
-        [sys.executable, "-m", "rag_experiments", "judge-check", "judge=embedded", "n=20",
-         "embedder=hash", f"paths.cache_dir={tmp_path}/c",
-         f"tracking.uri=sqlite:///{tmp_path}/m.db", "--json"],
-        capture_output=True, text=True, check=True)
+        [
+            sys.executable,
+            "-m",
+            "rag_experiments",
+            "judge-check",
+            "judge=embedded",
+            "n=20",
+            "embedder=hash",
+            f"paths.cache_dir={tmp_path}/c",
+            f"tracking.uri=sqlite:///{tmp_path}/m.db",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     faith = json.loads(done.stdout)["faithfulness"]
     assert faith["n"] + faith["n_failed"] == 20
     client = MlflowClient(f"sqlite:///{tmp_path}/m.db")

@@ -22,6 +22,7 @@ import pytest
 from pydantic import BaseModel
 
 from rag_experiments.data.base import EvalDataset
+from rag_experiments.embedding.hash import HashEmbedder
 from rag_experiments.llm.base import Completion, Usage
 from rag_experiments.llm.errors import JUDGE_ERROR_REASONS, LLMHTTPError, LLMUnreachableError
 from rag_experiments.llm.fake_openai import FakeOpenAIServer, schema_instance
@@ -34,13 +35,14 @@ from rag_experiments.metrics.context_recall import ContextRecall
 from rag_experiments.metrics.deepeval_backend import DeepEvalContextPrecision, DeepEvalFaithfulness
 from rag_experiments.metrics.faithfulness import Faithfulness
 from rag_experiments.metrics.scheduler import judge_rows
-from rag_experiments.embedding.hash import HashEmbedder
 from rag_experiments.records import RagResponse, Sample
 from rag_experiments.runner import evaluate
 
-CONTEXTS = ["Accounts are requested by the line manager with form AR-1.",
-            "The Service Desk creates the account within two working days.",
-            "Passwords expire every 90 days."]
+CONTEXTS = [
+    "Accounts are requested by the line manager with form AR-1.",
+    "The Service Desk creates the account within two working days.",
+    "Passwords expire every 90 days.",
+]
 
 
 class VariedJudge:
@@ -60,8 +62,9 @@ class VariedJudge:
         self.calls = 0
         self._lock = threading.Lock()
 
-    def complete(self, messages: list[dict], schema: type[BaseModel] | None = None,
-                 **options: Any) -> Completion:
+    def complete(
+        self, messages: list[dict], schema: type[BaseModel] | None = None, **options: Any
+    ) -> Completion:
         digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).digest()
         with self._lock:
             self.calls += 1
@@ -74,8 +77,11 @@ class VariedJudge:
             stream = iter(digest[1:] * 4)
             value = schema_instance(schema.model_json_schema(), pick=lambda n: next(stream) % n)
             text = json.dumps(value)
-            return Completion(text=text, parsed=schema.model_validate_json(text),
-                              usage=Usage(len(str(messages)) // 4, len(text) // 4))
+            return Completion(
+                text=text,
+                parsed=schema.model_validate_json(text),
+                usage=Usage(len(str(messages)) // 4, len(text) // 4),
+            )
         finally:
             with self._lock:
                 self.in_flight -= 1
@@ -98,27 +104,40 @@ class DelayedTarget:
         time.sleep(0.002 * ((n * 7) % 5))
         if n % 9 == 4:
             return RagResponse(error="timeout", error_message="scripted")
-        return RagResponse(response=f"Answer {n}: the line manager requests it with AR-1.",
-                           retrieved_contexts=CONTEXTS[: 1 + n % 3],
-                           retrieved_ids=[f"c{i}" for i in range(1 + n % 3)])
+        return RagResponse(
+            response=f"Answer {n}: the line manager requests it with AR-1.",
+            retrieved_contexts=CONTEXTS[: 1 + n % 3],
+            retrieved_ids=[f"c{i}" for i in range(1 + n % 3)],
+        )
 
     def describe(self) -> dict[str, str]:
         return {"target": "delayed"}
 
 
 def _dataset(n: int) -> EvalDataset:
-    samples = [Sample(id=f"q{i}", user_input=f"How is account {i} created?",
-                      reference="The line manager requests it with form AR-1.",
-                      question_type="procedural" if i % 2 else "definition_concept",
-                      answerable=i % 7 != 3)
-               for i in range(n)]
+    samples = [
+        Sample(
+            id=f"q{i}",
+            user_input=f"How is account {i} created?",
+            reference="The line manager requests it with form AR-1.",
+            question_type="procedural" if i % 2 else "definition_concept",
+            answerable=i % 7 != 3,
+        )
+        for i in range(n)
+    ]
     return EvalDataset("varied", samples, [])
 
 
 def _metrics(judge: Any) -> list[Any]:
-    return [Faithfulness(judge=judge), AnswerRelevancy(judge=judge, embedder=HashEmbedder()),
-            ContextPrecision(judge=judge), ContextRecall(judge=judge), AnswerJudge(judge=judge),
-            DeepEvalFaithfulness(judge=judge), DeepEvalContextPrecision(judge=judge)]
+    return [
+        Faithfulness(judge=judge),
+        AnswerRelevancy(judge=judge, embedder=HashEmbedder()),
+        ContextPrecision(judge=judge),
+        ContextRecall(judge=judge),
+        AnswerJudge(judge=judge),
+        DeepEvalFaithfulness(judge=judge),
+        DeepEvalContextPrecision(judge=judge),
+    ]
 
 
 def _untimed(value: Any) -> Any:
@@ -134,8 +153,9 @@ def test_concurrency_1_and_8_give_identical_tables_and_audits() -> None:
     results, peaks = {}, {}
     for c in (1, 8):
         judge = VariedJudge(max_concurrency=c)
-        results[c] = evaluate(_dataset(24), DelayedTarget(max_concurrency=c), _metrics(judge),
-                              progress=False)
+        results[c] = evaluate(
+            _dataset(24), DelayedTarget(max_concurrency=c), _metrics(judge), progress=False
+        )
         peaks[c] = judge.peak
     one, eight = results[1], results[8]
     assert peaks[1] == 1 and 1 < peaks[8] <= 8  # it did run concurrently, within the bound
@@ -151,14 +171,23 @@ def test_concurrency_1_and_8_give_identical_tables_and_audits() -> None:
 
 
 def test_429_with_retry_after_on_30_percent_every_row_completes_within_the_limit() -> None:
-    with FakeOpenAIServer(latency_s=0.02, slots=32, fault="429", fault_share=0.3,
-                          retry_after_s=0.05) as server:
-        judge = OpenAICompatChat(model=server.model, base_url=server.url, max_concurrency=4,
-                                 max_retries=8, backoff_s=0.01, backoff_max_s=0.05)
-        samples = [Sample(id=f"q{i}", user_input=f"question {i}?", reference="ref") for i in
-                   range(12)]
-        responses = [RagResponse(response="an answer", retrieved_contexts=CONTEXTS[:2])
-                     for _ in samples]
+    with FakeOpenAIServer(
+        latency_s=0.02, slots=32, fault="429", fault_share=0.3, retry_after_s=0.05
+    ) as server:
+        judge = OpenAICompatChat(
+            model=server.model,
+            base_url=server.url,
+            max_concurrency=4,
+            max_retries=8,
+            backoff_s=0.01,
+            backoff_max_s=0.05,
+        )
+        samples = [
+            Sample(id=f"q{i}", user_input=f"question {i}?", reference="ref") for i in range(12)
+        ]
+        responses = [
+            RagResponse(response="an answer", retrieved_contexts=CONTEXTS[:2]) for _ in samples
+        ]
         metrics = [Faithfulness(judge=judge), ContextPrecision(judge=judge)]
         out = judge_rows(metrics, samples, responses, progress=False)
     assert server.faults > 0.2 * server.requests  # the server did push back
@@ -168,8 +197,10 @@ def test_429_with_retry_after_on_30_percent_every_row_completes_within_the_limit
         assert out[id(m)].error is None
         for row in out[id(m)].values:
             assert not any(v.reason in JUDGE_ERROR_REASONS for v in row.values()), row
-    assert all(row["faithfulness"].value == row["faithfulness"].value  # not NaN
-               for row in out[id(metrics[0])].values)
+    assert all(
+        row["faithfulness"].value == row["faithfulness"].value  # not NaN
+        for row in out[id(metrics[0])].values
+    )
 
 
 def test_gate_bounds_halves_under_backpressure_and_recovers() -> None:
@@ -241,12 +272,18 @@ def test_breaker_stays_closed_while_the_server_still_answers_some_calls() -> Non
 
 def test_server_gone_mid_run_fails_the_remaining_rows_quickly_as_unreachable() -> None:
     server = FakeOpenAIServer(latency_s=0.05, slots=8).start()
-    judge = OpenAICompatChat(model=server.model, base_url=server.url, max_concurrency=4,
-                             max_retries=2, backoff_s=0.2, timeout_s=30)
-    samples = [Sample(id=f"q{i}", user_input=f"question {i}?", reference="ref") for i in
-               range(60)]
-    responses = [RagResponse(response="an answer", retrieved_contexts=CONTEXTS[:1])
-                 for _ in samples]
+    judge = OpenAICompatChat(
+        model=server.model,
+        base_url=server.url,
+        max_concurrency=4,
+        max_retries=2,
+        backoff_s=0.2,
+        timeout_s=30,
+    )
+    samples = [Sample(id=f"q{i}", user_input=f"question {i}?", reference="ref") for i in range(60)]
+    responses = [
+        RagResponse(response="an answer", retrieved_contexts=CONTEXTS[:1]) for _ in samples
+    ]
     metric = ContextPrecision(judge=judge)
     stopper = threading.Timer(0.3, server.stop)
     stopper.start()
@@ -277,17 +314,34 @@ def test_kill_9_during_concurrent_judging_then_resume_scores_every_row_once(
     uri = f"sqlite:///{tmp_path}/mlruns.db"
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     with FakeOpenAIServer(latency_s=0.25, slots=4) as server:
-        def cmd(*extra: str) -> list[str]:
-            return [sys.executable, "-m", "rag_experiments", "run", "dataset=jsonl",
-                    f"dataset.path={data}", f"dataset.corpus={SAMPLE / 'docs'}",
-                    "dataset.name=small", "llm=fake", "embedder=hash", "judge=openai",
-                    f"judge.base_url={server.url}", "judge.model=fake-judge",
-                    "judge.max_concurrency=4", "metrics=custom", "progress=false",
-                    f"tracking.uri={uri}", f"paths.cache_dir={tmp_path}/cache",
-                    f"hydra.run.dir={tmp_path}/job", *extra]
 
-        proc = subprocess.Popen(cmd(), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        def cmd(*extra: str) -> list[str]:
+            return [
+                sys.executable,
+                "-m",
+                "rag_experiments",
+                "run",
+                "dataset=jsonl",
+                f"dataset.path={data}",
+                f"dataset.corpus={SAMPLE / 'docs'}",
+                "dataset.name=small",
+                "llm=fake",
+                "embedder=hash",
+                "judge=openai",
+                f"judge.base_url={server.url}",
+                "judge.model=fake-judge",
+                "judge.max_concurrency=4",
+                "metrics=custom",
+                "progress=false",
+                f"tracking.uri={uri}",
+                f"paths.cache_dir={tmp_path}/cache",
+                f"hydra.run.dir={tmp_path}/job",
+                *extra,
+            ]
+
+        proc = subprocess.Popen(
+            cmd(), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and proc.poll() is None and server.requests < 30:
             time.sleep(0.05)
@@ -296,16 +350,28 @@ def test_kill_9_during_concurrent_judging_then_resume_scores_every_row_once(
         proc.wait(timeout=10)
         before = server.requests
         run_id = json.loads((tmp_path / "job" / "checkpoint.json").read_text())["run_id"]
-        done = subprocess.run(cmd(f"resume={run_id}"), cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=300, check=False)
+        done = subprocess.run(
+            cmd(f"resume={run_id}"),
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         resumed_calls = server.requests - before
 
     client = mlflow.MlflowClient(uri)
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.tags["resumed"] == "true"
-    table = pd.read_csv(io.StringIO(Path(client.download_artifacts(
-        run_id, "per_query_results.csv")).read_text(encoding="utf-8")))
+    table = pd.read_csv(
+        io.StringIO(
+            Path(client.download_artifacts(run_id, "per_query_results.csv")).read_text(
+                encoding="utf-8"
+            )
+        )
+    )
     assert sorted(table["id"]) == expected  # every row exactly once
     assert table["faithfulness.reason"].isna().sum() > 0
     assert not table["faithfulness.reason"].isin(["unreachable", "timeout"]).any()
@@ -317,36 +383,58 @@ def test_kill_9_during_concurrent_judging_then_resume_scores_every_row_once(
 # --- faults of the judge during a run (issue 16, items 1 and 5) ------------------------------
 
 
-JUDGED = ("faithfulness", "answer_relevancy", "context_precision", "context_recall",
-          "answer_judge")
+JUDGED = ("faithfulness", "answer_relevancy", "context_precision", "context_recall", "answer_judge")
 
 
 def _run_with_faulty_judge(tmp_path: Path, fault: str, *extra: str) -> tuple[Any, Any]:
     uri = f"sqlite:///{tmp_path}/mlruns.db"
     with FakeOpenAIServer(latency_s=0.01, slots=8, fault=fault, fault_share=1 / 3) as server:
         proc = subprocess.run(
-            [sys.executable, "-m", "rag_experiments", "run", "llm=fake", "embedder=hash",
-             "judge=openai", f"judge.base_url={server.url}", "judge.model=fake-judge",
-             "judge.max_concurrency=4", "judge.max_retries=0", "judge.parse_retries=0",
-             "metrics=custom", "max_samples=12", "progress=false", f"tracking.uri={uri}",
-             # no re-asks: a faulty reply must stay a failed cell, whatever call it hit
-             *[f"metrics.suite.{m}.max_retries=0" for m in JUDGED],
-             f"paths.cache_dir={tmp_path}/cache", f"hydra.run.dir={tmp_path}/job", *extra],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
-            env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+            [
+                sys.executable,
+                "-m",
+                "rag_experiments",
+                "run",
+                "llm=fake",
+                "embedder=hash",
+                "judge=openai",
+                f"judge.base_url={server.url}",
+                "judge.model=fake-judge",
+                "judge.max_concurrency=4",
+                "judge.max_retries=0",
+                "judge.parse_retries=0",
+                "metrics=custom",
+                "max_samples=12",
+                "progress=false",
+                f"tracking.uri={uri}",
+                # no re-asks: a faulty reply must stay a failed cell, whatever call it hit
+                *[f"metrics.suite.{m}.max_retries=0" for m in JUDGED],
+                f"paths.cache_dir={tmp_path}/cache",
+                f"hydra.run.dir={tmp_path}/job",
+                *extra,
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+            env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
+        )
         assert server.faults > 0
     client = mlflow.MlflowClient(uri)
-    (run,) = client.search_runs([client.get_experiment_by_name("rag-experiments")
-                                 .experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name("rag-experiments").experiment_id])
     return proc, run
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("fault", "reason"), [("500", "http_error"),
-                                               ("garbage", "parse_error"),
-                                               ("drop", "unreachable")])
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [("500", "http_error"), ("garbage", "parse_error"), ("drop", "unreachable")],
+)
 def test_faulty_judge_run_completes_with_reasons_and_counts(
-    tmp_path: Path, fault: str, reason: str,
+    tmp_path: Path,
+    fault: str,
+    reason: str,
 ) -> None:
     proc, run = _run_with_faulty_judge(tmp_path, fault, "max_failure_rate=0.9")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -51,10 +51,13 @@ def test_aggregate_logs_ci_overall_and_per_type_over_valid_values():
     values = [{"m": MetricValue(v)} for v in (1.0, 0.0, 1.0, 1.0)] + [{"m": MetricValue.nan("x")}]
     groups = ["a", "a", "b", "b", "b"]
     flat = to_metrics(aggregate(["m"], values, groups, seed=7))
-    assert (flat["m_ci_low"], flat["m_ci_high"]) == pytest.approx(bootstrap_ci([1, 0, 1, 1], seed=7))
+    assert (flat["m_ci_low"], flat["m_ci_high"]) == pytest.approx(
+        bootstrap_ci([1, 0, 1, 1], seed=7)
+    )
     assert flat["by_type/b/m_ci_low"] == flat["by_type/b/m_ci_high"] == 1.0
     assert (flat["by_type/a/m_ci_low"], flat["by_type/a/m_ci_high"]) == pytest.approx(
-        bootstrap_ci([1.0, 0.0], seed=7))
+        bootstrap_ci([1.0, 0.0], seed=7)
+    )
     assert "x_ci_low" not in to_metrics(aggregate(["x"], [{"x": MetricValue.nan("t")}], [None]))
 
 
@@ -86,7 +89,12 @@ def test_build_injects_one_judge_and_the_baseline_embedder(compose_cfg):
     exp = build(cfg)
     judged = [m for m in exp.metrics if hasattr(m, "judge")]
     assert {type(m).__name__ for m in judged} == {
-        "Faithfulness", "AnswerRelevancy", "ContextPrecision", "ContextRecall", "AnswerJudge"}
+        "Faithfulness",
+        "AnswerRelevancy",
+        "ContextPrecision",
+        "ContextRecall",
+        "AnswerJudge",
+    }
     assert len({id(m.judge) for m in judged}) == 1
     (relevancy,) = [m for m in judged if isinstance(m, AnswerRelevancy)]
     assert relevancy.embedder is exp.target.embedder
@@ -98,6 +106,7 @@ def test_build_injects_one_judge_and_the_baseline_embedder(compose_cfg):
 
 class _Target:
     max_concurrency = 1
+
     def prepare(self, dataset):
         pass
 
@@ -105,24 +114,43 @@ class _Target:
         if sample.id == "bad":
             return RagResponse(error="timeout")
         text = "I don't know." if not sample.answerable else "Form AR-1 is used."
-        return RagResponse(response=text, retrieved_contexts=["Form AR-1 is used.", "Other."],
-                           retrieved_doc_ids=["d1"])
+        return RagResponse(
+            response=text,
+            retrieved_contexts=["Form AR-1 is used.", "Other."],
+            retrieved_doc_ids=["d1"],
+        )
 
     def describe(self):
         return {"target": "scripted"}
 
 
 def test_audit_artifact_and_judge_usage_are_logged(tmp_path):
-    samples = [Sample(id=f"q{i}", user_input=f"q{i}?", reference="Form AR-1.", question_type="t")
-               for i in range(3)]
-    samples += [Sample(id="u", user_input="u?", answerable=False), Sample(id="bad", user_input="b?")]
-    judge = FakeChat({"FaithfulnessOutput": {"claims": [{"claim": "AR-1", "context": 1}]},
-                      "ContextVerdicts": {"verdicts": ["yes", "no"]}})
+    samples = [
+        Sample(id=f"q{i}", user_input=f"q{i}?", reference="Form AR-1.", question_type="t")
+        for i in range(3)
+    ]
+    samples += [
+        Sample(id="u", user_input="u?", answerable=False),
+        Sample(id="bad", user_input="b?"),
+    ]
+    judge = FakeChat(
+        {
+            "FaithfulnessOutput": {"claims": [{"claim": "AR-1", "context": 1}]},
+            "ContextVerdicts": {"verdicts": ["yes", "no"]},
+        }
+    )
     metrics = [Faithfulness(judge=judge), ContextPrecision(judge=judge), Refusal()]
     tracker = MlflowTracker(uri=f"sqlite:///{tmp_path}/m.db", experiment="t", run_name="r")
     run_id, result = run_experiment(
-        EvalDataset("toy", samples, [Document("d1", "Form AR-1 is used.")], "mem"), _Target(),
-        metrics, tracker, params={}, config_yaml="", progress=False, seed=1)
+        EvalDataset("toy", samples, [Document("d1", "Form AR-1 is used.")], "mem"),
+        _Target(),
+        metrics,
+        tracker,
+        params={},
+        config_yaml="",
+        progress=False,
+        seed=1,
+    )
     m = MlflowClient(f"sqlite:///{tmp_path}/m.db").get_run(run_id).data.metrics
     assert judge.calls == 3 + 3  # faithfulness: 3 answers (the refusal is skipped); precision: 3
     assert m["judge_calls"] == 6 and m["judge_calls_per_question"] == pytest.approx(6 / 5)
@@ -130,16 +158,23 @@ def test_audit_artifact_and_judge_usage_are_logged(tmp_path):
     assert m["faithfulness"] == 1.0 and m["faithfulness_ci_low"] == m["faithfulness_ci_high"] == 1.0
     assert m["context_precision"] == 1.0 and m["by_type/t/context_precision_n_valid"] == 3
     assert m["correct_refusal_rate"] == 1.0 and m["false_refusal_rate"] == 0.0
-    path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="judge_audit.jsonl",
-                                               tracking_uri=f"sqlite:///{tmp_path}/m.db",
-                                               dst_path=str(tmp_path))
+    path = mlflow.artifacts.download_artifacts(
+        run_id=run_id,
+        artifact_path="judge_audit.jsonl",
+        tracking_uri=f"sqlite:///{tmp_path}/m.db",
+        dst_path=str(tmp_path),
+    )
     with open(path, encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh]
     assert [r["id"] for r in rows] == [s.id for s in samples]
     assert rows[0]["faithfulness"]["claims"] == [{"claim": "AR-1", "context": 1, "supported": True}]
     assert rows[0]["faithfulness"]["judgement"]["raw"]
-    assert rows[3]["faithfulness"] == {"skipped": "refusal", "judge_calls": 0,
-                                       "judge_prompt_tokens": 0, "judge_completion_tokens": 0}
+    assert rows[3]["faithfulness"] == {
+        "skipped": "refusal",
+        "judge_calls": 0,
+        "judge_prompt_tokens": 0,
+        "judge_completion_tokens": 0,
+    }
     assert rows[4]["judge_calls"] == 0
     for row in result.rows():  # every cell: a value or a reason
         assert all(not math.isnan(row[s.name]) or row[f"{s.name}.reason"] for s in result.specs)
@@ -149,8 +184,9 @@ def test_runner_marks_a_judged_metric_without_judge_as_metric_error():
     from rag_experiments.metrics.context_recall import ContextRecall
     from rag_experiments.runner import evaluate
 
-    ds = EvalDataset("toy", [Sample(id="a", user_input="a?", reference="r")],
-                     [Document("d1", "x")], "mem")
+    ds = EvalDataset(
+        "toy", [Sample(id="a", user_input="a?", reference="r")], [Document("d1", "x")], "mem"
+    )
     judge = FakeChat({"FaithfulnessOutput": {"claims": [{"claim": "AR-1", "context": 1}]}})
     result = evaluate(ds, _Target(), [ContextRecall(), Faithfulness(judge=judge)], progress=False)
     (row,) = result.rows()
@@ -172,18 +208,31 @@ def test_embedded_judge_gives_every_row_a_value_or_a_reason(compose_cfg, tmp_pat
     subset = [lines[0], next(line for line in lines if '"answerable": false' in line)]
     path = tmp_path / "two.jsonl"
     path.write_text("\n".join(subset) + "\n", encoding="utf-8")
-    cfg = compose_cfg("embedder=hash", "llm=fake", "dataset=jsonl", f"dataset.path={path}",
-                      f"dataset.corpus={PROJECT_ROOT / 'datasets/sample/docs'}", "run_name=judge")
+    cfg = compose_cfg(
+        "embedder=hash",
+        "llm=fake",
+        "dataset=jsonl",
+        f"dataset.path={path}",
+        f"dataset.corpus={PROJECT_ROOT / 'datasets/sample/docs'}",
+        "run_name=judge",
+    )
     run_job(cfg)
     client = MlflowClient(cfg.tracking.uri)
-    (run,) = client.search_runs([client.get_experiment_by_name(cfg.tracking.experiment).experiment_id])
+    (run,) = client.search_runs(
+        [client.get_experiment_by_name(cfg.tracking.experiment).experiment_id]
+    )
     m = run.data.metrics
     # 5 judged metrics, each 1 call + at most 1 retry
     assert m["n_samples"] == 2 and 1 <= m["judge_calls_per_question_max"] <= 10
     assert "judge_audit.jsonl" in {a.path for a in client.list_artifacts(run.info.run_id)}
-    table = pd.read_csv(mlflow.artifacts.download_artifacts(
-        run_id=run.info.run_id, artifact_path="per_query_results.csv",
-        tracking_uri=cfg.tracking.uri, dst_path=str(tmp_path)))
+    table = pd.read_csv(
+        mlflow.artifacts.download_artifacts(
+            run_id=run.info.run_id,
+            artifact_path="per_query_results.csv",
+            tracking_uri=cfg.tracking.uri,
+            dst_path=str(tmp_path),
+        )
+    )
     metric_cols = [c for c in table.columns if f"{c}.reason" in table.columns]
     assert {"faithfulness", "context_precision", "answer_judge.accuracy"} <= set(metric_cols)
     for col in metric_cols:

@@ -32,14 +32,19 @@ CONTEXTS = [
 
 
 def _sample(**kw) -> Sample:
-    base = {"id": "q1", "user_input": "How is an account created?",
-            "reference": "The line manager uses form AR-1; the Service Desk needs 2 days."}
+    base = {
+        "id": "q1",
+        "user_input": "How is an account created?",
+        "reference": "The line manager uses form AR-1; the Service Desk needs 2 days.",
+    }
     return Sample(**{**base, **kw})
 
 
 def _resp(**kw) -> RagResponse:
-    base = {"response": "The manager files form AR-1 and it takes 2 days.",
-            "retrieved_contexts": list(CONTEXTS)}
+    base = {
+        "response": "The manager files form AR-1 and it takes 2 days.",
+        "retrieved_contexts": list(CONTEXTS),
+    }
     return RagResponse(**{**base, **kw})
 
 
@@ -137,8 +142,12 @@ SCRIPT = {
 def test_core_metrics_cost_at_most_four_judge_calls_per_question():
     judge = FakeChat(SCRIPT)
     embedder = TableEmbedder({})
-    core = [Faithfulness(judge=judge), AnswerRelevancy(judge=judge, embedder=embedder),
-            ContextPrecision(judge=judge), ContextRecall(judge=judge)]
+    core = [
+        Faithfulness(judge=judge),
+        AnswerRelevancy(judge=judge, embedder=embedder),
+        ContextPrecision(judge=judge),
+        ContextRecall(judge=judge),
+    ]
     samples = [_sample(id=f"q{i}") for i in range(5)] + [_sample(id="u", answerable=False)]
     responses = [_resp() for _ in samples]
     for m in core:
@@ -182,10 +191,17 @@ def test_no_claims_is_nan_not_zero():
 def test_empty_context_scores_zero_flagged_without_a_judge_call(contexts):
     judge = FakeChat(SCRIPT)
     resp = _resp(retrieved_contexts=contexts)
-    rows = [m.evaluate([_sample()], [resp])[0]
-            for m in (Faithfulness(judge=judge), ContextPrecision(judge=judge),
-                      ContextRecall(judge=judge))]
-    for row, name in zip(rows, ("faithfulness", "context_precision", "context_recall"), strict=True):
+    rows = [
+        m.evaluate([_sample()], [resp])[0]
+        for m in (
+            Faithfulness(judge=judge),
+            ContextPrecision(judge=judge),
+            ContextRecall(judge=judge),
+        )
+    ]
+    for row, name in zip(
+        rows, ("faithfulness", "context_precision", "context_recall"), strict=True
+    ):
         assert row[name].value == 0.0 and row[name].reason == "empty_context"
     assert judge.calls == 0
 
@@ -194,7 +210,8 @@ def test_empty_context_scores_zero_flagged_without_a_judge_call(contexts):
 def test_empty_answer_relevancy_zero_without_a_judge_call(answer):
     judge = FakeChat(SCRIPT)
     (row,) = AnswerRelevancy(judge=judge, embedder=TableEmbedder({})).evaluate(
-        [_sample()], [_resp(response=answer)])
+        [_sample()], [_resp(response=answer)]
+    )
     assert row["answer_relevancy"].value == 0.0
     assert row["answer_relevancy"].reason == "empty_answer"
     assert judge.calls == 0
@@ -216,7 +233,9 @@ def test_empty_reference_recall_nan_and_precision_becomes_utilization():
 
 
 def test_verdict_count_mismatch_is_retried_never_misaligned():
-    judge = SequenceJudge({"verdicts": ["yes", "no", "yes"]}, {"verdicts": ["no", "no", "yes", "yes"]})
+    judge = SequenceJudge(
+        {"verdicts": ["yes", "no", "yes"]}, {"verdicts": ["no", "no", "yes", "yes"]}
+    )
     metric = ContextPrecision(judge=judge, max_retries=1)
     (row,) = metric.evaluate([_sample()], [_resp()])
     assert row["context_precision"].value == pytest.approx((1 / 3 + 2 / 4) / 2)
@@ -238,8 +257,12 @@ def test_verdict_count_mismatch_every_time_is_a_parse_error():
 
 @pytest.mark.parametrize(
     "reply",
-    [{"verdicts": ["yes", "maybe", "no", "no"]}, {"verdicts": ["Yes", "no", "no", "no"]},
-     {"verdicts": [1, 0, 0, 0]}, "not json at all"],
+    [
+        {"verdicts": ["yes", "maybe", "no", "no"]},
+        {"verdicts": ["Yes", "no", "no", "no"]},
+        {"verdicts": [1, 0, 0, 0]},
+        "not json at all",
+    ],
 )
 def test_invalid_verdict_value_is_a_parse_error_not_a_score(reply):
     judge = SequenceJudge(reply)
@@ -264,9 +287,11 @@ def test_refusal_is_left_out_of_faithfulness():
 
 @pytest.mark.parametrize(
     ("error", "reason", "calls"),
-    [(LLMError("slow", reason="timeout"), "timeout", 1),
-     (LLMTruncatedError("cut", raw='{"claims": [{"cla'), "truncated", 1),
-     (LLMError("no script", reason="parse_error"), "parse_error", 2)],
+    [
+        (LLMError("slow", reason="timeout"), "timeout", 1),
+        (LLMTruncatedError("cut", raw='{"claims": [{"cla'), "truncated", 1),
+        (LLMError("no script", reason="parse_error"), "parse_error", 2),
+    ],
 )
 def test_judge_errors_become_nan_with_their_reason(error, reason, calls):
     judge = SequenceJudge(error)
@@ -279,9 +304,15 @@ def test_judge_errors_become_nan_with_their_reason(error, reason, calls):
 
 def test_target_error_and_unanswerable():
     judge = FakeChat(SCRIPT)
-    metrics = [Faithfulness(judge=judge), ContextPrecision(judge=judge), ContextRecall(judge=judge),
-               AnswerRelevancy(judge=judge, embedder=TableEmbedder({})), AnswerJudge(judge=judge),
-               KeywordFaithfulness(), Refusal()]
+    metrics = [
+        Faithfulness(judge=judge),
+        ContextPrecision(judge=judge),
+        ContextRecall(judge=judge),
+        AnswerRelevancy(judge=judge, embedder=TableEmbedder({})),
+        AnswerJudge(judge=judge),
+        KeywordFaithfulness(),
+        Refusal(),
+    ]
     failed = RagResponse(error="timeout")
     for m in metrics:
         (row,) = m.evaluate([_sample()], [failed])
@@ -297,13 +328,31 @@ def test_target_error_and_unanswerable():
 
 def test_every_value_is_in_range_or_nan_with_a_reason():
     judge = FakeChat(SCRIPT)
-    metrics = [Faithfulness(judge=judge), ContextPrecision(judge=judge), ContextRecall(judge=judge),
-               AnswerRelevancy(judge=judge, embedder=TableEmbedder({})), AnswerJudge(judge=judge),
-               KeywordFaithfulness(), Refusal()]
-    samples = [_sample(id="a"), _sample(id="b", reference=""), _sample(id="c", answerable=False),
-               _sample(id="d"), _sample(id="e"), _sample(id="f")]
-    responses = [_resp(), _resp(), _resp(response="The documents do not say."),
-                 _resp(response=""), _resp(retrieved_contexts=[]), RagResponse(error="timeout")]
+    metrics = [
+        Faithfulness(judge=judge),
+        ContextPrecision(judge=judge),
+        ContextRecall(judge=judge),
+        AnswerRelevancy(judge=judge, embedder=TableEmbedder({})),
+        AnswerJudge(judge=judge),
+        KeywordFaithfulness(),
+        Refusal(),
+    ]
+    samples = [
+        _sample(id="a"),
+        _sample(id="b", reference=""),
+        _sample(id="c", answerable=False),
+        _sample(id="d"),
+        _sample(id="e"),
+        _sample(id="f"),
+    ]
+    responses = [
+        _resp(),
+        _resp(),
+        _resp(response="The documents do not say."),
+        _resp(response=""),
+        _resp(retrieved_contexts=[]),
+        RagResponse(error="timeout"),
+    ]
     for m in metrics:
         specs = {s.name: s for s in m.specs()}
         for row in m.evaluate(samples, responses):
@@ -320,14 +369,21 @@ def test_every_value_is_in_range_or_nan_with_a_reason():
 
 def test_answer_relevancy_mean_clipped_cosine():
     question = _sample().user_input
-    embedder = TableEmbedder({question: [1.0, 0.0, 0.0], "a?": [1.0, 0.0, 0.0],
-                              "b?": [1.0, 1.0, 0.0], "c?": [-1.0, 0.0, 0.0]})
+    embedder = TableEmbedder(
+        {
+            question: [1.0, 0.0, 0.0],
+            "a?": [1.0, 0.0, 0.0],
+            "b?": [1.0, 1.0, 0.0],
+            "c?": [-1.0, 0.0, 0.0],
+        }
+    )
     judge = FakeChat(SCRIPT)
     metric = AnswerRelevancy(judge=judge, embedder=embedder)
     (row,) = metric.evaluate([_sample()], [_resp()])
     assert row["answer_relevancy"].value == pytest.approx((1 + 1 / math.sqrt(2) + 0) / 3)
     assert [q["cosine"] for q in metric.audit()[0]["questions"]] == pytest.approx(
-        [1.0, 1 / math.sqrt(2), 0.0], abs=1e-6)
+        [1.0, 1 / math.sqrt(2), 0.0], abs=1e-6
+    )
 
 
 def test_answer_relevancy_noncommittal_and_refusal_score_zero():
@@ -344,7 +400,8 @@ def test_answer_relevancy_noncommittal_and_refusal_score_zero():
 def test_answer_relevancy_wrong_question_count_is_a_parse_error():
     judge = SequenceJudge({"questions": ["a?", "b?"], "noncommittal": False})
     (row,) = AnswerRelevancy(judge=judge, embedder=TableEmbedder({}), max_retries=0).evaluate(
-        [_sample()], [_resp()])
+        [_sample()], [_resp()]
+    )
     assert row["answer_relevancy"].reason == "parse_error"
 
 
@@ -353,7 +410,9 @@ def test_answer_judge_raw_and_normalised_with_feedback_in_the_audit():
     (row,) = metric.evaluate([_sample()], [_resp()])
     assert row["answer_judge.accuracy"].value == 1.0 and row["answer_judge.accuracy_raw"].value == 5
     assert row["answer_judge.completeness"].value == 0.5
-    assert row["answer_judge.relevance"].value == 0.0 and row["answer_judge.relevance_raw"].value == 1
+    assert (
+        row["answer_judge.relevance"].value == 0.0 and row["answer_judge.relevance_raw"].value == 1
+    )
     assert metric.audit()[0]["feedback"] == "ok"
     raw_spec = {s.name: s for s in metric.specs()}["answer_judge.accuracy_raw"]
     assert (raw_spec.low, raw_spec.high) == (1.0, 5.0)
@@ -387,18 +446,29 @@ def test_keyword_faithfulness_by_hand():
 
 @pytest.mark.parametrize(
     ("text", "refused"),
-    [("I don't know.", True), ("I don\u2019t know", True), ("The documents do not say: none.", True),
-     ("The context does not mention social media.", True), ("Sorry, I cannot answer that.", True),
-     ("There is not enough information in the passages.", True),
-     ("Form AR-1. I don't know who signs it.", False), ("Use form AR-1.", False), ("", False)],
+    [
+        ("I don't know.", True),
+        ("I don\u2019t know", True),
+        ("The documents do not say: none.", True),
+        ("The context does not mention social media.", True),
+        ("Sorry, I cannot answer that.", True),
+        ("There is not enough information in the passages.", True),
+        ("Form AR-1. I don't know who signs it.", False),
+        ("Use form AR-1.", False),
+        ("", False),
+    ],
 )
 def test_refusal_patterns(text, refused):
     assert is_refusal(text) is refused
 
 
 def test_refusal_rates_split_by_answerability():
-    samples = [_sample(id="a"), _sample(id="b"), _sample(id="u1", answerable=False),
-               _sample(id="u2", answerable=False)]
+    samples = [
+        _sample(id="a"),
+        _sample(id="b"),
+        _sample(id="u1", answerable=False),
+        _sample(id="u2", answerable=False),
+    ]
     responses = [_resp(response="I don't know."), _resp(), _resp(response="I don't know."), _resp()]
     rows = Refusal().evaluate(samples, responses)
     assert [r["refusal"].value for r in rows] == [1, 0, 1, 0]
@@ -432,8 +502,13 @@ def test_interleaved_scoring_gives_the_same_values_with_context_prompts_adjacent
     responses = [_resp(), _resp()]
 
     def suite(judge):
-        return [AnswerRelevancy(judge=judge, embedder=TableEmbedder({})), Faithfulness(judge=judge),
-                AnswerJudge(judge=judge), ContextPrecision(judge=judge), ContextRecall(judge=judge)]
+        return [
+            AnswerRelevancy(judge=judge, embedder=TableEmbedder({})),
+            Faithfulness(judge=judge),
+            AnswerJudge(judge=judge),
+            ContextPrecision(judge=judge),
+            ContextRecall(judge=judge),
+        ]
 
     separate = [m.evaluate(samples, responses) for m in suite(FakeChat(SCRIPT))]
     judge = RecordingJudge(SCRIPT)
@@ -441,8 +516,13 @@ def test_interleaved_scoring_gives_the_same_values_with_context_prompts_adjacent
     together = judge_rows(metrics, samples, responses, progress=False)
     assert [together[id(m)].values for m in metrics] == separate
     # per question: the three prompts that start with the contexts, then the others
-    per_question = ["FaithfulnessOutput", "ContextVerdicts", "FaithfulnessOutput",
-                    "GeneratedQuestions", "AnswerGrades"]
+    per_question = [
+        "FaithfulnessOutput",
+        "ContextVerdicts",
+        "FaithfulnessOutput",
+        "GeneratedQuestions",
+        "AnswerGrades",
+    ]
     assert judge.order == per_question * 2
     assert len(together[id(metrics[1])].audit) == 2
 

@@ -13,7 +13,9 @@ from rag_experiments.records import MetricValue, RagResponse, Sample
 
 def test_keyword_coverage_counts_case_insensitive_matches():
     s = Sample(id="a", user_input="q?", keywords=["MFA", "help desk", "90 days", "badge"])
-    r = RagResponse(retrieved_contexts=["Enable mfa for all.", "Call the Help\n desk within 90 days."])
+    r = RagResponse(
+        retrieved_contexts=["Enable mfa for all.", "Call the Help\n desk within 90 days."]
+    )
     out = KeywordCoverage().evaluate([s], [r])[0]["keyword_coverage"]
     assert out.value == pytest.approx(3 / 4)
 
@@ -22,8 +24,16 @@ def test_keyword_coverage_counts_case_insensitive_matches():
     ("sample", "resp", "reason"),
     [
         (Sample(id="a", user_input="q?", keywords=[]), RagResponse(), "no_keywords"),
-        (Sample(id="a", user_input="q?", keywords=["x"], answerable=False), RagResponse(), "unanswerable"),
-        (Sample(id="a", user_input="q?", keywords=["x"]), RagResponse(error="timeout"), "target_error"),
+        (
+            Sample(id="a", user_input="q?", keywords=["x"], answerable=False),
+            RagResponse(),
+            "unanswerable",
+        ),
+        (
+            Sample(id="a", user_input="q?", keywords=["x"]),
+            RagResponse(error="timeout"),
+            "target_error",
+        ),
     ],
 )
 def test_keyword_coverage_nan_reasons(sample, resp, reason):

@@ -15,8 +15,12 @@ from omegaconf import DictConfig
 from rag_experiments.errors import ConfigError
 from rag_experiments.lifecycle.objective import objective_value, parse_objective
 
-SUMMARY = {"nDCG@10": 0.6, "faithfulness": 0.8, "latency_ms_p50": 100.0,
-           "answer_relevancy_n_valid": 0.0}
+SUMMARY = {
+    "nDCG@10": 0.6,
+    "faithfulness": 0.8,
+    "latency_ms_p50": 100.0,
+    "answer_relevancy_n_valid": 0.0,
+}
 
 
 def test_objective_single_and_weighted() -> None:
@@ -33,8 +37,9 @@ def test_objective_single_and_weighted() -> None:
 
 
 def test_optuna_preset_composes(compose_cfg: Callable[..., DictConfig]) -> None:
-    cfg = compose(config_name="config", overrides=["experiment=optuna_search"],
-                  return_hydra_config=True)
+    cfg = compose(
+        config_name="config", overrides=["experiment=optuna_search"], return_hydra_config=True
+    )
     sweeper = cfg.hydra.sweeper
     assert sweeper._target_.endswith("RagOptunaSweeper") and sweeper.direction == "maximize"
     assert sweeper.max_failure_rate == 1.0  # a failed trial is recorded and the study goes on
@@ -43,18 +48,23 @@ def test_optuna_preset_composes(compose_cfg: Callable[..., DictConfig]) -> None:
     assert cfg.chunker._target_.endswith("FixedChunker")
 
 
-@pytest.mark.parametrize(("option", "plugin", "module"), [
-    ("slurm", "submitit_slurm", "hydra_plugins.hydra_submitit_launcher"),
-    ("ray_cluster", "ray", "hydra_plugins.hydra_ray_launcher"),
-])
+@pytest.mark.parametrize(
+    ("option", "plugin", "module"),
+    [
+        ("slurm", "submitit_slurm", "hydra_plugins.hydra_submitit_launcher"),
+        ("ray_cluster", "ray", "hydra_plugins.hydra_ray_launcher"),
+    ],
+)
 def test_launcher_configs_name_their_plugin(
     compose_cfg: Callable[..., DictConfig], option: str, plugin: str, module: str
 ) -> None:
     if importlib.util.find_spec(module.split(".")[0]) and importlib.util.find_spec(module):
-        cfg = compose(config_name="config", overrides=[f"hydra/launcher={option}"],
-                      return_hydra_config=True)
+        cfg = compose(
+            config_name="config", overrides=[f"hydra/launcher={option}"], return_hydra_config=True
+        )
         assert "Launcher" in cfg.hydra.launcher._target_
         return
     with pytest.raises(MissingConfigException, match=f"hydra/launcher/{plugin}"):
-        compose(config_name="config", overrides=[f"hydra/launcher={option}"],
-                return_hydra_config=True)
+        compose(
+            config_name="config", overrides=[f"hydra/launcher={option}"], return_hydra_config=True
+        )

@@ -55,8 +55,13 @@ def _env() -> dict[str, str]:
 
 def _kill_after(tmp_path: Path, job_dir: Path, n_lines: int) -> str:
     """Start a run, ``kill -9`` it once ``n_lines`` answers are checkpointed; its run id."""
-    proc = subprocess.Popen(_cmd(tmp_path, job_dir), cwd=tmp_path, env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        _cmd(tmp_path, job_dir),
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     responses = job_dir / "responses.jsonl"
     deadline = time.monotonic() + 120
     try:
@@ -88,8 +93,15 @@ def test_kill_9_then_resume_answers_every_sample_exactly_once(tmp_path: Path) ->
 
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
     assert client.get_run(run_id).info.status == "RUNNING"  # killed: nobody ended it
-    done = subprocess.run(_cmd(tmp_path, tmp_path / "job2", f"resume={run_id}"), cwd=tmp_path,
-                          env=_env(), capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        _cmd(tmp_path, tmp_path / "job2", f"resume={run_id}"),
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
     (run,) = client.search_runs([client.get_run(run_id).info.experiment_id])
@@ -132,6 +144,7 @@ def test_resume_finds_the_run_from_its_job_dir_and_refuses_finished_runs(tmp_pat
 
 class _Target:
     max_concurrency = 1
+
     def __init__(self) -> None:
         self.asked: list[str] = []
 
@@ -212,17 +225,32 @@ def test_http_target_answers_are_saved_as_they_arrive_kill_9_then_resume(tmp_pat
     job_dir = tmp_path / "job"
 
     def cmd(*extra: str) -> list[str]:
-        return [sys.executable, "-m", "rag_experiments", "run", "dataset=jsonl",
-                f"dataset.path={_small_dataset(tmp_path)}", f"dataset.corpus={SAMPLE / 'docs'}",
-                "dataset.name=small", "target=http", f"target.url={url}",
-                "target.max_concurrency=2", "target.retries=0", "metrics=retrieval",
-                "embedder=hash", f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
-                f"paths.cache_dir={tmp_path}/cache", "progress=false",
-                f"hydra.run.dir={job_dir}", *extra]
+        return [
+            sys.executable,
+            "-m",
+            "rag_experiments",
+            "run",
+            "dataset=jsonl",
+            f"dataset.path={_small_dataset(tmp_path)}",
+            f"dataset.corpus={SAMPLE / 'docs'}",
+            "dataset.name=small",
+            "target=http",
+            f"target.url={url}",
+            "target.max_concurrency=2",
+            "target.retries=0",
+            "metrics=retrieval",
+            "embedder=hash",
+            f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
+            f"paths.cache_dir={tmp_path}/cache",
+            "progress=false",
+            f"hydra.run.dir={job_dir}",
+            *extra,
+        ]
 
     try:
-        proc = subprocess.Popen(cmd(), cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            cmd(), cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         responses = job_dir / "responses.jsonl"
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
@@ -236,8 +264,15 @@ def test_http_target_answers_are_saved_as_they_arrive_kill_9_then_resume(tmp_pat
         assert 3 <= len(saved) < N_QUESTIONS  # saved one by one, before the batch ended
         run_id = json.loads((job_dir / "checkpoint.json").read_text())["run_id"]
         first_run = len(received)
-        done = subprocess.run(cmd(f"resume={run_id}"), cwd=tmp_path, env=_env(),
-                              capture_output=True, text=True, timeout=300, check=False)
+        done = subprocess.run(
+            cmd(f"resume={run_id}"),
+            cwd=tmp_path,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
     finally:
         server.shutdown()

@@ -56,8 +56,10 @@ OVERHEAD_S = 0.1  # generous allowance per HTTP attempt on 127.0.0.1 (measured: 
 
 
 def batch() -> list[ChatRequest]:
-    return [ChatRequest(user(f"[slow] q{i}" if i % 3 == 2 else f"q{i}"), schema=Answer)
-            for i in range(N)]
+    return [
+        ChatRequest(user(f"[slow] q{i}" if i % 3 == 2 else f"q{i}"), schema=Answer)
+        for i in range(N)
+    ]
 
 
 def test_30_requests_every_third_timing_out_then_cached(server, tmp_path):
@@ -65,9 +67,17 @@ def test_30_requests_every_third_timing_out_then_cached(server, tmp_path):
     a rerun is answered from the cache with identical outputs and no HTTP request."""
     cache = tmp_path / "llm.sqlite"
     model = factory.build_chat(
-        OllamaChat(model="fake-llm", base_url=server.url, timeout_s=TIMEOUT_S,
-                   max_retries=MAX_RETRIES, backoff_s=BACKOFF_S, backoff_max_s=BACKOFF_S),
-        "judge", cache_path=str(cache), cache_mode="read_write",
+        OllamaChat(
+            model="fake-llm",
+            base_url=server.url,
+            timeout_s=TIMEOUT_S,
+            max_retries=MAX_RETRIES,
+            backoff_s=BACKOFF_S,
+            backoff_max_s=BACKOFF_S,
+        ),
+        "judge",
+        cache_path=str(cache),
+        cache_mode="read_write",
     )
     started = time.perf_counter()
     first = complete_many(model, batch(), max_concurrency=CONCURRENCY, progress=False)
@@ -107,7 +117,7 @@ def test_30_requests_every_third_timing_out_then_cached(server, tmp_path):
     assert server.total == N_SLOW and server.counts["/api/chat"] == N_SLOW
     assert all(isinstance(o, Completion) for o in second)
     assert [o.cached for o in second] == [i % 3 != 2 for i in range(N)]
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=True):
         if isinstance(a, Completion):
             assert (b.text, b.parsed, b.finish_reason) == (a.text, a.parsed, a.finish_reason)
 
@@ -122,8 +132,9 @@ def test_30_requests_every_third_timing_out_then_cached(server, tmp_path):
     assert usage["judge.llm_cache_hit_rate"] == pytest.approx(50 / 90)
 
     # A new process (new model object, same cache file): only the identity lookups, once.
-    fresh = factory.build_chat(OllamaChat(model="fake-llm", base_url=server.url),
-                               "judge", cache_path=str(cache))
+    fresh = factory.build_chat(
+        OllamaChat(model="fake-llm", base_url=server.url), "judge", cache_path=str(cache)
+    )
     fourth = complete_many(fresh, batch(), max_concurrency=CONCURRENCY, progress=False)
     assert dict(server.counts) == {"/api/tags": 1, "/api/show": 1}
     assert [(o.text, o.parsed) for o in fourth] == [(o.text, o.parsed) for o in second]
@@ -131,8 +142,11 @@ def test_30_requests_every_third_timing_out_then_cached(server, tmp_path):
 
 def test_batch_keeps_order_and_never_raises_for_one_request(server):
     model = OllamaChat(model="fake-llm", base_url=server.url, max_retries=0)
-    reqs = [ChatRequest(user("a")), ChatRequest(user("[cut] b"), schema=Answer),
-            ChatRequest(user("c"), options={"max_tokens": 3})]
+    reqs = [
+        ChatRequest(user("a")),
+        ChatRequest(user("[cut] b"), schema=Answer),
+        ChatRequest(user("c"), options={"max_tokens": 3}),
+    ]
     out = complete_many(model, reqs, max_concurrency=2, progress=False)
     assert out[0].text == "echo: a" and out[2].text == "echo: c"
     assert out[1].reason == "truncated"
@@ -199,9 +213,12 @@ def test_fake_model_is_metered_not_cached(tmp_path):
     model.complete(user("x"))
     assert fake.calls == 2
     assert factory.usage_by_role() == {
-        "generator.llm_calls": 2.0, "generator.llm_cache_hits": 0.0,
-        "generator.llm_errors": 0.0, "generator.prompt_tokens": 2.0,
-        "generator.completion_tokens": 2.0, "generator.llm_cache_hit_rate": 0.0,
+        "generator.llm_calls": 2.0,
+        "generator.llm_cache_hits": 0.0,
+        "generator.llm_errors": 0.0,
+        "generator.prompt_tokens": 2.0,
+        "generator.completion_tokens": 2.0,
+        "generator.llm_cache_hit_rate": 0.0,
     }
     assert factory.identity_by_role()["generator.provider"] == "fake"
     assert factory.identity_by_role()["generator.cache_mode"] == "off"
@@ -222,8 +239,15 @@ def test_usage_meter_counts_tokens_of_model_calls_only():
 # --- through the whole job ------------------------------------------------------------------
 @pytest.mark.slow
 def test_main_job_with_ollama_logs_usage_identity_and_reruns_from_cache(compose_cfg, server):
-    overrides = ("embedder=hash", "judge=fake", "llm=ollama", f"llm.base_url={server.url}",
-                 "llm.model=fake-llm", "llm.num_ctx=4096", "max_concurrency=4")
+    overrides = (
+        "embedder=hash",
+        "judge=fake",
+        "llm=ollama",
+        f"llm.base_url={server.url}",
+        "llm.model=fake-llm",
+        "llm.num_ctx=4096",
+        "max_concurrency=4",
+    )
     run_job(compose_cfg(*overrides, "run_name=first"))
     chat_requests = server.counts["/api/chat"]
     run_job(compose_cfg(*overrides, "run_name=second"))

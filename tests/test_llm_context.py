@@ -57,12 +57,18 @@ def server() -> Iterator[FakeOllamaServer]:
 
 
 @pytest.mark.parametrize("truncate", [True, False])
-def test_baseline_truncates_contexts_to_the_window_and_flags_the_row(compose_cfg, server,
-                                                                      truncate):
+def test_baseline_truncates_contexts_to_the_window_and_flags_the_row(compose_cfg, server, truncate):
     factory.configure(None)
-    cfg = compose_cfg("embedder=hash", "judge=fake", "llm=ollama", f"llm.base_url={server.url}",
-                      "llm.model=fake-llm", "llm.num_ctx=400", "llm.max_tokens=100",
-                      f"target.truncate_contexts={str(truncate).lower()}")
+    cfg = compose_cfg(
+        "embedder=hash",
+        "judge=fake",
+        "llm=ollama",
+        f"llm.base_url={server.url}",
+        "llm.model=fake-llm",
+        "llm.num_ctx=400",
+        "llm.max_tokens=100",
+        f"target.truncate_contexts={str(truncate).lower()}",
+    )
     exp = build(cfg)
     exp.target.prepare(exp.dataset)
     sample = exp.dataset.samples[0]

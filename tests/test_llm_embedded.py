@@ -42,7 +42,12 @@ def test_wrong_shape_is_a_parse_error_with_raw_text():
 
 def test_fake_chat_answers_from_first_context():
     fake = FakeChat()
-    msg = [{"role": "user", "content": "Context passages:\n\n[1] Badges expire yearly. More.\n\nQuestion: x?"}]
+    msg = [
+        {
+            "role": "user",
+            "content": "Context passages:\n\n[1] Badges expire yearly. More.\n\nQuestion: x?",
+        }
+    ]
     assert fake.complete(msg).text == "Badges expire yearly."
     assert fake.calls == 1
 
@@ -62,7 +67,8 @@ def test_embedded_model_generates_and_constrains_json():
 
     structured = chat.complete(
         [{"role": "user", "content": "Reply in JSON with the key answer: the capital of France."}],
-        schema=Answer, max_tokens=64,
+        schema=Answer,
+        max_tokens=64,
     )
     assert isinstance(structured.parsed, Answer)
     ident = chat.describe()

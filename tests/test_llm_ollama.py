@@ -53,14 +53,20 @@ def free_port() -> int:
 
 
 def test_request_carries_num_ctx_options_format_and_keep_alive(server):
-    model = chat(server, max_tokens=77, temperature=0.3, seed=9, keep_alive="-1",
-                 options={"top_k": 5})
+    model = chat(
+        server, max_tokens=77, temperature=0.3, seed=9, keep_alive="-1", options={"top_k": 5}
+    )
     out = model.complete(user("What is X?"), schema=Answer)
     assert out.parsed == Answer(answer="What is X?")
     body = server.bodies[-1]
     assert body["path"] == "/api/chat" and body["stream"] is False
-    assert body["options"] == {"num_ctx": 2048, "num_predict": 77, "temperature": 0.3, "seed": 9,
-                               "top_k": 5}
+    assert body["options"] == {
+        "num_ctx": 2048,
+        "num_predict": 77,
+        "temperature": 0.3,
+        "seed": 9,
+        "top_k": 5,
+    }
     assert body["format"] == Answer.model_json_schema()
     assert body["keep_alive"] == "-1"
     # per-call options override the defaults
@@ -143,8 +149,13 @@ def test_model_not_pulled_names_the_fix(server):
 
 
 def test_unreachable_server_names_the_fix_after_retries():
-    model = OllamaChat(model="m", base_url=f"http://127.0.0.1:{free_port()}", max_retries=2,
-                       backoff_s=0.01, backoff_max_s=0.02)
+    model = OllamaChat(
+        model="m",
+        base_url=f"http://127.0.0.1:{free_port()}",
+        max_retries=2,
+        backoff_s=0.01,
+        backoff_max_s=0.02,
+    )
     started = time.perf_counter()
     with pytest.raises(LLMUnreachableError, match="ollama serve") as info:
         model.complete(user("q"))
@@ -181,15 +192,17 @@ def test_canonical_model_names():
 
 
 def test_ollama_embedder_vectors_id_and_batches(server):
-    emb = OllamaEmbedder(model="fake-embed", base_url=server.url, batch_size=2,
-                         query_prefix="query: ")
+    emb = OllamaEmbedder(
+        model="fake-embed", base_url=server.url, batch_size=2, query_prefix="query: "
+    )
     texts = ["alpha beta", "gamma", "delta epsilon", ""]
     vecs = emb.embed_documents(texts)
     # the fake answers hashing-trick vectors (dim 16), which the embedder L2-normalises again
     np.testing.assert_allclose(vecs, HashEmbedder(dim=16).embed_documents(texts), atol=1e-6)
     assert server.counts["/api/embed"] == 2  # 4 texts, batch_size 2
-    np.testing.assert_allclose(emb.embed_query("alpha"),
-                               HashEmbedder(dim=16).embed_query("query: alpha"), atol=1e-6)
+    np.testing.assert_allclose(
+        emb.embed_query("alpha"), HashEmbedder(dim=16).embed_query("query: alpha"), atol=1e-6
+    )
     assert emb.dim == 16
     assert emb.id.startswith(f"ollama:fake-embed:{'b' * 12}:trunc1:norm1:p")
     embed_bodies = [b for b in server.bodies if b["path"] == "/api/embed"]

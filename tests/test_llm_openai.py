@@ -52,20 +52,41 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``python -m llama_cpp.server`` with the bundled GGUF; yields its ``/v1`` URL."""
-    probe = subprocess.run([sys.executable, "-c", "import llama_cpp.server.app"],
-                           capture_output=True, text=True, timeout=120)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import llama_cpp.server.app"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if probe.returncode != 0:
-        pytest.fail("llama_cpp.server does not import; install llama-cpp-python's server extras "
-                    "(fastapi, uvicorn, pydantic-settings, sse-starlette, starlette-context):\n"
-                    + probe.stderr[-500:])
+        pytest.fail(
+            "llama_cpp.server does not import; install llama-cpp-python's server extras "
+            "(fastapi, uvicorn, pydantic-settings, sse-starlette, starlette-context):\n"
+            + probe.stderr[-500:]
+        )
     port = free_port()
     log_path = tmp_path_factory.mktemp("llama_server") / "server.log"
     log_file = log_path.open("w")  # a file, not a pipe: a full pipe would block the server
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(bundled_model_path()),
-         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(SERVER_N_CTX),
-         "--n_threads", "1", "--seed", "0"],
-        stdout=log_file, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(bundled_model_path()),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            str(SERVER_N_CTX),
+            "--n_threads",
+            "1",
+            "--seed",
+            "0",
+        ],
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}/v1"
     try:
@@ -107,15 +128,17 @@ def test_llama_cpp_server_plain_and_deterministic(llama_server):
 def test_llama_cpp_server_structured_output_falls_back_to_its_json_mode(llama_server):
     chat = OpenAICompatChat(base_url=llama_server, max_tokens=48, timeout_s=60)
     out = chat.complete(
-        user("Reply in JSON with the key answer: the capital of France."), schema=Answer)
+        user("Reply in JSON with the key answer: the capital of France."), schema=Answer
+    )
     assert isinstance(out.parsed, Answer)
     # llama-cpp-python refuses {"type": "json_schema"} (HTTP 500, "Input should be 'text' or
     # 'json_object'") and constrains {"type": "json_object", "schema": …} with a grammar.
     assert chat.format_mode == "json_object_schema"
     # a JSON reply cut by max_tokens is "truncated", not a parse error
     with pytest.raises(LLMTruncatedError) as info:
-        chat.complete(user("Reply in JSON with the key answer: a long story."), schema=Answer,
-                      max_tokens=4)
+        chat.complete(
+            user("Reply in JSON with the key answer: a long story."), schema=Answer, max_tokens=4
+        )
     assert info.value.reason == "truncated" and info.value.raw
 
 
@@ -139,8 +162,14 @@ def test_llama_cpp_server_batch_and_cache(llama_server, tmp_path):
     factory.configure(str(tmp_path / "llm.sqlite"))
     try:
         model = factory.build_chat(
-            {"_target_": "rag_experiments.llm.openai_compat.OpenAICompatChat",
-             "base_url": llama_server, "max_tokens": 8, "timeout_s": 60}, "generator")
+            {
+                "_target_": "rag_experiments.llm.openai_compat.OpenAICompatChat",
+                "base_url": llama_server,
+                "max_tokens": 8,
+                "timeout_s": 60,
+            },
+            "generator",
+        )
         reqs = [ChatRequest(user(f"Count to {i}.")) for i in range(3)]
         first = complete_many(model, reqs, max_concurrency=2, progress=False)
         again = complete_many(model, reqs, max_concurrency=2, progress=False)
@@ -154,9 +183,17 @@ def test_llama_cpp_server_batch_and_cache(llama_server, tmp_path):
 
 # --- server behaviours, scripted with pytest-httpserver ----------------------------------------
 def _ok(content: str, finish: str = "stop") -> dict:
-    return {"choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                         "finish_reason": finish}],
-            "usage": {"prompt_tokens": 11, "completion_tokens": 5}, "model": "served-name"}
+    return {
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": finish,
+            }
+        ],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 5},
+        "model": "served-name",
+    }
 
 
 def test_format_ladder_down_to_plain_text(httpserver: HTTPServer):
@@ -167,17 +204,26 @@ def test_format_ladder_down_to_plain_text(httpserver: HTTPServer):
         seen.append(body)
         fmt = body.get("response_format")
         if fmt is not None:  # this server knows no response_format at all
-            return Response(json.dumps({"error": {"message": "unknown field response_format"}}),
-                            status=400 if fmt["type"] != "json_object" else 422)
-        return Response(json.dumps(_ok('Here: {"answer": "Paris",}')), status=200,
-                        content_type="application/json")
+            return Response(
+                json.dumps({"error": {"message": "unknown field response_format"}}),
+                status=400 if fmt["type"] != "json_object" else 422,
+            )
+        return Response(
+            json.dumps(_ok('Here: {"answer": "Paris",}')),
+            status=200,
+            content_type="application/json",
+        )
 
     httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(handler)
     chat = OpenAICompatChat(base_url=httpserver.url_for("/v1"))
     out = chat.complete(user("Capital of France?"), schema=Answer)
     assert out.parsed == Answer(answer="Paris") and out.model == "served-name"
     assert [b.get("response_format", {}).get("type") for b in seen] == [
-        "json_schema", "json_object", "json_object", None]
+        "json_schema",
+        "json_object",
+        "json_object",
+        None,
+    ]
     assert seen[0]["response_format"]["json_schema"]["schema"] == Answer.model_json_schema()
     assert "schema" in seen[1]["response_format"] and "schema" not in seen[2]["response_format"]
     assert "Reply with one JSON object" in seen[3]["messages"][-1]["content"]
@@ -191,8 +237,9 @@ def test_api_key_is_sent_but_never_shown(httpserver: HTTPServer, monkeypatch):
     httpserver.expect_request(
         "/v1/chat/completions", headers={"Authorization": "Bearer sk-very-secret"}
     ).respond_with_json({"error": "boom sk-nothing"}, status=400)
-    chat = OpenAICompatChat(base_url=httpserver.url_for("/v1"), api_key_env="RX_TEST_KEY",
-                            max_retries=0)
+    chat = OpenAICompatChat(
+        base_url=httpserver.url_for("/v1"), api_key_env="RX_TEST_KEY", max_retries=0
+    )
     with pytest.raises(LLMHTTPError) as info:
         chat.complete(user("q"))
     assert info.value.status == 400 and "boom" in str(info.value)
@@ -206,14 +253,16 @@ def test_api_key_is_sent_but_never_shown(httpserver: HTTPServer, monkeypatch):
 
 def test_model_not_found_and_rate_limit_retry(httpserver: HTTPServer):
     httpserver.expect_oneshot_request("/v1/chat/completions").respond_with_json(
-        {"error": {"message": "The model `nope` does not exist."}}, status=404)
+        {"error": {"message": "The model `nope` does not exist."}}, status=404
+    )
     chat = OpenAICompatChat(model="nope", base_url=httpserver.url_for("/v1"))
     with pytest.raises(ModelNotFoundError, match="GET .*/v1/models"):
         chat.complete(user("q"))
 
     httpserver.clear()
     httpserver.expect_ordered_request("/v1/chat/completions").respond_with_json(
-        {"error": "slow down"}, status=429)
+        {"error": "slow down"}, status=429
+    )
     httpserver.expect_ordered_request("/v1/chat/completions").respond_with_json(_ok("fine"))
     chat = OpenAICompatChat(base_url=httpserver.url_for("/v1"), max_retries=1, backoff_s=0.01)
     assert chat.complete(user("q")).text == "fine"
@@ -237,7 +286,8 @@ def test_openai_embedder_orders_by_index_and_normalises(httpserver: HTTPServer):
 
 def test_openai_embedder_refuses_token_level_vectors(httpserver: HTTPServer):
     httpserver.expect_request("/v1/embeddings").respond_with_json(
-        {"data": [{"index": 0, "embedding": [[0.1, 0.2], [0.3, 0.4]]}]})
+        {"data": [{"index": 0, "embedding": [[0.1, 0.2], [0.3, 0.4]]}]}
+    )
     emb = OpenAICompatEmbedder(base_url=httpserver.url_for("/v1"))
     with pytest.raises(LLMError, match="one vector per token") as info:
         emb.embed_query("x")

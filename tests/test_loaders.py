@@ -46,14 +46,31 @@ def test_jsonl_reads_good_rows_exactly(tmp_path: Path) -> None:
         tmp_path / "policy_qa.jsonl",
         json.dumps({"id": "q1", "user_input": "Who approves access?"}) + "\n"
         "\n"  # blank lines are ignored
-        + json.dumps({
-            "id": "q2", "user_input": "Quand ?", "reference": "Sous 5 jours.",
-            "reference_doc_ids": ["doc-b"], "reference_contexts": ["within 5 days"],
-            "keywords": ["5 days"], "question_type": "timeline_sla", "answerable": True,
-            "relevance": {"doc-b": 2, "doc-a": 0}, "metadata": {"page": 3},
-        }, ensure_ascii=False) + "\n"
-        + json.dumps({"id": "q3", "user_input": "Out of scope?", "answerable": False,
-                      "question_type": "my own label"}) + "\n",
+        + json.dumps(
+            {
+                "id": "q2",
+                "user_input": "Quand ?",
+                "reference": "Sous 5 jours.",
+                "reference_doc_ids": ["doc-b"],
+                "reference_contexts": ["within 5 days"],
+                "keywords": ["5 days"],
+                "question_type": "timeline_sla",
+                "answerable": True,
+                "relevance": {"doc-b": 2, "doc-a": 0},
+                "metadata": {"page": 3},
+            },
+            ensure_ascii=False,
+        )
+        + "\n"
+        + json.dumps(
+            {
+                "id": "q3",
+                "user_input": "Out of scope?",
+                "answerable": False,
+                "question_type": "my own label",
+            }
+        )
+        + "\n",
     )
     ds = JsonlDataset(path=str(data), corpus=str(corpus)).load()
 
@@ -62,19 +79,27 @@ def test_jsonl_reads_good_rows_exactly(tmp_path: Path) -> None:
     assert ds.source == str(data)
     assert ds.samples == [
         Sample(id="q1", user_input="Who approves access?"),
-        Sample(id="q2", user_input="Quand ?", reference="Sous 5 jours.",
-               reference_doc_ids=["doc-b"], reference_contexts=["within 5 days"],
-               keywords=["5 days"], question_type="timeline_sla", answerable=True,
-               relevance={"doc-b": 2, "doc-a": 0}, metadata={"page": 3}),
-        Sample(id="q3", user_input="Out of scope?", answerable=False,
-               question_type="my own label"),
+        Sample(
+            id="q2",
+            user_input="Quand ?",
+            reference="Sous 5 jours.",
+            reference_doc_ids=["doc-b"],
+            reference_contexts=["within 5 days"],
+            keywords=["5 days"],
+            question_type="timeline_sla",
+            answerable=True,
+            relevance={"doc-b": 2, "doc-a": 0},
+            metadata={"page": 3},
+        ),
+        Sample(id="q3", user_input="Out of scope?", answerable=False, question_type="my own label"),
     ]
     assert sorted(d.id for d in ds.corpus) == ["doc-a", "doc-b"]
 
 
 def test_jsonl_without_corpus_has_empty_corpus_and_name_override(tmp_path: Path) -> None:
-    data = _jsonl(tmp_path / "a.jsonl", [{"id": "q1", "user_input": "x",
-                                          "reference_doc_ids": ["anything"]}])
+    data = _jsonl(
+        tmp_path / "a.jsonl", [{"id": "q1", "user_input": "x", "reference_doc_ids": ["anything"]}]
+    )
     ds = JsonlDataset(path=str(data), name="custom").load()
     assert ds.name == "custom"
     assert ds.corpus == []
@@ -92,8 +117,11 @@ def test_jsonl_three_bad_rows_give_one_error_listing_exactly_them(tmp_path: Path
     with pytest.raises(DatasetError) as info:
         JsonlDataset(path=str(data)).load()
     error = info.value
-    assert _where(error) == [("bad.jsonl", 2, ""), ("bad.jsonl", 3, "reference_doc_ids.2"),
-                             ("bad.jsonl", 4, "id")]
+    assert _where(error) == [
+        ("bad.jsonl", 2, ""),
+        ("bad.jsonl", 3, "reference_doc_ids.2"),
+        ("bad.jsonl", 4, "id"),
+    ]
     text = str(error)
     first_line = text.splitlines()[0]
     assert "3 of 4 rows" in first_line and str(SCHEMA_PATH) in first_line
@@ -103,18 +131,24 @@ def test_jsonl_three_bad_rows_give_one_error_listing_exactly_them(tmp_path: Path
 
 
 def test_jsonl_unknown_and_extra_fields_and_unknown_doc_ids(tmp_path: Path) -> None:
-    corpus = _corpus(tmp_path / "c" / "corpus.jsonl", ["d1"])
-    data = _jsonl(tmp_path / "x.jsonl", [
-        {"id": "q1", "user_input": "a", "reference_doc_ids": ["d1", "d9"]},
-        {"id": "q2", "user_input": "b", "relevance": {"d1": 1, "zz": 0}},
-        {"id": "q3", "questoin": "typo"},
-        ["not", "an", "object"],
-    ])
+    _corpus(tmp_path / "c" / "corpus.jsonl", ["d1"])
+    data = _jsonl(
+        tmp_path / "x.jsonl",
+        [
+            {"id": "q1", "user_input": "a", "reference_doc_ids": ["d1", "d9"]},
+            {"id": "q2", "user_input": "b", "relevance": {"d1": 1, "zz": 0}},
+            {"id": "q3", "questoin": "typo"},
+            ["not", "an", "object"],
+        ],
+    )
     with pytest.raises(DatasetError) as info:
         JsonlDataset(path=str(data), corpus=str(tmp_path / "c")).load()
     assert sorted(_where(info.value)) == [
-        ("x.jsonl", 1, "reference_doc_ids.1"), ("x.jsonl", 2, "relevance.zz"),
-        ("x.jsonl", 3, "questoin"), ("x.jsonl", 3, "user_input"), ("x.jsonl", 4, ""),
+        ("x.jsonl", 1, "reference_doc_ids.1"),
+        ("x.jsonl", 2, "relevance.zz"),
+        ("x.jsonl", 3, "questoin"),
+        ("x.jsonl", 3, "user_input"),
+        ("x.jsonl", 4, ""),
     ]
     by_field = {p.field: p.message for p in info.value.problems}
     assert "'d9' is not in the corpus" in by_field["reference_doc_ids.1"]
@@ -135,26 +169,44 @@ def test_jsonl_missing_file_bad_corpus_and_empty_file(tmp_path: Path) -> None:
 def test_jsonl_corpus_folder_of_documents(tmp_path: Path) -> None:
     _write(tmp_path / "docs" / "hr" / "leave.md", "# Leave\n\nAsk your manager 5 days ahead.\n")
     _write(tmp_path / "docs" / "intro.txt", "Welcome to the handbook.\n")
-    data = _jsonl(tmp_path / "qa.jsonl", [
-        {"id": "q1", "user_input": "How early?", "reference_doc_ids": ["hr/leave"]},
-    ])
+    data = _jsonl(
+        tmp_path / "qa.jsonl",
+        [
+            {"id": "q1", "user_input": "How early?", "reference_doc_ids": ["hr/leave"]},
+        ],
+    )
     ds = JsonlDataset(path=str(data), corpus=str(tmp_path / "docs")).load()
     assert sorted(d.id for d in ds.corpus) == ["hr/leave", "intro"]
     assert ds.skipped == {}
     with pytest.raises(DatasetError) as info:
-        JsonlDataset(path=str(_jsonl(tmp_path / "b.jsonl", [
-            {"id": "q1", "user_input": "x", "reference_doc_ids": ["hr/leave.md"]}])),
-            corpus=str(tmp_path / "docs")).load()
+        JsonlDataset(
+            path=str(
+                _jsonl(
+                    tmp_path / "b.jsonl",
+                    [{"id": "q1", "user_input": "x", "reference_doc_ids": ["hr/leave.md"]}],
+                )
+            ),
+            corpus=str(tmp_path / "docs"),
+        ).load()
     assert _where(info.value) == [("b.jsonl", 1, "reference_doc_ids.0")]
 
 
 def test_write_jsonl_round_trips_in_model_order(tmp_path: Path) -> None:
     samples = [
-        Sample(id="q1", user_input="Qu'est-ce qu'un délai ?", reference="Cinq jours ouvrés.",
-               reference_doc_ids=["d1"], relevance={"d1": 2}, metadata={"page": 2}),
+        Sample(
+            id="q1",
+            user_input="Qu'est-ce qu'un délai ?",
+            reference="Cinq jours ouvrés.",
+            reference_doc_ids=["d1"],
+            relevance={"d1": 2},
+            metadata={"page": 2},
+        ),
         Sample(id="q2", user_input="Second?", answerable=False),
-        Sample(id="q3", user_input="Third?", recorded=RecordedAnswer(
-            response=None, retrieved_contexts=["c"], latency_ms=2.5)),
+        Sample(
+            id="q3",
+            user_input="Third?",
+            recorded=RecordedAnswer(response=None, retrieved_contexts=["c"], latency_ms=2.5),
+        ),
     ]
     out = write_jsonl(samples, tmp_path / "sub" / "out.jsonl")
     lines = out.read_text(encoding="utf-8").splitlines()
@@ -168,8 +220,10 @@ def test_write_jsonl_round_trips_in_model_order(tmp_path: Path) -> None:
 
 def test_digest_is_stable_and_changes_with_one_sample(tmp_path: Path) -> None:
     corpus = _corpus(tmp_path / "corpus.jsonl", ["d1", "d2"])
-    rows = [{"id": f"q{i}", "user_input": f"question {i}", "reference_doc_ids": ["d1"]}
-            for i in range(3)]
+    rows = [
+        {"id": f"q{i}", "user_input": f"question {i}", "reference_doc_ids": ["d1"]}
+        for i in range(3)
+    ]
     data = _jsonl(tmp_path / "d.jsonl", rows)
     first = JsonlDataset(path=str(data), corpus=str(corpus)).load()
     second = JsonlDataset(path=str(data), corpus=str(corpus)).load()
@@ -195,13 +249,15 @@ def test_schema_file_is_alone_and_describes_sample() -> None:
     assert schema["additionalProperties"] is False
     assert list(schema["properties"]) == list(Sample.model_fields)
     assert sorted(schema["required"]) == sorted(
-        name for name, f in Sample.model_fields.items() if f.is_required())
+        name for name, f in Sample.model_fields.items() if f.is_required()
+    )
     assert schema["properties"]["question_type"]["examples"] == list(QUESTION_TYPES)
     generated = Sample.model_json_schema()["properties"]
     for name, prop in schema["properties"].items():
         if "default" in prop:  # the hand-written defaults are the model's defaults
             assert prop["default"] == Sample.model_fields[name].get_default(
-                call_default_factory=True), name
+                call_default_factory=True
+            ), name
         if name == "recorded":  # an optional object: its fields are RecordedAnswer's
             assert prop["type"] == ["object", "null"]
             assert list(prop["properties"]) == list(RecordedAnswer.model_fields)
@@ -211,15 +267,32 @@ def test_schema_file_is_alone_and_describes_sample() -> None:
 
 GOOD_ROWS: list[dict[str, Any]] = [
     {"id": "q1", "user_input": "minimal"},
-    {"id": "q1", "user_input": "full", "reference": "r", "reference_doc_ids": ["a", "b"],
-     "reference_contexts": ["c"], "keywords": ["k"], "question_type": "multi_hop",
-     "answerable": False, "relevance": {"a": 2, "b": 0}, "metadata": {"n": [1, {"x": None}]}},
+    {
+        "id": "q1",
+        "user_input": "full",
+        "reference": "r",
+        "reference_doc_ids": ["a", "b"],
+        "reference_contexts": ["c"],
+        "keywords": ["k"],
+        "question_type": "multi_hop",
+        "answerable": False,
+        "relevance": {"a": 2, "b": 0},
+        "metadata": {"n": [1, {"x": None}]},
+    },
     {"id": "q1", "user_input": "any label", "question_type": "not one of the 8"},
     {"id": "q1", "user_input": "null type", "question_type": None},
     {"id": " ", "user_input": "an id of one space is still an id"},
-    {"id": "q1", "user_input": "recorded", "recorded": {
-        "response": "a", "retrieved_contexts": ["c"], "retrieved_ids": ["d#0"],
-        "retrieved_doc_ids": ["d"], "latency_ms": 12}},
+    {
+        "id": "q1",
+        "user_input": "recorded",
+        "recorded": {
+            "response": "a",
+            "retrieved_contexts": ["c"],
+            "retrieved_ids": ["d#0"],
+            "retrieved_doc_ids": ["d"],
+            "latency_ms": 12,
+        },
+    },
     {"id": "q1", "user_input": "no response", "recorded": {"response": None}},
     {"id": "q1", "user_input": "null recorded", "recorded": None},
 ]
@@ -259,32 +332,55 @@ def test_schema_and_loader_agree(row: dict[str, Any], valid: bool, tmp_path: Pat
 
 # --- peer formats ----------------------------------------------------------------------------
 def test_seed_json_maps_fields_and_keeps_extras(tmp_path: Path) -> None:
-    data = _write(tmp_path / "seed.json", json.dumps([
-        {"question": "Who signs?", "ground_truth": "The CISO.", "type": "role_responsibility",
-         "context": "The CISO signs.", "source": "policy.pdf", "page": 4},
-        {"question": "Lunch menu?", "ground_truth": "", "answerable": False},
-    ]))
+    data = _write(
+        tmp_path / "seed.json",
+        json.dumps(
+            [
+                {
+                    "question": "Who signs?",
+                    "ground_truth": "The CISO.",
+                    "type": "role_responsibility",
+                    "context": "The CISO signs.",
+                    "source": "policy.pdf",
+                    "page": 4,
+                },
+                {"question": "Lunch menu?", "ground_truth": "", "answerable": False},
+            ]
+        ),
+    )
     ds = SeedJsonDataset(path=str(data)).load()
     assert ds.name == "seed"
     assert ds.samples == [
-        Sample(id="q0001", user_input="Who signs?", reference="The CISO.",
-               question_type="role_responsibility",
-               metadata={"context": "The CISO signs.", "source": "policy.pdf", "page": 4}),
+        Sample(
+            id="q0001",
+            user_input="Who signs?",
+            reference="The CISO.",
+            question_type="role_responsibility",
+            metadata={"context": "The CISO signs.", "source": "policy.pdf", "page": 4},
+        ),
         Sample(id="q0002", user_input="Lunch menu?", reference="", answerable=False),
     ]
 
 
 def test_seed_json_three_bad_items_reported_by_item_index(tmp_path: Path) -> None:
-    data = _write(tmp_path / "seed.json", json.dumps([
-        "just a string",
-        {"question": "No answer given?"},
-        {"question": 5, "ground_truth": "g"},
-        {"question": "fine", "ground_truth": "g", "type": "procedural"},
-    ]))
+    data = _write(
+        tmp_path / "seed.json",
+        json.dumps(
+            [
+                "just a string",
+                {"question": "No answer given?"},
+                {"question": 5, "ground_truth": "g"},
+                {"question": "fine", "ground_truth": "g", "type": "procedural"},
+            ]
+        ),
+    )
     with pytest.raises(DatasetError) as info:
         SeedJsonDataset(path=str(data)).load()
-    assert _where(info.value) == [("seed.json", 1, ""), ("seed.json", 2, "ground_truth"),
-                                  ("seed.json", 3, "question")]
+    assert _where(info.value) == [
+        ("seed.json", 1, ""),
+        ("seed.json", 2, "ground_truth"),
+        ("seed.json", 3, "question"),
+    ]
     first_line = str(info.value).splitlines()[0]
     assert "3 of 4 items" in first_line and "1-based item index" in first_line
 
@@ -298,20 +394,43 @@ def test_seed_json_not_an_array(tmp_path: Path) -> None:
 
 def test_keywords_jsonl_maps_fields_ids_and_sources(tmp_path: Path) -> None:
     corpus = _corpus(tmp_path / "corpus.jsonl", ["policy", "hr/leave"])
-    data = _jsonl(tmp_path / "kw.jsonl", [
-        {"id": "k1", "question": "MFA?", "keywords": ["MFA", "VPN"],
-         "reference_answer": "Use MFA.", "category": "security", "source": "policy.pdf"},
-        {"question": "Leave?", "keywords": [], "source": ["hr\\leave.docx", "policy.md"],
-         "difficulty": "easy"},
-        {"id": 7, "question": "Given ids?", "keywords": ["x"], "reference_doc_ids": ["policy"]},
-    ])
+    data = _jsonl(
+        tmp_path / "kw.jsonl",
+        [
+            {
+                "id": "k1",
+                "question": "MFA?",
+                "keywords": ["MFA", "VPN"],
+                "reference_answer": "Use MFA.",
+                "category": "security",
+                "source": "policy.pdf",
+            },
+            {
+                "question": "Leave?",
+                "keywords": [],
+                "source": ["hr\\leave.docx", "policy.md"],
+                "difficulty": "easy",
+            },
+            {"id": 7, "question": "Given ids?", "keywords": ["x"], "reference_doc_ids": ["policy"]},
+        ],
+    )
     ds = KeywordsJsonlDataset(path=str(data), corpus=str(corpus)).load()
     assert ds.samples == [
-        Sample(id="k1", user_input="MFA?", keywords=["MFA", "VPN"], reference="Use MFA.",
-               question_type="security", reference_doc_ids=["policy"],
-               metadata={"source": "policy.pdf"}),
-        Sample(id="q0002", user_input="Leave?", reference_doc_ids=["hr/leave", "policy"],
-               metadata={"source": ["hr\\leave.docx", "policy.md"], "difficulty": "easy"}),
+        Sample(
+            id="k1",
+            user_input="MFA?",
+            keywords=["MFA", "VPN"],
+            reference="Use MFA.",
+            question_type="security",
+            reference_doc_ids=["policy"],
+            metadata={"source": "policy.pdf"},
+        ),
+        Sample(
+            id="q0002",
+            user_input="Leave?",
+            reference_doc_ids=["hr/leave", "policy"],
+            metadata={"source": ["hr\\leave.docx", "policy.md"], "difficulty": "easy"},
+        ),
         Sample(id="7", user_input="Given ids?", keywords=["x"], reference_doc_ids=["policy"]),
     ]
 
@@ -328,8 +447,11 @@ def test_keywords_jsonl_three_bad_rows(tmp_path: Path) -> None:
     )
     with pytest.raises(DatasetError) as info:
         KeywordsJsonlDataset(path=str(data), corpus=str(corpus)).load()
-    assert _where(info.value) == [("kw.jsonl", 1, "keywords"), ("kw.jsonl", 4, "keywords"),
-                                  ("kw.jsonl", 2, "source.0")]
+    assert _where(info.value) == [
+        ("kw.jsonl", 1, "keywords"),
+        ("kw.jsonl", 4, "keywords"),
+        ("kw.jsonl", 2, "source.0"),
+    ]
     assert "3 of 4 rows" in str(info.value).splitlines()[0]
 
 
@@ -337,29 +459,48 @@ def test_keywords_jsonl_three_bad_rows(tmp_path: Path) -> None:
 def _beir(root: Path, qrels: str, *, newline: str = "\n") -> Path:
     _corpus(root / "corpus.part00.jsonl", ["d1", "d2"])
     _corpus(root / "corpus.part01.jsonl", ["d3", "d4"])
-    _jsonl(root / "queries.jsonl", [
-        {"_id": "q1", "text": "first query", "metadata": {}},
-        {"_id": "q2", "text": "second query"},
-        {"_id": "q3", "text": "only a zero grade"},
-        {"_id": "q4", "text": "no qrels in this split"},
-    ])
+    _jsonl(
+        root / "queries.jsonl",
+        [
+            {"_id": "q1", "text": "first query", "metadata": {}},
+            {"_id": "q2", "text": "second query"},
+            {"_id": "q3", "text": "only a zero grade"},
+            {"_id": "q4", "text": "no qrels in this split"},
+        ],
+    )
     _write(root / "qrels" / "test.tsv", qrels, newline)
     return root
 
 
 def test_beir_sharded_corpus_header_and_crlf(tmp_path: Path) -> None:
-    root = _beir(tmp_path / "mini", "query-id\tcorpus-id\tscore\n"
-                                    "q2\td3\t2\nq1\td1\t1\nq1\td2\t0\nq3\td4\t0\nq2\td1\t1\n\n",
-                 newline="\r\n")
+    root = _beir(
+        tmp_path / "mini",
+        "query-id\tcorpus-id\tscore\nq2\td3\t2\nq1\td1\t1\nq1\td2\t0\nq3\td4\t0\nq2\td1\t1\n\n",
+        newline="\r\n",
+    )
     ds = BeirDataset(path=str(root)).load()
     assert ds.name == "mini"
     assert ds.source == str(root)
     assert sorted(d.id for d in ds.corpus) == ["d1", "d2", "d3", "d4"]
     assert ds.samples == [
-        Sample(id="q2", user_input="second query", reference="", reference_doc_ids=["d3", "d1"],
-               relevance={"d3": 2, "d1": 1}, question_type=None, answerable=True),
-        Sample(id="q1", user_input="first query", reference="", reference_doc_ids=["d1"],
-               relevance={"d1": 1, "d2": 0}, question_type=None, answerable=True),
+        Sample(
+            id="q2",
+            user_input="second query",
+            reference="",
+            reference_doc_ids=["d3", "d1"],
+            relevance={"d3": 2, "d1": 1},
+            question_type=None,
+            answerable=True,
+        ),
+        Sample(
+            id="q1",
+            user_input="first query",
+            reference="",
+            reference_doc_ids=["d1"],
+            relevance={"d1": 1, "d2": 0},
+            question_type=None,
+            answerable=True,
+        ),
     ]
 
 
@@ -369,12 +510,18 @@ def test_beir_qrels_without_header(tmp_path: Path) -> None:
 
 
 def test_beir_unknown_ids_and_bad_rows_in_one_error(tmp_path: Path) -> None:
-    root = _beir(tmp_path / "mini", "query-id\tcorpus-id\tscore\n"
-                                    "q1\td1\t1\nq1\tnope\t1\nq9\td2\t1\nq2\td3\thigh\nq2\td3\n")
+    root = _beir(
+        tmp_path / "mini",
+        "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\tnope\t1\nq9\td2\t1\nq2\td3\thigh\nq2\td3\n",
+    )
     with pytest.raises(DatasetError) as info:
         BeirDataset(path=str(root)).load()
-    assert _where(info.value) == [("test.tsv", 3, "corpus-id"), ("test.tsv", 4, "query-id"),
-                                  ("test.tsv", 5, "score"), ("test.tsv", 6, "")]
+    assert _where(info.value) == [
+        ("test.tsv", 3, "corpus-id"),
+        ("test.tsv", 4, "query-id"),
+        ("test.tsv", 5, "score"),
+        ("test.tsv", 6, ""),
+    ]
     assert "doc 'nope' is not in the corpus" in str(info.value)
 
 
@@ -393,8 +540,10 @@ def test_beir_max_queries_is_a_seeded_subset_in_qrels_order(tmp_path: Path) -> N
     _write(root / "qrels" / "test.tsv", "".join(f"q{i}\td1\t1\n" for i in range(20)))
     order = [f"q{i}" for i in range(20)]
 
-    picks = [[s.id for s in BeirDataset(path=str(root), max_queries=5, seed=seed).load().samples]
-             for seed in (0, 0, 1)]
+    picks = [
+        [s.id for s in BeirDataset(path=str(root), max_queries=5, seed=seed).load().samples]
+        for seed in (0, 0, 1)
+    ]
     assert picks[0] == picks[1]  # deterministic
     assert picks[0] != picks[2]  # the seed matters
     for ids in picks:
@@ -419,8 +568,9 @@ def test_loaders_build_from_hydra_style_config(tmp_path: Path) -> None:
     from hydra.utils import instantiate
 
     data = _jsonl(tmp_path / "a.jsonl", [{"id": "q1", "user_input": "x"}])
-    loader = instantiate({"_target_": "rag_experiments.data.jsonl.JsonlDataset",
-                          "path": str(data), "corpus": None})
+    loader = instantiate(
+        {"_target_": "rag_experiments.data.jsonl.JsonlDataset", "path": str(data), "corpus": None}
+    )
     assert loader.load().samples == [Sample(id="q1", user_input="x")]
 
 
@@ -439,15 +589,21 @@ def test_subset_is_stratified_seeded_and_ordered():
     from rag_experiments.data.base import EvalDataset
     from rag_experiments.records import Sample
 
-    samples = [Sample(id=f"{t}{i}", user_input="q?", question_type=t, answerable=(i != 3))
-               for t in ("a", "b", "c") for i in range(4)]
+    samples = [
+        Sample(id=f"{t}{i}", user_input="q?", question_type=t, answerable=(i != 3))
+        for t in ("a", "b", "c")
+        for i in range(4)
+    ]
     ds = EvalDataset("x", samples)
     sub = ds.subset(6, seed=1)
     assert len(sub.samples) == 6
     # 6 strata (3 types x answerable/unanswerable): one sample from each
     assert Counter((s.question_type, s.answerable) for s in sub.samples) == {
-        (t, a): 1 for t in "abc" for a in (True, False)}
+        (t, a): 1 for t in "abc" for a in (True, False)
+    }
     order = [s.id for s in samples]
-    assert [order.index(s.id) for s in sub.samples] == sorted(order.index(s.id) for s in sub.samples)
+    assert [order.index(s.id) for s in sub.samples] == sorted(
+        order.index(s.id) for s in sub.samples
+    )
     assert [s.id for s in ds.subset(6, seed=1).samples] == [s.id for s in sub.samples]
     assert sub.digest != ds.digest and ds.subset(100) is ds

@@ -18,12 +18,26 @@ pytestmark = pytest.mark.slow
 
 def _mlflow_run(tmp_path: Path, uri: str, *args: str) -> subprocess.CompletedProcess[str]:
     bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PATH": f"{bin_dir}:{os.environ['PATH']}",
-           "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
-    cmd = [f"{bin_dir}/mlflow", "run", str(PROJECT_ROOT), "--env-manager", "local",
-           "--experiment-name", "project", *args]
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300, check=False)
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": uri,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "DO_NOT_TRACK": "true",
+    }
+    cmd = [
+        f"{bin_dir}/mlflow",
+        "run",
+        str(PROJECT_ROOT),
+        "--env-manager",
+        "local",
+        "--experiment-name",
+        "project",
+        *args,
+    ]
+    return subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
 
 
 def test_mlflow_run_evaluate_then_rerun(tmp_path: Path) -> None:

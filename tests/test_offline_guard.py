@@ -126,11 +126,16 @@ def test_the_guard_refuses_outbound_and_allows_loopback(guarded_env, tmp_path):
         print("ok")
         """
     )
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
-                         cwd=tmp_path, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
-    assert log.read_text().splitlines() == ["connect ('10.255.255.1', 80)",
-                                            "lookup 'example.org'"]
+    assert log.read_text().splitlines() == ["connect ('10.255.255.1', 80)", "lookup 'example.org'"]
 
 
 SAMPLE_EVAL = PROJECT_ROOT / "datasets" / "sample" / "eval.jsonl"
@@ -146,9 +151,20 @@ def test_main_job_makes_no_outbound_connection(guarded_env, tmp_path):
     subset = tmp_path / "eval4.jsonl"
     subset.write_text("\n".join(answerable + unanswerable) + "\n", encoding="utf-8")
     out = subprocess.run(
-        [sys.executable, "-m", "rag_experiments", "run", f"dataset.path={subset}",
-         "progress=false", "run_name=offline"],
-        env=env, capture_output=True, text=True, cwd=tmp_path, timeout=1800,
+        [
+            sys.executable,
+            "-m",
+            "rag_experiments",
+            "run",
+            f"dataset.path={subset}",
+            "progress=false",
+            "run_name=offline",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=1800,
     )
     refused = log.read_text() if log.exists() else ""
     assert refused == "", f"outbound attempts:\n{refused}"

@@ -22,8 +22,9 @@ from rag_experiments.tracking.sweep import PARENT_RUN_ID_FILE
 FAST = ["metrics=retrieval", "llm=fake", "judge=fake", "embedder=hash", "progress=false"]
 
 
-def test_unique_dir_differs_in_the_same_second_and_sorts_by_time(tmp_path: Path,
-                                                                 monkeypatch) -> None:
+def test_unique_dir_differs_in_the_same_second_and_sorts_by_time(
+    tmp_path: Path, monkeypatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     first = unique_dir("multirun/%Y-%m-%d/%H-%M-%S")
     second = unique_dir("multirun/%Y-%m-%d/%H-%M-%S")
@@ -50,12 +51,21 @@ def test_unique_dir_never_returns_an_existing_folder(tmp_path: Path, monkeypatch
 
 
 def _launch(cwd: Path, *args: str) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "rag_experiments", "run", *args, *FAST,
-           "tracking.uri=sqlite:///mlruns.db", f"paths.cache_dir={cwd / 'cache'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rag_experiments",
+        "run",
+        *args,
+        *FAST,
+        "tracking.uri=sqlite:///mlruns.db",
+        f"paths.cache_dir={cwd / 'cache'}",
+    ]
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
     env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def _wait(procs: list[subprocess.Popen[str]]) -> None:

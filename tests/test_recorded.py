@@ -23,8 +23,13 @@ from rag_experiments.records import Document, RecordedAnswer, Sample
 from rag_experiments.targets.recorded import RecordedTarget
 from rag_experiments.tracking.mlflow_tracker import read_table
 
-ANSWER_METRICS = ("faithfulness", "answer_relevancy", "context_precision", "context_recall",
-                  "keyword_faithfulness")
+ANSWER_METRICS = (
+    "faithfulness",
+    "answer_relevancy",
+    "context_precision",
+    "context_recall",
+    "keyword_faithfulness",
+)
 FAKE = ("llm=fake", "judge=fake", "embedder=hash", "metrics=custom")
 
 
@@ -51,12 +56,31 @@ def test_export_and_rescore_gives_the_same_answer_metrics(
     uri = f"sqlite:///{tmp_path}/mlruns.db"
     for fmt, out in (("ragas", "rec.jsonl"), ("deepeval", "rec.json")):
         path = tmp_path / out
-        assert cli_main(["export", base.info.run_id, "--format", fmt, "--out", str(path),
-                         "--tracking-uri", uri]) == 0
+        assert (
+            cli_main(
+                [
+                    "export",
+                    base.info.run_id,
+                    "--format",
+                    fmt,
+                    "--out",
+                    str(path),
+                    "--tracking-uri",
+                    uri,
+                ]
+            )
+            == 0
+        )
         cache = tmp_path / f"cache-{fmt}"  # its own cache: nothing may build an index there
-        rec, rec_rows = _run(compose_cfg, tmp_path, f"rec-{fmt}", f"dataset={fmt}",
-                             f"dataset.path={path}", "target=recorded",
-                             f"paths.cache_dir={cache}")
+        rec, rec_rows = _run(
+            compose_cfg,
+            tmp_path,
+            f"rec-{fmt}",
+            f"dataset={fmt}",
+            f"dataset.path={path}",
+            "target=recorded",
+            f"paths.cache_dir={cache}",
+        )
         assert rec.data.tags["target"] == "recorded"
         assert not (cache / "chroma").exists()
         assert rec_rows.keys() == base_rows.keys()
@@ -64,7 +88,8 @@ def test_export_and_rescore_gives_the_same_answer_metrics(
             for qid, row in base_rows.items():
                 assert _same(rec_rows[qid][metric], row[metric]), (fmt, metric, qid)
                 assert rec_rows[qid][f"{metric}.reason"] == row[f"{metric}.reason"] or (
-                    isinstance(row[f"{metric}.reason"], float))  # NaN (no reason) both
+                    isinstance(row[f"{metric}.reason"], float)
+                )  # NaN (no reason) both
         for metric in ANSWER_METRICS:  # the logged means and counts too
             for key in (metric, f"{metric}_n_valid"):
                 assert rec.data.metrics[key] == base.data.metrics[key]
@@ -74,7 +99,7 @@ def test_export_and_rescore_gives_the_same_answer_metrics(
 RAGAS_CSV = (
     "user_input,response,retrieved_contexts,reference,reference_contexts\n"
     '"Who approves access requests?","Alice approves access requests.",'
-    '"[\'Access requests are approved by Alice.\', \'Badges are blue.\']",'
+    "\"['Access requests are approved by Alice.', 'Badges are blue.']\","
     '"Alice.","[\'Access requests are approved by Alice.\']"\n'
     '"How long is a badge valid?",,"[""Badges are valid for one year.""]",'
     '"One year.","[""Badges are valid for one year.""]"\n'  # no response; JSON-encoded lists
@@ -83,15 +108,29 @@ RAGAS_CSV = (
 )
 
 DEEPEVAL_JSON = [
-    {"input": "Who approves access requests?", "actual_output": "Alice approves access requests.",
-     "expected_output": "Alice.", "retrieval_context": ["Access requests are approved by Alice.",
-                                                        "Badges are blue."],
-     "context": ["Access requests are approved by Alice."], "name": None, "comments": None,
-     "additional_metadata": {"team": "it"}},
-    {"input": "How long is a badge valid?", "actual_output": None, "expected_output": "One year.",
-     "retrieval_context": ["Badges are valid for one year."], "context": None},
-    {"input": "Who signs leave?", "actual_output": "Bob signs leave forms today.",
-     "expected_output": "Bob.", "retrieval_context": ["Bob signs leave forms."]},
+    {
+        "input": "Who approves access requests?",
+        "actual_output": "Alice approves access requests.",
+        "expected_output": "Alice.",
+        "retrieval_context": ["Access requests are approved by Alice.", "Badges are blue."],
+        "context": ["Access requests are approved by Alice."],
+        "name": None,
+        "comments": None,
+        "additional_metadata": {"team": "it"},
+    },
+    {
+        "input": "How long is a badge valid?",
+        "actual_output": None,
+        "expected_output": "One year.",
+        "retrieval_context": ["Badges are valid for one year."],
+        "context": None,
+    },
+    {
+        "input": "Who signs leave?",
+        "actual_output": "Bob signs leave forms today.",
+        "expected_output": "Bob.",
+        "retrieval_context": ["Bob signs leave forms."],
+    },
 ]
 
 
@@ -112,18 +151,26 @@ def test_hand_written_peer_files_load_and_score(
     first, missing, third = loaded.samples
     assert first.recorded == RecordedAnswer(
         response="Alice approves access requests.",
-        retrieved_contexts=["Access requests are approved by Alice.", "Badges are blue."])
+        retrieved_contexts=["Access requests are approved by Alice.", "Badges are blue."],
+    )
     assert first.reference_contexts == ["Access requests are approved by Alice."]
     assert missing.recorded is not None and missing.recorded.response is None
     assert third.reference == "Bob." and third.reference_contexts == []
 
-    run, rows = _run(compose_cfg, tmp_path, fmt, f"dataset={fmt}", f"dataset.path={path}",
-                     "target=recorded")
+    run, rows = _run(
+        compose_cfg, tmp_path, fmt, f"dataset={fmt}", f"dataset.path={path}", "target=recorded"
+    )
     assert run.data.metrics["n_failed"] == 0  # a missing answer is not a target failure
-    for metric in ("faithfulness", "answer_relevancy", "keyword_faithfulness",
-                   "answer_judge.accuracy", "refusal"):
-        assert math.isnan(rows[ids[1]][metric]) and rows[ids[1]][f"{metric}.reason"] == \
-            "no_response", metric
+    for metric in (
+        "faithfulness",
+        "answer_relevancy",
+        "keyword_faithfulness",
+        "answer_judge.accuracy",
+        "refusal",
+    ):
+        assert (
+            math.isnan(rows[ids[1]][metric]) and rows[ids[1]][f"{metric}.reason"] == "no_response"
+        ), metric
         assert not math.isnan(rows[ids[0]][metric]), metric
     # The contexts of the row without an answer are still judged (context_recall needs none).
     assert rows[ids[1]]["context_recall.reason"] != "no_response"
@@ -136,16 +183,34 @@ def test_hand_written_peer_files_load_and_score(
 
 
 def test_recorded_target_matches_doc_ids_by_text_when_absent() -> None:
-    corpus = [Document("leave", "Bob signs leave forms. Leave is 25 days."),
-              Document("access", "Access requests are approved by Alice.")]
+    corpus = [
+        Document("leave", "Bob signs leave forms. Leave is 25 days."),
+        Document("access", "Access requests are approved by Alice."),
+    ]
     samples = [
-        Sample(id="a", user_input="q", recorded=RecordedAnswer(
-            response="x", retrieved_contexts=["Access requests are approved by Alice.",
-                                              "Nothing like any document here",
-                                              "Bob signs leave forms."])),
-        Sample(id="b", user_input="q", recorded=RecordedAnswer(
-            response="y", retrieved_contexts=["Bob signs leave forms."],
-            retrieved_doc_ids=["mine"], retrieved_ids=["mine#0"], latency_ms=12.5)),
+        Sample(
+            id="a",
+            user_input="q",
+            recorded=RecordedAnswer(
+                response="x",
+                retrieved_contexts=[
+                    "Access requests are approved by Alice.",
+                    "Nothing like any document here",
+                    "Bob signs leave forms.",
+                ],
+            ),
+        ),
+        Sample(
+            id="b",
+            user_input="q",
+            recorded=RecordedAnswer(
+                response="y",
+                retrieved_contexts=["Bob signs leave forms."],
+                retrieved_doc_ids=["mine"],
+                retrieved_ids=["mine#0"],
+                latency_ms=12.5,
+            ),
+        ),
         Sample(id="c", user_input="q"),
     ]
     target = RecordedTarget()
@@ -158,16 +223,20 @@ def test_recorded_target_matches_doc_ids_by_text_when_absent() -> None:
     no_corpus = RecordedTarget()
     no_corpus.prepare(EvalDataset("t", samples, []))
     assert no_corpus.answer(samples[0]).retrieved_doc_ids is None  # doc metrics: no_doc_ids
-    assert math.isnan(KeywordFaithfulness().evaluate([samples[2]], [c])[0][
-        "keyword_faithfulness"].value)
+    assert math.isnan(
+        KeywordFaithfulness().evaluate([samples[2]], [c])[0]["keyword_faithfulness"].value
+    )
 
 
 def test_peer_file_problems_are_listed_by_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.csv"
-    bad.write_text("user_input,response,retrieved_contexts\n"
-                   "\"Q1\",\"A\",\"['ok']\"\n"
-                   "\"Q2\",\"A\",not a list\n"
-                   ",\"A\",[]\n", encoding="utf-8")
+    bad.write_text(
+        "user_input,response,retrieved_contexts\n"
+        '"Q1","A","[\'ok\']"\n'
+        '"Q2","A",not a list\n'
+        ',"A",[]\n',
+        encoding="utf-8",
+    )
     with pytest.raises(DatasetError) as err:
         RagasDataset(str(bad)).load()
     text = str(err.value)
@@ -180,10 +249,22 @@ def test_peer_file_problems_are_listed_by_line(tmp_path: Path) -> None:
 
 def test_ragas_jsonl_keeps_unknown_keys_and_reads_integer_context_ids(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
-    path.write_text(json.dumps({"user_input": "q", "response": "a", "retrieved_contexts": ["c"],
-                                "retrieved_context_ids": [3], "reference": None,
-                                "rubrics": {"x": "y"}}) + "\n", encoding="utf-8")
+    path.write_text(
+        json.dumps(
+            {
+                "user_input": "q",
+                "response": "a",
+                "retrieved_contexts": ["c"],
+                "retrieved_context_ids": [3],
+                "reference": None,
+                "rubrics": {"x": "y"},
+            }
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     (sample,) = RagasDataset(str(path)).load().samples
     assert (sample.id, sample.reference, sample.metadata) == ("q0001", "", {"rubrics": {"x": "y"}})
-    assert sample.recorded == RecordedAnswer(response="a", retrieved_contexts=["c"],
-                                             retrieved_ids=["3"])
+    assert sample.recorded == RecordedAnswer(
+        response="a", retrieved_contexts=["c"], retrieved_ids=["3"]
+    )

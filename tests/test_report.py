@@ -24,8 +24,10 @@ CHILDREN = {
     "256": (0.72, (0.63, 0.80), 0.05, 14.0, 120.0),
     "512": (0.70, (0.60, 0.79), 0.02, 30.0, 90.0),
 }
-SPECS = {"nDCG@10": {"higher_is_better": True, "range": [0, 1], "description": ""},
-         "refusal": {"higher_is_better": False, "range": [0, 1], "description": ""}}
+SPECS = {
+    "nDCG@10": {"higher_is_better": True, "range": [0, 1], "description": ""},
+    "refusal": {"higher_is_better": False, "range": [0, 1], "description": ""},
+}
 
 
 def test_pareto_front_by_hand() -> None:
@@ -52,10 +54,16 @@ def sweep(tmp_path: Path) -> tuple[str, str]:
         rid = child.info.run_id
         for key, value in (("chunker.size", size), ("retriever.top_k", "5")):
             client.log_param(rid, key, value)
-        for key, value in (("nDCG_at_10", ndcg), ("nDCG_at_10_ci_low", lo),
-                           ("nDCG_at_10_ci_high", hi), ("refusal", refusal),
-                           ("refusal_ci_low", 0.0), ("refusal_ci_high", 0.2),
-                           ("latency_ms_p50", latency), ("judge_calls", calls)):
+        for key, value in (
+            ("nDCG_at_10", ndcg),
+            ("nDCG_at_10_ci_low", lo),
+            ("nDCG_at_10_ci_high", hi),
+            ("refusal", refusal),
+            ("refusal_ci_low", 0.0),
+            ("refusal_ci_high", 0.2),
+            ("latency_ms_p50", latency),
+            ("judge_calls", calls),
+        ):
             client.log_metric(rid, key, value)
         client.log_dict(rid, SPECS, "metric_specs.json")
         client.set_terminated(rid, "FINISHED")
@@ -66,8 +74,9 @@ def sweep(tmp_path: Path) -> tuple[str, str]:
     return uri, parent.info.run_id
 
 
-def test_report_ranks_children_and_logs_to_the_parent(sweep: tuple[str, str], tmp_path: Path,
-                                                      capsys) -> None:
+def test_report_ranks_children_and_logs_to_the_parent(
+    sweep: tuple[str, str], tmp_path: Path, capsys
+) -> None:
     uri, parent_id = sweep
     client = mlflow.MlflowClient(uri)
     assert resolve_parent(client, "sweep-report").info.run_id == parent_id  # by experiment
@@ -86,9 +95,17 @@ def test_report_ranks_children_and_logs_to_the_parent(sweep: tuple[str, str], tm
     printed = capsys.readouterr().out
     assert "best nDCG@10" in printed and "chunker.size=256" in printed
     logged = {a.path for a in client.list_artifacts(parent_id, "report")}
-    assert logged == {f"report/{n}" for n in (
-        "report.html", "sweep.csv", "best.csv", "metric_vs_chunker.size.png",
-        "pareto_latency_ms_p50.png", "pareto_judge_calls.png")}
+    assert logged == {
+        f"report/{n}"
+        for n in (
+            "report.html",
+            "sweep.csv",
+            "best.csv",
+            "metric_vs_chunker.size.png",
+            "pareto_latency_ms_p50.png",
+            "pareto_judge_calls.png",
+        )
+    }
     assert client.get_run(parent_id).data.tags["sweep.report"] == "report/report.html"
     page = (out / "report.html").read_text()
     assert page.count('src="data:image/png;base64,') == 3  # one line plot, two Pareto plots

@@ -87,8 +87,11 @@ def test_nan_rows_carry_reasons(toy):
     metrics, out = toy
     names = [s.name for s in metrics.specs()]
     assert len(names) == 6 * 3
-    for row, reason in ((out[3], "unanswerable"), (out[4], "target_error"),
-                        (out[6], "no_reference_docs")):
+    for row, reason in (
+        (out[3], "unanswerable"),
+        (out[4], "target_error"),
+        (out[6], "no_reference_docs"),
+    ):
         assert set(row) == set(names)
         assert all(math.isnan(v.value) and v.reason == reason for v in row.values())
 
@@ -126,15 +129,25 @@ OTHER = "Passwords must be changed every 90 days."
 DESK_SHOUTED = "Service desk: THE SERVICE DESK creates a standard account within 2 business days!"
 
 
-def _c(contexts: list[str], ids: list[str] | None = None, doc_ids: list[str] | None = None,
-       error: str | None = None) -> RagResponse:
-    return RagResponse(retrieved_contexts=contexts, retrieved_ids=ids, retrieved_doc_ids=doc_ids,
-                       error=error)
+def _c(
+    contexts: list[str],
+    ids: list[str] | None = None,
+    doc_ids: list[str] | None = None,
+    error: str | None = None,
+) -> RagResponse:
+    return RagResponse(
+        retrieved_contexts=contexts, retrieved_ids=ids, retrieved_doc_ids=doc_ids, error=error
+    )
 
 
 def _cs(i: str, refs: list[str], docs: list[str] = ("d1",), **kw) -> Sample:
-    return Sample(id=i, user_input=f"question {i}?", reference_doc_ids=list(docs),
-                  reference_contexts=refs, **kw)
+    return Sample(
+        id=i,
+        user_input=f"question {i}?",
+        reference_doc_ids=list(docs),
+        reference_contexts=refs,
+        **kw,
+    )
 
 
 @pytest.fixture
@@ -147,8 +160,11 @@ def chunk_toy():
     responses = [
         # ranks: other, DESK (case and punctuation changed), ACCOUNTS inside a longer chunk,
         # DESK again (already found: not relevant)
-        _c([OTHER, DESK_SHOUTED, "Accounts. " + ACCOUNTS + " Leavers are removed.", DESK],
-           ids=["a#0", "b#1", "c#2", "b#1"], doc_ids=["d9", "d1"]),
+        _c(
+            [OTHER, DESK_SHOUTED, "Accounts. " + ACCOUNTS + " Leavers are removed.", DESK],
+            ids=["a#0", "b#1", "c#2", "b#1"],
+            doc_ids=["d9", "d1"],
+        ),
         # the same reference twice: only the first counts
         _c([MALWARE, MALWARE.upper()], ids=["m#0", "m#1"], doc_ids=["d1"]),
         # black box: texts only; rank 1 holds both references and is assigned the first
@@ -175,8 +191,14 @@ def test_chunk_level_three_query_toy_case_by_hand(chunk_toy):
     assert c1["chunk.nDCG@3"].value == pytest.approx(dcg / idcg)
     assert c1["chunk.MAP@3"].value == pytest.approx((1 / 2 + 2 / 3) / 2)
     # c2: run ref0, ctx1 against {ref0}
-    for name in ("chunk.Hit@1", "chunk.MRR@10", "chunk.nDCG@10", "chunk.R@1", "chunk.MAP@10",
-                 "chunk.P@1"):
+    for name in (
+        "chunk.Hit@1",
+        "chunk.MRR@10",
+        "chunk.nDCG@10",
+        "chunk.R@1",
+        "chunk.MAP@10",
+        "chunk.P@1",
+    ):
         assert c2[name].value == pytest.approx(1.0), name
     assert c2["chunk.P@3"].value == pytest.approx(1 / 3)  # not 2/3: MALWARE is found once
     # c3: run ref0, ctx1, ctx2, ref1 against {ref0, ref1}
@@ -195,8 +217,11 @@ def test_chunk_level_three_query_toy_case_by_hand(chunk_toy):
     # doc level alongside: c1 finds d1 at rank 2; the black box c3 has no doc ids
     assert c1["Hit@1"].value == 0.0 and c1["MRR@10"].value == pytest.approx(1 / 2)
     assert c2["nDCG@10"].value == 1.0
-    assert all(math.isnan(v.value) and v.reason == "no_doc_ids"
-               for n, v in c3.items() if not n.startswith("chunk."))
+    assert all(
+        math.isnan(v.value) and v.reason == "no_doc_ids"
+        for n, v in c3.items()
+        if not n.startswith("chunk.")
+    )
     assert all(v.reason is None for row in out for n, v in row.items() if n.startswith("chunk."))
 
 

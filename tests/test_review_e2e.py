@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from run_helpers import evaluate_retrieval
 
 from rag_experiments.app import PROJECT_ROOT
@@ -31,9 +30,16 @@ from rag_experiments.review.server import ReviewServer
 
 CHROMIUM = Path("/usr/bin/chromium")
 DOCX = PROJECT_ROOT / "datasets" / "sample" / "docs" / "data-retention.docx"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 OLD_OPENING = "What does the guidance say about"
 NEW_OPENING = "Which rules does the guidance set for"
 
@@ -52,8 +58,9 @@ def browser() -> Iterator[Any]:
     if required:
         import playwright.sync_api as sync_api
     else:
-        sync_api = pytest.importorskip("playwright.sync_api",
-                                       reason="the playwright package is not installed")
+        sync_api = pytest.importorskip(
+            "playwright.sync_api", reason="the playwright package is not installed"
+        )
     with sync_api.sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
@@ -64,10 +71,14 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ReviewServer]:
-    app = create_app(tmp_path / "workspace", overrides=[
-        "embedder=hash", f"paths.cache_dir={tmp_path}/cache",
-        f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
-    ])
+    app = create_app(
+        tmp_path / "workspace",
+        overrides=[
+            "embedder=hash",
+            f"paths.cache_dir={tmp_path}/cache",
+            f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
+        ],
+    )
     with ReviewServer(app, port=0) as running:
         yield running
 
@@ -99,7 +110,8 @@ def test_upload_generate_edit_reject_approve_save_reload_and_run(
     assert page.locator(".card").count() == 4
     assert "Done: 4 pairs" in page.inner_text("#job-message")
     assert page.get_attribute("#mlflow-link", "href").startswith(
-        "http://127.0.0.1:5000/#/experiments/")
+        "http://127.0.0.1:5000/#/experiments/"
+    )
     cards = page.query_selector_all(".card")
     ids = [card.get_attribute("data-id") for card in cards]
 
@@ -151,9 +163,15 @@ def test_upload_generate_edit_reject_approve_save_reload_and_run(
     assert [r["id"] for r in rows] == [ids[0], ids[2], ids[3]]
     assert rows[0]["user_input"] == edited
     assert rows[0]["metadata"]["review"] == {
-        "status": "approved", "edited": True,
-        "original": {"user_input": original, "reference": rows[0]["reference"],
-                     "question_type": rows[0]["question_type"], "answerable": True}}
+        "status": "approved",
+        "edited": True,
+        "original": {
+            "user_input": original,
+            "reference": rows[0]["reference"],
+            "question_type": rows[0]["question_type"],
+            "answerable": True,
+        },
+    }
     dataset = JsonlDataset(str(saved), corpus=str(workspace.uploads_dir)).load()
     assert len(dataset.samples) == 3 and [d.id for d in dataset.corpus] == ["data-retention"]
 
@@ -164,9 +182,13 @@ def test_upload_generate_edit_reject_approve_save_reload_and_run(
 
 def test_a_script_in_a_pair_stays_text_in_the_browser(browser: Any, tmp_path: Path) -> None:
     script = "<script>alert(1)</script><img src=x onerror=alert(2)>"
-    sample = Sample(id="x1", user_input=f"{script} Who approves access?",
-                    reference=f"The manager {script}", reference_contexts=[f"Context {script}"],
-                    question_type="role_responsibility")
+    sample = Sample(
+        id="x1",
+        user_input=f"{script} Who approves access?",
+        reference=f"The manager {script}",
+        reference_contexts=[f"Context {script}"],
+        question_type="role_responsibility",
+    )
     dataset = write_jsonl([sample], tmp_path / "in.jsonl")
     app = create_app(tmp_path / "ws", dataset=dataset, overrides=["embedder=hash"])
     with ReviewServer(app, port=0) as running:

@@ -45,28 +45,42 @@ PARAGRAPH = (
     "records each decision about {topic} in the {register} register, and an escalation goes "
     "to the director when the deadline for {topic} is missed or the request is incomplete."
 )
-TOPICS = [("laptops", "asset officer", 3, "hardware"), ("badges", "security desk", 2, "access"),
-          ("backups", "storage team", 5, "recovery"), ("licences", "procurement clerk", 4,
-                                                       "purchasing")]
+TOPICS = [
+    ("laptops", "asset officer", 3, "hardware"),
+    ("badges", "security desk", 2, "access"),
+    ("backups", "storage team", 5, "recovery"),
+    ("licences", "procurement clerk", 4, "purchasing"),
+]
 
 
 def _write_docs(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for i, (topic, role, days, register) in enumerate(TOPICS):
         (folder / f"policy-{i}.md").write_text(
-            f"# {topic.title()}\n\n" + PARAGRAPH.format(topic=topic, role=role, days=days,
-                                                       register=register) + "\n",
-            encoding="utf-8")
+            f"# {topic.title()}\n\n"
+            + PARAGRAPH.format(topic=topic, role=role, days=days, register=register)
+            + "\n",
+            encoding="utf-8",
+        )
     return folder
 
 
 def _generator(chat: Any, **settings: Any) -> DatasetGenerator:
-    base: dict[str, Any] = {"n": 2, "n_unanswerable": 0, "min_chunk_words": 10,
-                            "max_concurrency": 1, "types": ("procedural", "compliance")}
+    base: dict[str, Any] = {
+        "n": 2,
+        "n_unanswerable": 0,
+        "min_chunk_words": 10,
+        "max_concurrency": 1,
+        "types": ("procedural", "compliance"),
+    }
     base.update(settings)
-    return DatasetGenerator(chat, embedder=HashEmbedder(dim=256),
-                            chunker=SemanticChunker(size=800, min_size=200),
-                            settings=GenerationSettings(**base), progress=False)
+    return DatasetGenerator(
+        chat,
+        embedder=HashEmbedder(dim=256),
+        chunker=SemanticChunker(size=800, min_size=200),
+        settings=GenerationSettings(**base),
+        progress=False,
+    )
 
 
 # --- generator hooks -------------------------------------------------------------------------
@@ -75,8 +89,9 @@ def _generator(chat: Any, **settings: Any) -> DatasetGenerator:
 def test_on_progress_reports_accepted_rejected_and_remaining_per_type(tmp_path: Path) -> None:
     source = load_docs(_write_docs(tmp_path / "docs"))
     seen: list[GenerationProgress] = []
-    summary = _generator(FakeChat(extractive=True)).run(source, tmp_path / "out",
-                                                        on_progress=seen.append)
+    summary = _generator(FakeChat(extractive=True)).run(
+        source, tmp_path / "out", on_progress=seen.append
+    )
     # n=2 over 2 types, attempt_factor 2: 4 attempts planned (2 per type); the first two
     # (one per type) are accepted and the run stops.
     assert [(p.attempts_done, p.accepted, p.remaining) for p in seen] == [
@@ -99,8 +114,9 @@ def test_cancel_stops_like_ctrl_c_and_a_rerun_resumes(tmp_path: Path) -> None:
             cancel.set()
 
     chat = FakeChat(extractive=True)
-    stopped = _generator(chat, n=4).run(source, tmp_path / "out", on_progress=stop_after_first,
-                                        cancel=cancel)
+    stopped = _generator(chat, n=4).run(
+        source, tmp_path / "out", on_progress=stop_after_first, cancel=cancel
+    )
     assert stopped.interrupted and stopped.n_accepted == 1 and chat.calls == 1
     assert len(Checkpoint(tmp_path / "out").load().samples) == 1  # on disk
     resumed = _generator(FakeChat(extractive=True), n=4).run(source, tmp_path / "out")
@@ -111,8 +127,7 @@ def test_cancel_stops_like_ctrl_c_and_a_rerun_resumes(tmp_path: Path) -> None:
 
 
 def test_extractive_fake_answers_from_the_passage_and_passes_the_filters() -> None:
-    passage = PARAGRAPH.format(topic="laptops", role="asset officer", days=3,
-                               register="hardware")
+    passage = PARAGRAPH.format(topic="laptops", role="asset officer", days=3, register="hardware")
     chat = FakeChat(extractive=True)
     messages = qa_messages("procedural", [passage])
     reply = chat.complete(messages, QAPair)
@@ -120,15 +135,28 @@ def test_extractive_fake_answers_from_the_passage_and_passes_the_filters() -> No
     assert isinstance(pair, QAPair)
     assert pair.answer in passage and len(pair.answer.split()) >= 12  # one whole sentence
     assert pair.question.startswith("What does the guidance say about")
-    assert first_rejection({"question": pair.question, "answer": pair.answer,
-                            "question_type": "procedural", "answerable": True,
-                            "contexts": [passage]}, QA_FILTERS) is None
+    assert (
+        first_rejection(
+            {
+                "question": pair.question,
+                "answer": pair.answer,
+                "question_type": "procedural",
+                "answerable": True,
+                "contexts": [passage],
+            },
+            QA_FILTERS,
+        )
+        is None
+    )
     assert chat.complete(messages, QAPair).text == reply.text  # deterministic
-    two = chat.complete(qa_messages("multi_hop", [passage, passage.replace("laptops", "desks")]),
-                        QAPair).parsed
+    two = chat.complete(
+        qa_messages("multi_hop", [passage, passage.replace("laptops", "desks")]), QAPair
+    ).parsed
     assert isinstance(two, QAPair) and "desks" in two.answer and "laptops" in two.answer
-    unanswerable = chat.complete([{"role": "user", "content": f"Passage:\n{passage}\n\nWrite "
-                                   "a question."}], UnanswerableQuestion).parsed
+    unanswerable = chat.complete(
+        [{"role": "user", "content": f"Passage:\n{passage}\n\nWrite a question."}],
+        UnanswerableQuestion,
+    ).parsed
     assert isinstance(unanswerable, UnanswerableQuestion)
     assert unanswerable.question.endswith("on overseas secondments?")
 
@@ -138,7 +166,8 @@ def test_the_fake_without_extractive_mode_is_unchanged() -> None:
         FakeChat().complete(qa_messages("procedural", ["Some passage."]), QAPair)
     scripted = FakeChat(responses={"QAPair": {"question": "Q?", "answer": "A."}}, extractive=True)
     assert scripted.complete(qa_messages("procedural", ["x"]), QAPair).parsed == QAPair(
-        question="Q?", answer="A.")  # a script wins over extraction
+        question="Q?", answer="A."
+    )  # a script wins over extraction
     script = json.dumps({"responses": {}, "text": None}, sort_keys=True, default=str)
     assert FakeChat().describe()["digest"] == hashlib.sha256(script.encode()).hexdigest()[:16]
     assert FakeChat(extractive=True).describe()["digest"] != FakeChat().describe()["digest"]
@@ -152,12 +181,20 @@ def test_the_form_composes_the_generate_config(tmp_path: Path) -> None:
     options = GenerationOptions.from_args(CONF_DIR, ["llm=ollama", "embedder=hash"])
     assert options.default_llm == "ollama" and options.overrides == ["embedder=hash"]
     assert set(options.llm_options) == {"embedded", "fake", "ollama", "openai"}
-    assert options.defaults["ollama"] == {"model": "llama3.1:8b",
-                                          "base_url": "http://127.0.0.1:11434"}
+    assert options.defaults["ollama"] == {
+        "model": "llama3.1:8b",
+        "base_url": "http://127.0.0.1:11434",
+    }
     assert options.defaults["embedded"] == {"model_path": ""} and options.defaults["fake"] == {}
 
-    request = GenerateRequest(n=5, n_unanswerable=1, types=["procedural"], llm="ollama",
-                              model="qwen2.5:7b", base_url="http://127.0.0.1:9999")
+    request = GenerateRequest(
+        n=5,
+        n_unanswerable=1,
+        types=["procedural"],
+        llm="ollama",
+        model="qwen2.5:7b",
+        base_url="http://127.0.0.1:9999",
+    )
     cfg = compose_generate_config(request, options, space)
     assert cfg.llm.model == "qwen2.5:7b" and cfg.llm.base_url == "http://127.0.0.1:9999"
     assert cfg.judge.model == "qwen2.5:7b" and cfg.judge._target_.endswith("OllamaChat")
@@ -204,8 +241,13 @@ def test_the_model_check_names_the_problem_and_the_fix(
         check_model(_node("openai_compat.OpenAICompatChat", model="m", base_url=url + "/v1"))
 
     httpserver.expect_request("/api/tags").respond_with_json(
-        {"models": [{"name": "llama3.1:8b", "model": "llama3.1:8b"},
-                    {"name": "qwen2.5:latest", "model": "qwen2.5:latest"}]})
+        {
+            "models": [
+                {"name": "llama3.1:8b", "model": "llama3.1:8b"},
+                {"name": "qwen2.5:latest", "model": "qwen2.5:latest"},
+            ]
+        }
+    )
     base = httpserver.url_for("").rstrip("/")
     check_model(_node("ollama.OllamaChat", model="llama3.1:8b", base_url=base))
     check_model(_node("ollama.OllamaChat", model="qwen2.5", base_url=base))  # :latest
@@ -216,8 +258,14 @@ def test_the_model_check_names_the_problem_and_the_fix(
     # a key variable that is named but not set is refused as the model itself would refuse it
     n_requests = len(httpserver.log)
     with pytest.raises(ConfigError, match="RX_UNSET_KEY_FOR_TEST .llm.api_key_env. is not set"):
-        check_model(_node("openai_compat.OpenAICompatChat", model="m", base_url=base + "/v1",
-                          api_key_env="RX_UNSET_KEY_FOR_TEST"))
+        check_model(
+            _node(
+                "openai_compat.OpenAICompatChat",
+                model="m",
+                base_url=base + "/v1",
+                api_key_env="RX_UNSET_KEY_FOR_TEST",
+            )
+        )
     assert len(httpserver.log) == n_requests  # refused before any request
 
     with pytest.raises(ReviewError, match="does not exist"):
@@ -235,9 +283,16 @@ def app_client(tmp_path: Path) -> Callable[..., tuple[Any, dict[str, str]]]:
     the token header."""
 
     def _make(*overrides: str) -> tuple[Any, dict[str, str]]:
-        app = create_app(tmp_path / "ws", overrides=[
-            "embedder=hash", "min_chunk_words=10", f"paths.cache_dir={tmp_path}/cache",
-            f"tracking.uri=sqlite:///{tmp_path}/mlruns.db", *overrides])
+        app = create_app(
+            tmp_path / "ws",
+            overrides=[
+                "embedder=hash",
+                "min_chunk_words=10",
+                f"paths.cache_dir={tmp_path}/cache",
+                f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
+                *overrides,
+            ],
+        )
         client = app.test_client()
         headers = {TOKEN_HEADER: app.config["REVIEW_TOKEN"]}
         docs = _write_docs(tmp_path / "docs")
@@ -259,16 +314,20 @@ def _wait(client: Any, done: Callable[[dict[str, Any]], bool], timeout: float = 
 
 
 def test_an_unset_or_unreachable_model_is_refused_before_any_job_starts(
-    app_client: Callable[..., tuple[Any, dict[str, str]]]
+    app_client: Callable[..., tuple[Any, dict[str, str]]],
 ) -> None:
     client, headers = app_client()
     url = f"http://127.0.0.1:{_free_port()}"
-    down = client.post("/generate", headers=headers,
-                       json={"llm": "ollama", "model": "llama3.1:8b", "base_url": url})
+    down = client.post(
+        "/generate",
+        headers=headers,
+        json={"llm": "ollama", "model": "llama3.1:8b", "base_url": url},
+    )
     assert down.status_code == 400
     assert down.json["message"].startswith(f"cannot reach {url}/api/tags")
-    unset = client.post("/generate", headers=headers,
-                        json={"llm": "openai", "model": "", "base_url": url + "/v1"})
+    unset = client.post(
+        "/generate", headers=headers, json={"llm": "openai", "model": "", "base_url": url + "/v1"}
+    )
     assert unset.status_code == 400 and "no generator model name" in unset.json["message"]
     bad = client.post("/generate", headers=headers, json={"llm": "fake", "n": 0})
     assert bad.status_code == 400 and "n:" in bad.json["message"]
@@ -300,28 +359,38 @@ def test_cancel_stops_the_job_and_the_accepted_pairs_stay(
 
 
 def test_a_generation_that_accepts_nothing_says_so_with_the_reasons(
-    app_client: Callable[..., tuple[Any, dict[str, str]]]
+    app_client: Callable[..., tuple[Any, dict[str, str]]],
 ) -> None:
     client, headers = app_client(
-        "llm=fake", "+llm.responses.QAPair={question:'Why?',answer:'Because.'}")
-    assert client.post("/generate", headers=headers,
-                       json={"llm": "fake", "n": 2, "types": ["procedural"]}).status_code == 202
+        "llm=fake", "+llm.responses.QAPair={question:'Why?',answer:'Because.'}"
+    )
+    assert (
+        client.post(
+            "/generate", headers=headers, json={"llm": "fake", "n": 2, "types": ["procedural"]}
+        ).status_code
+        == 202
+    )
     job = _wait(client, lambda body: body["job"]["state"] != "running")["job"]
     assert job["state"] == "done" and job["n_accepted"] == 0
     # 4 attempts (n=2 x attempt_factor 2): the first is too short, the others too
     assert job["rejects_by_reason"] == {"question_too_short": 4}
-    assert job["message"].startswith("No pair was accepted. Rejected attempts by reason: "
-                                     "question_too_short 4.")
+    assert job["message"].startswith(
+        "No pair was accepted. Rejected attempts by reason: question_too_short 4."
+    )
 
 
 def test_uploads_that_cannot_be_read_are_named_on_the_page(
-    app_client: Callable[..., tuple[Any, dict[str, str]]]
+    app_client: Callable[..., tuple[Any, dict[str, str]]],
 ) -> None:
     client, headers = app_client("llm=fake")
     fake_pdf = {"files": (io.BytesIO(b"this is text, not a PDF"), "scan.pdf")}
     assert client.post("/upload", data=fake_pdf, headers=headers).status_code == 200
-    assert client.post("/generate", headers=headers,
-                       json={"llm": "fake", "n": 1, "types": ["procedural"]}).status_code == 202
+    assert (
+        client.post(
+            "/generate", headers=headers, json={"llm": "fake", "n": 1, "types": ["procedural"]}
+        ).status_code
+        == 202
+    )
     job = _wait(client, lambda body: body["job"]["state"] != "running")["job"]
     assert job["state"] == "done"
     assert "Not read (1 file(s), left out of the corpus): scan.pdf: " in job["message"]

@@ -35,25 +35,43 @@ class ScriptedTarget:
             raise RuntimeError("boom")
         if sample.id in self.fail:
             return RagResponse(error="timeout", error_message="no answer in 1 s")
-        return RagResponse(response="ok", retrieved_contexts=["alpha beta"],
-                           retrieved_doc_ids=["d1", "d2"], latency_ms=10.0)
+        return RagResponse(
+            response="ok",
+            retrieved_contexts=["alpha beta"],
+            retrieved_doc_ids=["d1", "d2"],
+            latency_ms=10.0,
+        )
 
     def describe(self):
         return {"target": "scripted"}
 
 
 def _dataset(n=5):
-    samples = [Sample(id=f"q{i}", user_input=f"question {i}?", reference_doc_ids=["d1"],
-                      keywords=["alpha", "gamma"], question_type="procedural" if i % 2 else "compliance")
-               for i in range(n)]
+    samples = [
+        Sample(
+            id=f"q{i}",
+            user_input=f"question {i}?",
+            reference_doc_ids=["d1"],
+            keywords=["alpha", "gamma"],
+            question_type="procedural" if i % 2 else "compliance",
+        )
+        for i in range(n)
+    ]
     return EvalDataset("toy", samples, [Document("d1", "alpha"), Document("d2", "beta")], "mem")
 
 
 def _run(tmp_path, target, max_failure_rate=0.5):
     tracker = MlflowTracker(uri=f"sqlite:///{tmp_path}/m.db", experiment="t", run_name="r")
-    return run_experiment(_dataset(), target, [RetrievalMetrics(cutoffs=[1, 3]), KeywordCoverage()],
-                          tracker, params={"a": {"b": 1}}, config_yaml="a:\n  b: 1\n",
-                          max_failure_rate=max_failure_rate, progress=False)
+    return run_experiment(
+        _dataset(),
+        target,
+        [RetrievalMetrics(cutoffs=[1, 3]), KeywordCoverage()],
+        tracker,
+        params={"a": {"b": 1}},
+        config_yaml="a:\n  b: 1\n",
+        max_failure_rate=max_failure_rate,
+        progress=False,
+    )
 
 
 def test_bad_questions_do_not_kill_the_run(tmp_path):
@@ -87,7 +105,9 @@ def test_too_many_failures_fail_the_run_after_logging(tmp_path):
 
 def test_main_job_with_fakes_through_hydra(compose_cfg, tmp_path):
     """The whole job on the bundled sample: hash embedder + fake generator (fast)."""
-    cfg = compose_cfg("embedder=hash", "llm=fake", "judge=fake", "metrics=custom", "run_name=fake-e2e")
+    cfg = compose_cfg(
+        "embedder=hash", "llm=fake", "judge=fake", "metrics=custom", "run_name=fake-e2e"
+    )
     run_job(cfg)
     client = MlflowClient(cfg.tracking.uri)
     exp = client.get_experiment_by_name(cfg.tracking.experiment)
@@ -98,9 +118,12 @@ def test_main_job_with_fakes_through_hydra(compose_cfg, tmp_path):
     assert m["nDCG_at_10_n_valid"] == m["n_samples"] - m["n_unanswerable"]
     assert 0.0 <= m["nDCG_at_10"] <= 1.0
     assert run.data.tags["dataset.name"] == "sample"
-    path = mlflow.artifacts.download_artifacts(run_id=run.info.run_id,
-                                               artifact_path="per_query_results.csv",
-                                               tracking_uri=cfg.tracking.uri, dst_path=str(tmp_path))
+    path = mlflow.artifacts.download_artifacts(
+        run_id=run.info.run_id,
+        artifact_path="per_query_results.csv",
+        tracking_uri=cfg.tracking.uri,
+        dst_path=str(tmp_path),
+    )
     import pandas as pd
 
     table = pd.read_csv(path)

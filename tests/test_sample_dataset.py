@@ -26,8 +26,23 @@ EVAL_FILE = SAMPLE_DIR / "eval.jsonl"
 
 MIN_PER_TYPE = 5
 MIN_UNANSWERABLE = 5
-YES_NO_OPENERS = {"is", "are", "can", "could", "does", "do", "did", "should", "will", "must",
-                  "may", "has", "have", "was", "were"}
+YES_NO_OPENERS = {
+    "is",
+    "are",
+    "can",
+    "could",
+    "does",
+    "do",
+    "did",
+    "should",
+    "will",
+    "must",
+    "may",
+    "has",
+    "have",
+    "was",
+    "were",
+}
 
 
 def squash(text: str) -> str:

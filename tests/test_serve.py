@@ -36,10 +36,20 @@ class _Served:
 @pytest.fixture
 def served_baseline(tmp_path: Path) -> Iterator[_Served]:
     """``rag-exp serve --port 0`` as a subprocess; yields once it prints its URL."""
-    cmd = [sys.executable, "-m", "rag_experiments", "serve", "--port", "0", *FAST,
-           f"paths.cache_dir={tmp_path}/serve_cache", f"hydra.run.dir={tmp_path}/serve_out"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "rag_experiments",
+        "serve",
+        "--port",
+        "0",
+        *FAST,
+        f"paths.cache_dir={tmp_path}/serve_cache",
+        f"hydra.run.dir={tmp_path}/serve_out",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     lines: list[str] = []
     found: queue.Queue[str] = queue.Queue()
 
@@ -82,10 +92,23 @@ def test_http_run_against_served_baseline_matches_baseline(served_baseline, comp
 
     uri = f"sqlite:///{tmp_path}/mlruns.db"  # the compose_cfg fixture logs here too
     http_run = subprocess.run(
-        [sys.executable, "-m", "rag_experiments", "run", "target=http", f"target.url={url}/ask",
-         *FAST, f"paths.cache_dir={tmp_path}/http_cache", f"tracking.uri={uri}", "run_name=via-http",
-         f"hydra.run.dir={tmp_path}/http_out"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "rag_experiments",
+            "run",
+            "target=http",
+            f"target.url={url}/ask",
+            *FAST,
+            f"paths.cache_dir={tmp_path}/http_cache",
+            f"tracking.uri={uri}",
+            "run_name=via-http",
+            f"hydra.run.dir={tmp_path}/http_out",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert http_run.returncode == 0, http_run.stdout + http_run.stderr
     run_job(compose_cfg(*FAST, "run_name=baseline"))
@@ -96,11 +119,21 @@ def test_http_run_against_served_baseline_matches_baseline(served_baseline, comp
     # cannot know it
     assert set(via_http) <= set(baseline)
     assert {k for k in set(baseline) - set(via_http) if not k.startswith("generator.")} == set()
-    for key in ("nDCG_at_10", "Hit_at_1", "MRR_at_10", "R_at_5", "chunk.nDCG_at_10", "keyword_coverage"):
+    for key in (
+        "nDCG_at_10",
+        "Hit_at_1",
+        "MRR_at_10",
+        "R_at_5",
+        "chunk.nDCG_at_10",
+        "keyword_coverage",
+    ):
         assert key in baseline and f"{key}_n_valid" in baseline
     assert baseline["Hit_at_10_n_valid"] == baseline["n_samples"] - baseline["n_unanswerable"]
-    different = {k: (via_http[k], baseline[k]) for k in set(via_http) - timing
-                 if not math.isclose(via_http[k], baseline[k], rel_tol=0, abs_tol=1e-12)}
+    different = {
+        k: (via_http[k], baseline[k])
+        for k in set(via_http) - timing
+        if not math.isclose(via_http[k], baseline[k], rel_tol=0, abs_tol=1e-12)
+    }
     assert not different
     assert via_http["n_failed"] == 0 and via_http["latency_ms_p50"] > 0
 
@@ -139,8 +172,13 @@ class _EchoTarget:
             return RagResponse(error="timeout", error_message="generator timed out")
         if sample.user_input == "crash":
             raise RuntimeError("bug")
-        return RagResponse(response="ok", retrieved_contexts=[sample.user_input], retrieved_ids=["d#0"],
-                           retrieved_doc_ids=["d"], latency_ms=1.5)
+        return RagResponse(
+            response="ok",
+            retrieved_contexts=[sample.user_input],
+            retrieved_ids=["d#0"],
+            retrieved_doc_ids=["d"],
+            latency_ms=1.5,
+        )
 
     def describe(self):
         return {"target": "echo"}
@@ -151,8 +189,13 @@ def test_server_api_contract():
         ask = f"{server.url}/ask"
         ok = httpx.post(ask, json={"question": "why?"})
         assert ok.status_code == 200
-        assert ok.json() == {"answer": "ok", "contexts": ["why?"], "context_ids": ["d#0"],
-                             "doc_ids": ["d"], "latency_ms": 1.5}
+        assert ok.json() == {
+            "answer": "ok",
+            "contexts": ["why?"],
+            "context_ids": ["d#0"],
+            "doc_ids": ["d"],
+            "latency_ms": 1.5,
+        }
         assert httpx.post(ask, json={"q": "x"}).status_code == 400
         assert httpx.post(ask, content=b"not json").json()["error"] == "bad_request"
         slow = httpx.post(ask, json={"question": "boom"})
@@ -160,11 +203,18 @@ def test_server_api_contract():
         crash = httpx.post(ask, json={"question": "crash"})
         assert crash.status_code == 500 and "RuntimeError: bug" in crash.json()["message"]
         assert httpx.get(f"{server.url}/missing").json()["error"] == "http_404"
-        assert httpx.get(f"{server.url}/health").json() == {"status": "ok", "target": {"target": "echo"}}
+        assert httpx.get(f"{server.url}/health").json() == {
+            "status": "ok",
+            "target": {"target": "echo"},
+        }
         # the default http target config speaks this API
         resp = HttpTarget(ask).answer(Sample(id="q1", user_input="who?"))
-        assert (resp.response, resp.retrieved_contexts, resp.retrieved_ids, resp.retrieved_doc_ids) == \
-            ("ok", ["who?"], ["d#0"], ["d"])
+        assert (
+            resp.response,
+            resp.retrieved_contexts,
+            resp.retrieved_ids,
+            resp.retrieved_doc_ids,
+        ) == ("ok", ["who?"], ["d#0"], ["d"])
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{server.url}/health")
     with TargetServer(_EchoTarget(), port=0) as busy:

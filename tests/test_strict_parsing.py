@@ -35,8 +35,11 @@ And my grading of this answer:
 
 BOOLEANS = '{"accuracy": true, "completeness": true, "relevance": true}'
 
-SAMPLE = Sample(id="q1", user_input="How are accounts requested?",
-                reference="With form AR-1, signed by the manager.")
+SAMPLE = Sample(
+    id="q1",
+    user_input="How are accounts requested?",
+    reference="With form AR-1, signed by the manager.",
+)
 RESPONSE = RagResponse(response="By email to the service desk.", retrieved_contexts=["c"])
 
 
@@ -49,8 +52,9 @@ def _judge(reply: str, max_retries: int = 1) -> tuple[dict[str, Any], dict[str, 
 
 def test_answer_judge_grades_the_models_own_block_not_the_echoed_example() -> None:
     values, audit, _ = _judge(ECHO_THEN_OWN)
-    raw = {c: values[f"answer_judge.{c}_raw"].value for c in ("accuracy", "completeness",
-                                                              "relevance")}
+    raw = {
+        c: values[f"answer_judge.{c}_raw"].value for c in ("accuracy", "completeness", "relevance")
+    }
     assert raw == {"accuracy": 2.0, "completeness": 2.0, "relevance": 3.0}
     assert values["answer_judge.accuracy"].value == pytest.approx((2 - 1) / 4)
     assert values["answer_judge.relevance"].value == pytest.approx((3 - 1) / 4)
@@ -77,13 +81,17 @@ def test_a_single_object_has_no_pick_note() -> None:
     ("text", "message"),
     [
         # the model's own object does not validate: never fall back to the echoed example
-        ('{"accuracy": 5, "completeness": 5, "relevance": 5}\n' + BOOLEANS,
-         "last of 2 JSON objects"),
+        (
+            '{"accuracy": 5, "completeness": 5, "relevance": 5}\n' + BOOLEANS,
+            "last of 2 JSON objects",
+        ),
         # its own object is not JSON
         ('{"accuracy": 5, "completeness": 5, "relevance": 5}\nMine: {accuracy: 2}', "not JSON"),
         # its own object never closes
-        ('{"accuracy": 5, "completeness": 5, "relevance": 5}\nMine: {"accuracy": 2, ',
-         "never closed"),
+        (
+            '{"accuracy": 5, "completeness": 5, "relevance": 5}\nMine: {"accuracy": 2, ',
+            "never closed",
+        ),
         ("I cannot grade this.", "no JSON object"),
     ],
 )
@@ -102,8 +110,11 @@ def test_an_unfinished_last_object_cut_by_the_token_limit_is_truncated() -> None
 def test_objects_are_found_around_prose_braces_and_braces_in_strings() -> None:
     text = 'Rubric {see below}. {"a": "x}{", "b": [1, {"c": 2}]} then {"a": "y\\"}"}'
     spans, unclosed = json_objects(text)
-    assert [text[s:e] for s, e in spans] == ["{see below}", '{"a": "x}{", "b": [1, {"c": 2}]}',
-                                             '{"a": "y\\"}"}']
+    assert [text[s:e] for s, e in spans] == [
+        "{see below}",
+        '{"a": "x}{", "b": [1, {"c": 2}]}',
+        '{"a": "y\\"}"}',
+    ]
     assert unclosed is None
 
     class A(BaseModel):
@@ -166,12 +177,15 @@ def test_fake_judge_script_is_strictly_valid() -> None:
     GlobalHydra.instance().clear()
     scripted = OmegaConf.to_container(cfg.judge.responses)
     assert isinstance(scripted, dict)
-    schemas = {"FaithfulnessOutput": faith.output_model(5),
-               "ContextVerdicts": context_precision.output_model(5),
-               "GeneratedQuestions": answer_relevancy.output_model(3),
-               "AnswerGrades": answer_judge.AnswerGrades}
+    schemas = {
+        "FaithfulnessOutput": faith.output_model(5),
+        "ContextVerdicts": context_precision.output_model(5),
+        "GeneratedQuestions": answer_relevancy.output_model(3),
+        "AnswerGrades": answer_judge.AnswerGrades,
+    }
     chat = FakeChat(responses=scripted)
     for name, schema in schemas.items():
         assert set(scripted) == set(schemas)
-        assert isinstance(chat.complete([{"role": "user", "content": "x"}], schema).parsed,
-                          schema), name
+        assert isinstance(
+            chat.complete([{"role": "user", "content": "x"}], schema).parsed, schema
+        ), name

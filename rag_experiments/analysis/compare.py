@@ -220,16 +220,22 @@ class Comparison:
 
     def format(self, max_flips: int = 5) -> str:
         """A human-readable summary: the overall table, then the flipped questions."""
-        lines = [f"compare a={self.run_a} b={self.run_b}: {self.n_common} common questions, "
-                 f"diff = b - a, {CONFIDENCE:.0%} paired bootstrap CI, permutation p "
-                 f"({self.n_resamples} resamples, seed {self.seed}), Holm across metrics"]
-        lines.append(f"  {'metric':<24} {'n':>4} {'a':>7} {'b':>7} {'diff':>8} "
-                     f"{'95% CI':>18} {'p':>7} {'p_holm':>7}")
+        lines = [
+            f"compare a={self.run_a} b={self.run_b}: {self.n_common} common questions, "
+            f"diff = b - a, {CONFIDENCE:.0%} paired bootstrap CI, permutation p "
+            f"({self.n_resamples} resamples, seed {self.seed}), Holm across metrics"
+        ]
+        lines.append(
+            f"  {'metric':<24} {'n':>4} {'a':>7} {'b':>7} {'diff':>8} "
+            f"{'95% CI':>18} {'p':>7} {'p_holm':>7}"
+        )
         for s in self.overall():
             ci = f"[{s.ci_low:+.3f}, {s.ci_high:+.3f}]"
-            lines.append(f"  {s.metric:<24} {s.n:>4} {s.mean_a:>7.4f} {s.mean_b:>7.4f} "
-                         f"{s.diff:>+8.4f} {ci:>18} {s.p_value:>7.4f} {s.p_holm:>7.4f}"
-                         f"  {s.verdict}".rstrip())
+            lines.append(
+                f"  {s.metric:<24} {s.n:>4} {s.mean_a:>7.4f} {s.mean_b:>7.4f} "
+                f"{s.diff:>+8.4f} {ci:>18} {s.p_value:>7.4f} {s.p_holm:>7.4f}"
+                f"  {s.verdict}".rstrip()
+            )
         by_metric: dict[str, list[Flip]] = {}
         for f in self.flips:
             by_metric.setdefault(f.metric, []).append(f)
@@ -238,11 +244,14 @@ class Comparison:
         for metric, flips in by_metric.items():
             t = self.thresholds[metric]
             gained = sum(f.change == "gained" for f in flips)
-            lines.append(f"  {metric} (t {'≥' if t.inclusive else '>'} {t.value:g}): "
-                         f"{gained} gained, {len(flips) - gained} lost")
+            lines.append(
+                f"  {metric} (t {'≥' if t.inclusive else '>'} {t.value:g}): "
+                f"{gained} gained, {len(flips) - gained} lost"
+            )
             for f in flips[:max_flips]:
-                lines.append(f"    {f.change:<6} {f.id}  {f.a:.3f} -> {f.b:.3f}  "
-                             f"{_short(f.user_input)}")
+                lines.append(
+                    f"    {f.change:<6} {f.id}  {f.a:.3f} -> {f.b:.3f}  {_short(f.user_input)}"
+                )
             if len(flips) > max_flips:
                 lines.append(f"    … and {len(flips) - max_flips} more (--json lists all)")
         return "\n".join(lines)
@@ -348,18 +357,24 @@ def compare_tables(
     b = table_b.drop_duplicates("id").set_index("id")
     common = [i for i in a.index if i in b.index]  # run a's (dataset) order
     if not common:
-        raise DatasetError("the two runs have no sample id in common: they evaluated different "
-                           "questions")
+        raise DatasetError(
+            "the two runs have no sample id in common: they evaluated different questions"
+        )
     chosen = [s for s in specs if s.name in a.columns and s.name in b.columns]
     if metrics:
         missing = [p for p in metrics if not any(fnmatch.fnmatchcase(s.name, p) for s in chosen)]
         if missing:
-            raise DatasetError(f"--metrics {' '.join(missing)} match no metric of both runs; "
-                               f"they have: {', '.join(s.name for s in chosen)}")
+            raise DatasetError(
+                f"--metrics {' '.join(missing)} match no metric of both runs; "
+                f"they have: {', '.join(s.name for s in chosen)}"
+            )
         chosen = [s for s in chosen if any(fnmatch.fnmatchcase(s.name, p) for p in metrics)]
     a, b = a.loc[common], b.loc[common]
-    types = (a["question_type"].fillna("").astype(str) if "question_type" in a
-             else pd.Series("", index=a.index))
+    types = (
+        a["question_type"].fillna("").astype(str)
+        if "question_type" in a
+        else pd.Series("", index=a.index)
+    )
     groups = [(ALL, np.ones(len(common), dtype=bool))]
     groups += [(t, (types == t).to_numpy()) for t in sorted(set(types) - {""})]
     overrides = dict(thresholds or {})
@@ -378,18 +393,35 @@ def compare_tables(
         for (spec, x, y), (diff, low, high, p), p_holm in zip(cells, tests, adjusted, strict=True):
             mean_a = float(np.mean(x)) if x.size else math.nan
             mean_b = float(np.mean(y)) if y.size else math.nan
-            result.stats.append(PairedStat(spec.name, group, int(x.size), mean_a, mean_b, diff,
-                                           low, high, p, p_holm, spec.higher_is_better))
+            result.stats.append(
+                PairedStat(
+                    spec.name,
+                    group,
+                    int(x.size),
+                    mean_a,
+                    mean_b,
+                    diff,
+                    low,
+                    high,
+                    p,
+                    p_holm,
+                    spec.higher_is_better,
+                )
+            )
     for spec in chosen:
-        t = (Threshold(float(overrides[spec.name])) if spec.name in overrides
-             else default_threshold(spec))
+        t = (
+            Threshold(float(overrides[spec.name]))
+            if spec.name in overrides
+            else default_threshold(spec)
+        )
         result.thresholds[spec.name] = t
         result.flips.extend(_flips(spec, t, a, b, types))
     return result
 
 
-def _flips(spec: MetricInfo, t: Threshold, a: pd.DataFrame, b: pd.DataFrame,
-           types: pd.Series) -> list[Flip]:
+def _flips(
+    spec: MetricInfo, t: Threshold, a: pd.DataFrame, b: pd.DataFrame, types: pd.Series
+) -> list[Flip]:
     out = []
     for sid in a.index:
         va, vb = pd.to_numeric(a.at[sid, spec.name]), pd.to_numeric(b.at[sid, spec.name])
@@ -399,9 +431,17 @@ def _flips(spec: MetricInfo, t: Threshold, a: pd.DataFrame, b: pd.DataFrame,
         pb = t.passes(float(vb), spec.higher_is_better)
         if pa != pb:
             text = a.at[sid, "user_input"] if "user_input" in a.columns else ""
-            out.append(Flip(spec.name, str(sid), str(types[sid]),
-                            "" if pd.isna(text) else str(text), float(va), float(vb),
-                            "gained" if pb else "lost"))
+            out.append(
+                Flip(
+                    spec.name,
+                    str(sid),
+                    str(types[sid]),
+                    "" if pd.isna(text) else str(text),
+                    float(va),
+                    float(vb),
+                    "gained" if pb else "lost",
+                )
+            )
     return out
 
 
@@ -446,15 +486,22 @@ def compare_runs(
         )
     specs_b = {s.name for s in load_specs(client, run_b)}
     specs = [s for s in load_specs(client, run_a) if s.name in specs_b]
-    result = compare_tables(read_table(client, run_a), read_table(client, run_b), specs,
-                            metrics=metrics, thresholds=thresholds, seed=seed,
-                            n_resamples=n_resamples)
+    result = compare_tables(
+        read_table(client, run_a),
+        read_table(client, run_b),
+        specs,
+        metrics=metrics,
+        thresholds=thresholds,
+        seed=seed,
+        n_resamples=n_resamples,
+    )
     result.run_a, result.run_b, result.dataset_digest = run_a, run_b, digests
     return result
 
 
-def log_comparison(result: Comparison, tracking_uri: str, out_dir: Path,
-                   *, forced: bool = False) -> str:
+def log_comparison(
+    result: Comparison, tracking_uri: str, out_dir: Path, *, forced: bool = False
+) -> str:
     """Write the comparison's files to ``out_dir`` and log them as a new MLflow run.
 
     The run goes to run a's experiment, named ``compare-<a8>-vs-<b8>``, with tags
@@ -475,14 +522,27 @@ def log_comparison(result: Comparison, tracking_uri: str, out_dir: Path,
     client = client_for(tracking_uri)
     experiment = client.get_experiment(get_run(client, result.run_a).info.experiment_id).name
     write_compare_report(result, out_dir)
-    tracker = MlflowTracker(tracking_uri, experiment,
-                            run_name=f"compare-{result.run_a[:8]}-vs-{result.run_b[:8]}",
-                            log_table=False)
-    params = {"compare": {"run_a": result.run_a, "run_b": result.run_b, "seed": result.seed,
-                          "n_resamples": result.n_resamples, "force": forced}}
-    tags = {"compare.run_a": result.run_a, "compare.run_b": result.run_b,
-            "compare.forced": str(forced).lower(),
-            "dataset.digest": str(result.dataset_digest.get("a"))}
+    tracker = MlflowTracker(
+        tracking_uri,
+        experiment,
+        run_name=f"compare-{result.run_a[:8]}-vs-{result.run_b[:8]}",
+        log_table=False,
+    )
+    params = {
+        "compare": {
+            "run_a": result.run_a,
+            "run_b": result.run_b,
+            "seed": result.seed,
+            "n_resamples": result.n_resamples,
+            "force": forced,
+        }
+    }
+    tags = {
+        "compare.run_a": result.run_a,
+        "compare.run_b": result.run_b,
+        "compare.forced": str(forced).lower(),
+        "dataset.digest": str(result.dataset_digest.get("a")),
+    }
     with tracker.start_run(params=params, config_yaml=json.dumps(params), tags=tags) as run_id:
         values: dict[str, float] = {}
         for s in result.overall():
@@ -505,25 +565,52 @@ def compare_command(argv: list[str]) -> int:
     parser.add_argument("run_a", help="baseline run id")
     parser.add_argument("run_b", help="changed run id (diff = b - a)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON only")
-    parser.add_argument("--metrics", nargs="+", metavar="NAME",
-                        help="canonical names or patterns to compare (e.g. 'nDCG@*' MRR@10)")
-    parser.add_argument("--force", action="store_true",
-                        help="compare runs of different datasets (their common sample ids)")
-    parser.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
-                        help="pass threshold of a metric for flipped questions (repeatable)")
+    parser.add_argument(
+        "--metrics",
+        nargs="+",
+        metavar="NAME",
+        help="canonical names or patterns to compare (e.g. 'nDCG@*' MRR@10)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="compare runs of different datasets (their common sample ids)",
+    )
+    parser.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="pass threshold of a metric for flipped questions (repeatable)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of bootstrap and test (0)")
-    parser.add_argument("--n-resamples", type=int, default=N_RESAMPLES,
-                        help=f"bootstrap resamples and sign patterns ({N_RESAMPLES})")
-    parser.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI,
-                        help=f"store holding the runs (default {DEFAULT_TRACKING_URI})")
+    parser.add_argument(
+        "--n-resamples",
+        type=int,
+        default=N_RESAMPLES,
+        help=f"bootstrap resamples and sign patterns ({N_RESAMPLES})",
+    )
+    parser.add_argument(
+        "--tracking-uri",
+        default=DEFAULT_TRACKING_URI,
+        help=f"store holding the runs (default {DEFAULT_TRACKING_URI})",
+    )
     parser.add_argument("--out", default=None, help="also keep the report files in this folder")
-    parser.add_argument("--no-log", action="store_true", help="log no MLflow run (files only with --out)")
+    parser.add_argument(
+        "--no-log", action="store_true", help="log no MLflow run (files only with --out)"
+    )
     opts = parser.parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    result = compare_runs(opts.run_a, opts.run_b, tracking_uri=opts.tracking_uri,
-                          force=opts.force, metrics=opts.metrics,
-                          thresholds=_parse_thresholds(opts.threshold), seed=opts.seed,
-                          n_resamples=opts.n_resamples)
+    result = compare_runs(
+        opts.run_a,
+        opts.run_b,
+        tracking_uri=opts.tracking_uri,
+        force=opts.force,
+        metrics=opts.metrics,
+        thresholds=_parse_thresholds(opts.threshold),
+        seed=opts.seed,
+        n_resamples=opts.n_resamples,
+    )
     run_id = None
     with tempfile.TemporaryDirectory(prefix="rag-exp-compare-") as tmp:
         out = Path(opts.out) if opts.out else Path(tmp)
@@ -534,8 +621,11 @@ def compare_command(argv: list[str]) -> int:
 
             write_compare_report(result, out)
     if opts.json:
-        print(json.dumps({**result.to_json(), "comparison_run_id": run_id}, indent=2,
-                         ensure_ascii=False))
+        print(
+            json.dumps(
+                {**result.to_json(), "comparison_run_id": run_id}, indent=2, ensure_ascii=False
+            )
+        )
     else:
         print(result.format())
         if run_id:
@@ -552,15 +642,25 @@ def _parse_thresholds(items: Sequence[str]) -> dict[str, float]:
                 raise ValueError
             out[name] = float(value)
         except ValueError:
-            raise RagExpError(f"--threshold {item!r} is not NAME=VALUE (e.g. nDCG@10=0.7)"
-                              ) from None
+            raise RagExpError(
+                f"--threshold {item!r} is not NAME=VALUE (e.g. nDCG@10=0.7)"
+            ) from None
     return out
 
 
 def _stat_json(s: PairedStat) -> dict[str, Any]:
-    return {"diff": s.diff, "ci_low": s.ci_low, "ci_high": s.ci_high, "p_value": s.p_value,
-            "p_holm": s.p_holm, "n": s.n, "mean_a": s.mean_a, "mean_b": s.mean_b,
-            "higher_is_better": s.higher_is_better, "verdict": s.verdict}
+    return {
+        "diff": s.diff,
+        "ci_low": s.ci_low,
+        "ci_high": s.ci_high,
+        "p_value": s.p_value,
+        "p_holm": s.p_holm,
+        "n": s.n,
+        "mean_a": s.mean_a,
+        "mean_b": s.mean_b,
+        "higher_is_better": s.higher_is_better,
+        "verdict": s.verdict,
+    }
 
 
 def _finite(obj: Any) -> Any:

@@ -55,8 +55,12 @@ def img_tag(png: bytes, alt: str) -> str:
     return f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}">'
 
 
-def html_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
-               left: Sequence[str] = (), row_class: str | None = None) -> str:
+def html_table(
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[str],
+    left: Sequence[str] = (),
+    row_class: str | None = None,
+) -> str:
     """An HTML table of ``rows`` (floats with 4 decimals; ``None``/NaN as ``—``).
 
     Args:
@@ -65,22 +69,25 @@ def html_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
         left: Columns aligned left (text).
         row_class: Key of a row's CSS class (``better``, ``worse``, ``best``), if any.
     """
-    head = "".join(f'<th class="{"l" if c in left else ""}">{html.escape(c)}</th>'
-                   for c in columns)
+    head = "".join(f'<th class="{"l" if c in left else ""}">{html.escape(c)}</th>' for c in columns)
     body = []
     for row in rows:
         cls = html.escape(str(row.get(row_class, ""))) if row_class else ""
-        cells = "".join(f'<td class="{"l" if c in left else ""}">{html.escape(_fmt(row.get(c)))}'
-                        "</td>" for c in columns)
+        cells = "".join(
+            f'<td class="{"l" if c in left else ""}">{html.escape(_fmt(row.get(c)))}</td>'
+            for c in columns
+        )
         body.append(f'<tr class="{cls}">{cells}</tr>')
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 def html_page(title: str, body: str) -> str:
     """A complete, self-contained HTML document."""
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>'
-            f"{html.escape(title)}</title><style>{_CSS}</style></head><body>"
-            f"<h1>{html.escape(title)}</h1>{body}</body></html>\n")
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>'
+        f"{html.escape(title)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1>{body}</body></html>\n"
+    )
 
 
 def _fmt(v: Any) -> str:
@@ -102,8 +109,15 @@ def diff_ci_figure(stats: Sequence[PairedStat], title: str) -> Figure:
     ax = fig.add_subplot()
     for y, s in enumerate(reversed(shown)):
         color = {"better": _GREEN, "worse": _RED}.get(s.verdict, _GREY)
-        ax.errorbar(s.diff, y, xerr=[[s.diff - s.ci_low], [s.ci_high - s.diff]], fmt="o",
-                    color=color, capsize=3, markersize=4)
+        ax.errorbar(
+            s.diff,
+            y,
+            xerr=[[s.diff - s.ci_low], [s.ci_high - s.diff]],
+            fmt="o",
+            color=color,
+            capsize=3,
+            markersize=4,
+        )
     ax.axvline(0.0, color="black", linewidth=0.8)
     ax.set_ylim(-0.7, len(shown) - 0.3)
     ax.set_yticks(range(len(shown)), [s.metric for s in reversed(shown)], fontsize=8)
@@ -113,8 +127,9 @@ def diff_ci_figure(stats: Sequence[PairedStat], title: str) -> Figure:
     return fig
 
 
-def scatter_figure(pairs: Mapping[str, tuple[np.ndarray, np.ndarray]],
-                   names: Sequence[str]) -> Figure:
+def scatter_figure(
+    pairs: Mapping[str, tuple[np.ndarray, np.ndarray]], names: Sequence[str]
+) -> Figure:
     """Per-question value in run a (x) against run b (y) for each metric of ``names``; points
     above the diagonal improved. Identical points are drawn larger (area ∝ count)."""
     cols = min(3, max(1, len(names)))
@@ -146,14 +161,25 @@ def write_compare_report(result: Comparison, out_dir: Path) -> dict[str, Path]:
         ``{file name: path}``.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    files = {name: out_dir / name for name in ("compare.csv", "flipped.csv", "compare.json",
-                                                "diff_ci.png", "scatter.png", "compare.html")}
+    files = {
+        name: out_dir / name
+        for name in (
+            "compare.csv",
+            "flipped.csv",
+            "compare.json",
+            "diff_ci.png",
+            "scatter.png",
+            "compare.html",
+        )
+    }
     pd.DataFrame(result.rows()).to_csv(files["compare.csv"], index=False)
     flips = [vars(f) for f in result.flips]
-    pd.DataFrame(flips, columns=["metric", "id", "question_type", "user_input", "a", "b",
-                                 "change"]).to_csv(files["flipped.csv"], index=False)
-    files["compare.json"].write_text(json.dumps(result.to_json(), indent=2, ensure_ascii=False),
-                                     encoding="utf-8")
+    pd.DataFrame(
+        flips, columns=["metric", "id", "question_type", "user_input", "a", "b", "change"]
+    ).to_csv(files["flipped.csv"], index=False)
+    files["compare.json"].write_text(
+        json.dumps(result.to_json(), indent=2, ensure_ascii=False), encoding="utf-8"
+    )
     title = f"b = {result.run_b[:8]} vs a = {result.run_a[:8]}"
     diff_png = png_bytes(diff_ci_figure(result.overall(), title))
     names = key_metrics([n for n, (x, _) in result.pairs.items() if len(x)], limit=9)
@@ -161,10 +187,23 @@ def write_compare_report(result: Comparison, out_dir: Path) -> dict[str, Path]:
     files["diff_ci.png"].write_bytes(diff_png)
     files["scatter.png"].write_bytes(scatter_png)
     overall = [{**vars(s), "verdict": s.verdict} for s in result.overall()]
-    cols = ["metric", "n", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p_value", "p_holm",
-            "verdict"]
-    by_type = [{**vars(s), "verdict": s.verdict} for s in result.stats
-               if s.group != "all" and s.metric in names]
+    cols = [
+        "metric",
+        "n",
+        "mean_a",
+        "mean_b",
+        "diff",
+        "ci_low",
+        "ci_high",
+        "p_value",
+        "p_holm",
+        "verdict",
+    ]
+    by_type = [
+        {**vars(s), "verdict": s.verdict}
+        for s in result.stats
+        if s.group != "all" and s.metric in names
+    ]
     body = [
         f'<p class="note">Run a <code>{html.escape(result.run_a)}</code>, run b '
         f"<code>{html.escape(result.run_b)}</code>; {result.n_common} common questions; "
@@ -173,18 +212,25 @@ def write_compare_report(result: Comparison, out_dir: Path) -> dict[str, Path]:
         "the questions both runs scored; 95% paired bootstrap CI; two-sided paired permutation "
         f"(sign-flip) test, {result.n_resamples} resamples, seed {result.seed}; p_holm = Holm "
         "across metrics. Green: CI excludes 0 and p_holm &lt; 0.05 in the better direction.</p>",
-        "<h2>Difference per metric</h2>", img_tag(diff_png, "difference with CI per metric"),
+        "<h2>Difference per metric</h2>",
+        img_tag(diff_png, "difference with CI per metric"),
         html_table(overall, cols, left=["metric", "verdict"], row_class="verdict"),
-        "<h2>Per question: run a against run b</h2>", img_tag(scatter_png, "per-question scatter"),
+        "<h2>Per question: run a against run b</h2>",
+        img_tag(scatter_png, "per-question scatter"),
         "<h2>Per question type (shown metrics)</h2>",
-        html_table(by_type, ["group", *cols], left=["group", "metric", "verdict"],
-                   row_class="verdict"),
+        html_table(
+            by_type, ["group", *cols], left=["group", "metric", "verdict"], row_class="verdict"
+        ),
         f"<h2>Flipped questions ({len(flips)})</h2>",
-        html_table(flips, ["metric", "change", "id", "question_type", "a", "b", "user_input"],
-                   left=["metric", "change", "id", "question_type", "user_input"]),
+        html_table(
+            flips,
+            ["metric", "change", "id", "question_type", "a", "b", "user_input"],
+            left=["metric", "change", "id", "question_type", "user_input"],
+        ),
     ]
-    files["compare.html"].write_text(html_page(f"Comparison: {title}", "".join(body)),
-                                     encoding="utf-8")
+    files["compare.html"].write_text(
+        html_page(f"Comparison: {title}", "".join(body)), encoding="utf-8"
+    )
     return files
 
 
@@ -210,8 +256,9 @@ class Series:
     high: dict[str, list[float]]
 
 
-def metric_vs_param_figure(param: str, metrics: Sequence[str], series: Sequence[Series],
-                           ticks: Sequence[str] | None = None) -> Figure:
+def metric_vs_param_figure(
+    param: str, metrics: Sequence[str], series: Sequence[Series], ticks: Sequence[str] | None = None
+) -> Figure:
     """One panel per metric: the metric (mean and CI band) against ``param``, one line per
     combination of the other swept parameters.
 
@@ -228,8 +275,7 @@ def metric_vs_param_figure(param: str, metrics: Sequence[str], series: Sequence[
         ax = fig.add_subplot(rows, cols, k + 1)
         for s in series:
             line = ax.plot(s.x, s.mean[metric], marker="o", label=s.label or None)[0]
-            ax.fill_between(s.x, s.low[metric], s.high[metric], color=line.get_color(),
-                            alpha=0.2)
+            ax.fill_between(s.x, s.low[metric], s.high[metric], color=line.get_color(), alpha=0.2)
         if ticks is not None:
             ax.set_xticks(range(len(ticks)), list(ticks), fontsize=7)
         ax.set_title(metric, fontsize=9)
@@ -242,8 +288,14 @@ def metric_vs_param_figure(param: str, metrics: Sequence[str], series: Sequence[
     return fig
 
 
-def pareto_figure(labels: Sequence[str], cost: Sequence[float], quality: Sequence[float],
-                  front: Sequence[int], cost_name: str, quality_name: str) -> Figure:
+def pareto_figure(
+    labels: Sequence[str],
+    cost: Sequence[float],
+    quality: Sequence[float],
+    front: Sequence[int],
+    cost_name: str,
+    quality_name: str,
+) -> Figure:
     """Quality against cost for every configuration; the Pareto front (no other configuration
     is at least as cheap and strictly better) is joined and labelled."""
     fig = Figure(figsize=(6.5, 4.2))
@@ -253,8 +305,9 @@ def pareto_figure(labels: Sequence[str], cost: Sequence[float], quality: Sequenc
     fy = [quality[i] for i in front]
     ax.plot(fx, fy, color=_RED, marker="o", drawstyle="steps-post", label="Pareto front")
     for i in front:
-        ax.annotate(labels[i], (cost[i], quality[i]), fontsize=7, xytext=(4, 4),
-                    textcoords="offset points")
+        ax.annotate(
+            labels[i], (cost[i], quality[i]), fontsize=7, xytext=(4, 4), textcoords="offset points"
+        )
     ax.set_xlabel(f"{cost_name} (lower is cheaper)")
     ax.set_ylabel(quality_name)
     ax.set_title(f"{quality_name} vs {cost_name}", fontsize=10)

@@ -125,13 +125,21 @@ def resolve_parent(client: Any, ref: str) -> Run:
         return get_run(client, ref)
     exp = client.get_experiment_by_name(ref)
     if exp is None:
-        raise TrackingError(f"{ref!r} is neither a run id nor an experiment at "
-                            f"{client.tracking_uri}: pass a sweep's parent run id")
-    runs = client.search_runs([exp.experiment_id], "tags.`sweep.dir` LIKE '%'",
-                              order_by=["attributes.start_time DESC"], max_results=1)
+        raise TrackingError(
+            f"{ref!r} is neither a run id nor an experiment at "
+            f"{client.tracking_uri}: pass a sweep's parent run id"
+        )
+    runs = client.search_runs(
+        [exp.experiment_id],
+        "tags.`sweep.dir` LIKE '%'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     if not runs:
-        raise TrackingError(f"experiment {ref!r} has no sweep parent run (tag sweep.dir): run a "
-                            "sweep with `rag-exp run -m …` first")
+        raise TrackingError(
+            f"experiment {ref!r} has no sweep parent run (tag sweep.dir): run a "
+            "sweep with `rag-exp run -m …` first"
+        )
     return runs[0]
 
 
@@ -176,11 +184,15 @@ def build_report(client: Any, parent: Run, metrics: Sequence[str] | None = None)
     Raises:
         TrackingError: The parent has no child run, or no child finished.
     """
-    runs = sorted(child_runs(client, parent.info.experiment_id, parent.info.run_id),
-                  key=lambda r: r.info.start_time or 0)
+    runs = sorted(
+        child_runs(client, parent.info.experiment_id, parent.info.run_id),
+        key=lambda r: r.info.start_time or 0,
+    )
     if not runs:
-        raise TrackingError(f"run {parent.info.run_id} has no child runs: pass the parent run of "
-                            "a sweep (`rag-exp run -m …`)")
+        raise TrackingError(
+            f"run {parent.info.run_id} has no child runs: pass the parent run of "
+            "a sweep (`rag-exp run -m …`)"
+        )
     done = [r for r in runs if r.info.status == "FINISHED"]
     if not done:
         raise TrackingError(f"no child of sweep {parent.info.run_id} finished; nothing to report")
@@ -203,8 +215,10 @@ def build_report(client: Any, parent: Run, metrics: Sequence[str] | None = None)
     names = [s.name for s in specs]
     key = [m for m in metrics if m in names] if metrics else key_metrics(names)
     if metrics and not key:
-        raise TrackingError(f"--metrics {' '.join(metrics)}: none of them is a metric of the "
-                            f"sweep; it has: {', '.join(names)}")
+        raise TrackingError(
+            f"--metrics {' '.join(metrics)}: none of them is a metric of the "
+            f"sweep; it has: {', '.join(names)}"
+        )
     report = SweepReport(parent, children, swept, specs, key)
     report.best = _best(report)
     return report
@@ -220,11 +234,18 @@ def _best(report: SweepReport) -> list[dict[str, Any]]:
         sign = 1.0 if spec.higher_is_better else -1.0
         top = max(valued, key=lambda c: sign * c.mean[spec.name])
         tied = sum(c.mean[spec.name] == top.mean[spec.name] for c in valued)
-        rows.append({"metric": spec.name,
-                     "direction": "higher" if spec.higher_is_better else "lower",
-                     "best": top.mean[spec.name], "ci_low": top.ci_low[spec.name],
-                     "ci_high": top.ci_high[spec.name], "config": top.label,
-                     "run_id": top.run_id, "n_tied": tied})
+        rows.append(
+            {
+                "metric": spec.name,
+                "direction": "higher" if spec.higher_is_better else "lower",
+                "best": top.mean[spec.name],
+                "ci_low": top.ci_low[spec.name],
+                "ci_high": top.ci_high[spec.name],
+                "config": top.label,
+                "run_id": top.run_id,
+                "n_tied": tied,
+            }
+        )
     return rows
 
 
@@ -240,8 +261,13 @@ def write_sweep_report(report: SweepReport, out_dir: Path) -> dict[str, Path]:
     for c in report.children:
         row: dict[str, Any] = {"run_id": c.run_id, "status": c.status, **c.params}
         for s in report.specs:
-            row.update({s.name: c.mean[s.name], f"{s.name}_ci_low": c.ci_low[s.name],
-                        f"{s.name}_ci_high": c.ci_high[s.name]})
+            row.update(
+                {
+                    s.name: c.mean[s.name],
+                    f"{s.name}_ci_low": c.ci_low[s.name],
+                    f"{s.name}_ci_high": c.ci_high[s.name],
+                }
+            )
         wide.append({**row, **c.costs})
     for name, frame in (("sweep.csv", pd.DataFrame(wide)), ("best.csv", pd.DataFrame(report.best))):
         files[name] = out_dir / name
@@ -250,8 +276,7 @@ def write_sweep_report(report: SweepReport, out_dir: Path) -> dict[str, Path]:
     images: list[tuple[str, str, bytes]] = []  # (file, heading, png)
     for param in report.swept:
         fig = _param_figure(report, param)
-        images.append((f"metric_vs_{_safe(param)}.png", f"Metrics against {param}",
-                       png_bytes(fig)))
+        images.append((f"metric_vs_{_safe(param)}.png", f"Metrics against {param}", png_bytes(fig)))
     done = report.finished()
     quality = report.key[0]
     for cost in COSTS:
@@ -261,10 +286,12 @@ def write_sweep_report(report: SweepReport, out_dir: Path) -> dict[str, Path]:
         sign = 1.0 if _spec(report, quality).higher_is_better else -1.0
         q = [sign * c.mean[quality] for c in done]
         front = pareto_front(values, q)
-        fig = pareto_figure([c.label for c in done], values, [c.mean[quality] for c in done],
-                            front, cost, quality)
-        images.append((f"pareto_{cost}.png", f"Quality against cost: {quality} vs {cost}",
-                       png_bytes(fig)))
+        fig = pareto_figure(
+            [c.label for c in done], values, [c.mean[quality] for c in done], front, cost, quality
+        )
+        images.append(
+            (f"pareto_{cost}.png", f"Quality against cost: {quality} vs {cost}", png_bytes(fig))
+        )
     for name, _, png in images:
         files[name] = out_dir / name
         files[name].write_bytes(png)
@@ -273,8 +300,11 @@ def write_sweep_report(report: SweepReport, out_dir: Path) -> dict[str, Path]:
     for c in report.children:
         row = {"run": c.run_id[:8], "status": c.status, **c.params}
         for m in report.key:
-            row[m] = (f"{c.mean[m]:.4f} [{c.ci_low[m]:.3f}, {c.ci_high[m]:.3f}]"
-                      if not math.isnan(c.mean[m]) else None)
+            row[m] = (
+                f"{c.mean[m]:.4f} [{c.ci_low[m]:.3f}, {c.ci_high[m]:.3f}]"
+                if not math.isnan(c.mean[m])
+                else None
+            )
         row.update({k: c.costs[k] for k in ("judge_calls", "latency_ms_p50")})
         table.append(row)
     parent = report.parent
@@ -284,19 +314,26 @@ def write_sweep_report(report: SweepReport, out_dir: Path) -> dict[str, Path]:
         f"({len(done)} finished); swept: {', '.join(report.swept) or 'nothing'}. "
         "Means with their 95% bootstrap CI as each child logged them.</p>",
         "<h2>Configurations</h2>",
-        html_table(table, ["run", "status", *report.swept, *report.key, "judge_calls",
-                           "latency_ms_p50"], left=["run", "status", *report.swept]),
+        html_table(
+            table,
+            ["run", "status", *report.swept, *report.key, "judge_calls", "latency_ms_p50"],
+            left=["run", "status", *report.swept],
+        ),
     ]
     for _, heading, png in images:
         body += [f"<h2>{heading}</h2>", img_tag(png, heading)]
     body += [
         "<h2>Best configuration per metric</h2>",
-        html_table(report.best, ["metric", "direction", "best", "ci_low", "ci_high", "config",
-                                 "n_tied"], left=["metric", "direction", "config"]),
+        html_table(
+            report.best,
+            ["metric", "direction", "best", "ci_low", "ci_high", "config", "n_tied"],
+            left=["metric", "direction", "config"],
+        ),
     ]
     files["report.html"] = out_dir / "report.html"
     files["report.html"].write_text(
-        html_page(f"Sweep report: {parent.info.run_name}", "".join(body)), encoding="utf-8")
+        html_page(f"Sweep report: {parent.info.run_name}", "".join(body)), encoding="utf-8"
+    )
     return files
 
 
@@ -313,9 +350,15 @@ def _param_figure(report: SweepReport, param: str) -> Any:
     for label, members in groups.items():
         members = sorted(members, key=lambda c: position[c.params[param]])
         pick = {m: [c.mean[m] for c in members] for m in report.key}
-        series.append(Series(label, [position[c.params[param]] for c in members], pick,
-                             {m: [c.ci_low[m] for c in members] for m in report.key},
-                             {m: [c.ci_high[m] for c in members] for m in report.key}))
+        series.append(
+            Series(
+                label,
+                [position[c.params[param]] for c in members],
+                pick,
+                {m: [c.ci_low[m] for c in members] for m in report.key},
+                {m: [c.ci_high[m] for c in members] for m in report.key},
+            )
+        )
     return metric_vs_param_figure(param, report.key, series, None if numeric else raw)
 
 
@@ -365,12 +408,20 @@ def report_command(argv: list[str]) -> int:
         "the best configuration per metric, each key metric against each swept parameter with "
         "CI bands, and quality-vs-cost Pareto fronts. HTML + PNG + CSV, readable offline.",
     )
-    parser.add_argument("sweep", help="the sweep's parent run id, or an experiment name (its "
-                        "latest sweep)")
-    parser.add_argument("--metrics", nargs="+", metavar="NAME",
-                        help="key metrics (default: nDCG@10, MRR@10, … those the runs have)")
-    parser.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI,
-                        help=f"store holding the runs (default {DEFAULT_TRACKING_URI})")
+    parser.add_argument(
+        "sweep", help="the sweep's parent run id, or an experiment name (its latest sweep)"
+    )
+    parser.add_argument(
+        "--metrics",
+        nargs="+",
+        metavar="NAME",
+        help="key metrics (default: nDCG@10, MRR@10, … those the runs have)",
+    )
+    parser.add_argument(
+        "--tracking-uri",
+        default=DEFAULT_TRACKING_URI,
+        help=f"store holding the runs (default {DEFAULT_TRACKING_URI})",
+    )
     parser.add_argument("--out", default=None, help="also keep the report files in this folder")
     parser.add_argument("--no-log", action="store_true", help="write files only (needs --out)")
     opts = parser.parse_args(argv)
@@ -385,13 +436,20 @@ def report_command(argv: list[str]) -> int:
         if not opts.no_log:
             log_report(client, report, out)
     parent = report.parent.info.run_id
-    print(f"sweep {parent}: {len(report.children)} children, swept "
-          f"{', '.join(report.swept) or 'nothing'}")
+    print(
+        f"sweep {parent}: {len(report.children)} children, swept "
+        f"{', '.join(report.swept) or 'nothing'}"
+    )
     for row in report.best:
         if row["metric"] in report.key:
-            print(f"  best {row['metric']:<20} {row['best']:.4f} "
-                  f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]  {row['config']}")
+            print(
+                f"  best {row['metric']:<20} {row['best']:.4f} "
+                f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]  {row['config']}"
+            )
     where = f"{opts.out}/report.html" if opts.out else "report/report.html"
-    print(f"report: {where}" + ("" if opts.no_log else f" (logged to run {parent})")
-          + f"; {len(files)} files")
+    print(
+        f"report: {where}"
+        + ("" if opts.no_log else f" (logged to run {parent})")
+        + f"; {len(files)} files"
+    )
     return 0

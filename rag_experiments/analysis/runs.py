@@ -88,8 +88,9 @@ def load_specs(client: mlflow.MlflowClient, run_id: str) -> list[MetricInfo]:
     out = []
     for name, spec in raw.items():
         low, high = (spec.get("range") or [0.0, 1.0])[:2]
-        out.append(MetricInfo(name, bool(spec.get("higher_is_better", True)), float(low),
-                              float(high)))
+        out.append(
+            MetricInfo(name, bool(spec.get("higher_is_better", True)), float(low), float(high))
+        )
     return out
 
 

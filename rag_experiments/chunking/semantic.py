@@ -141,9 +141,11 @@ class SemanticChunker:
             return
         for i, line in enumerate(segment):
             last = i == len(segment) - 1
-            good = last or _ends_sentence(text, line.start, line.end) or " | " in text[
-                line.start : line.end
-            ]
+            good = (
+                last
+                or _ends_sentence(text, line.start, line.end)
+                or " | " in text[line.start : line.end]
+            )
             if line.end - line.start <= self.size:
                 out.append(_Unit(line.start, line.end, heading=line.heading, good_break=good))
                 continue

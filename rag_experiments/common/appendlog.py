@@ -95,8 +95,12 @@ class AppendLog:
                 end = handle.seek(0, os.SEEK_END)
                 if end and _last_byte(handle, end) != b"\n":
                     keep = _last_newline_end(handle, end)
-                    log.warning("%s: cutting off a torn last line (%d bytes, an interrupted "
-                                "write) before appending", self.path, end - keep)
+                    log.warning(
+                        "%s: cutting off a torn last line (%d bytes, an interrupted "
+                        "write) before appending",
+                        self.path,
+                        end - keep,
+                    )
                     handle.truncate(keep)
                     self.repaired += 1
                 handle.write(data)
@@ -136,9 +140,13 @@ class AppendLog:
                 continue
             yield Record(number, value)
         if tail.strip():
-            log.warning("%s:%d: torn last line skipped (%d bytes without a newline: an "
-                        "interrupted write; the next append cuts it off)", self.path,
-                        len(lines) + 1, len(tail))
+            log.warning(
+                "%s:%d: torn last line skipped (%d bytes without a newline: an "
+                "interrupted write; the next append cuts it off)",
+                self.path,
+                len(lines) + 1,
+                len(tail),
+            )
 
 
 def _last_byte(handle: Any, end: int) -> bytes:

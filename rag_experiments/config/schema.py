@@ -14,7 +14,7 @@ defaults. ``MISSING`` marks a required field.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -30,8 +30,8 @@ class PathsConf:
 
     cache_dir: str = ".cache"
     chroma_dir: str = "${paths.cache_dir}/chroma"
-    embedding_cache: Optional[str] = "${paths.cache_dir}/embeddings.sqlite"
-    llm_cache: Optional[str] = "${paths.cache_dir}/llm.sqlite"
+    embedding_cache: str | None = "${paths.cache_dir}/embeddings.sqlite"
+    llm_cache: str | None = "${paths.cache_dir}/llm.sqlite"
 
 
 # --- dataset ---------------------------------------------------------------------------------
@@ -40,9 +40,9 @@ class RowFileDatasetConf:
     """Fields of every loader that reads question rows from one file (``RowDataset``)."""
 
     path: str = MISSING
-    corpus: Optional[str] = None
-    name: Optional[str] = None
-    password: Optional[str] = None
+    corpus: str | None = None
+    name: str | None = None
+    password: str | None = None
 
 
 @dataclass
@@ -55,8 +55,8 @@ class BeirDatasetConf:
     _target_: str = "rag_experiments.data.beir.BeirDataset"
     path: str = MISSING
     split: str = "test"
-    name: Optional[str] = None
-    max_queries: Optional[int] = None
+    name: str | None = None
+    max_queries: int | None = None
     seed: int = 0
 
 
@@ -110,14 +110,14 @@ class HttpResponseConf:
     """JMESPath mapping of an endpoint's JSON (see ``rag_experiments.targets.response_mapping``).
     ``null`` = not mapped; ``required`` fields must be found on every answer."""
 
-    answer: Optional[str] = "answer"
-    contexts: Optional[str] = "contexts"
+    answer: str | None = "answer"
+    contexts: str | None = "contexts"
     context_text: str = "text"
-    context_id: Optional[str] = "id"
-    context_doc_id: Optional[str] = "doc_id"
-    context_ids: Optional[str] = "context_ids"
-    doc_ids: Optional[str] = "doc_ids"
-    required: List[str] = field(default_factory=lambda: ["answer", "contexts"])
+    context_id: str | None = "id"
+    context_doc_id: str | None = "doc_id"
+    context_ids: str | None = "context_ids"
+    doc_ids: str | None = "doc_ids"
+    required: list[str] = field(default_factory=lambda: ["answer", "contexts"])
 
 
 @dataclass
@@ -129,20 +129,20 @@ class HttpTargetConf:
     _convert_: str = "all"
     url: str = MISSING
     method: str = "POST"
-    headers: Dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
     body: Any = None
     response: HttpResponseConf = field(default_factory=lambda: HttpResponseConf())
     timeout_s: float = 60.0
     retries: int = 2
     backoff_s: float = 0.5
     backoff_max_s: float = 8.0
-    retry_statuses: List[int] = field(default_factory=lambda: [429, 500, 502, 503, 504])
+    retry_statuses: list[int] = field(default_factory=lambda: [429, 500, 502, 503, 504])
     max_concurrency: int = 4
-    health_url: Optional[str] = None
+    health_url: str | None = None
     doc_ids_from_text: bool = True
     doc_min_overlap: float = 0.7
     verify_tls: bool = True
-    ca_bundle: Optional[str] = None
+    ca_bundle: str | None = None
 
 
 @dataclass
@@ -182,7 +182,7 @@ class SentenceTransformerEmbedderConf:
     batch_size: int = 32
     normalize: bool = True
     device: str = "cpu"
-    max_seq_length: Optional[int] = None
+    max_seq_length: int | None = None
     show_progress: bool = True
     backend: str = "torch"  # torch | onnx | onnx-int8 (ONNX Runtime, exported once to cache_dir)
     cache_dir: str = "${paths.cache_dir}"
@@ -207,7 +207,7 @@ class OllamaEmbedderConf:
     keep_alive: str = "5m"
     query_prefix: str = ""
     document_prefix: str = ""
-    dim: Optional[int] = None
+    dim: int | None = None
     timeout_s: float = 120.0
     max_retries: int = 2
     backoff_s: float = 0.5
@@ -221,13 +221,13 @@ class OpenAIEmbedderConf:
     _target_: str = "rag_experiments.embedding.openai_compat.OpenAICompatEmbedder"
     model: str = "default"
     base_url: str = "http://127.0.0.1:8080/v1"
-    api_key_env: Optional[str] = None
-    dimensions: Optional[int] = None
+    api_key_env: str | None = None
+    dimensions: int | None = None
     batch_size: int = 32
     normalize: bool = True
     query_prefix: str = ""
     document_prefix: str = ""
-    dim: Optional[int] = None
+    dim: int | None = None
     timeout_s: float = 120.0
     max_retries: int = 2
     backoff_s: float = 0.5
@@ -242,7 +242,7 @@ class RetrieverConf:
 
     _target_: str = "rag_experiments.retrieval.retriever.Retriever"
     top_k: int = 5
-    depth: Optional[int] = None
+    depth: int | None = None
 
 
 # --- llm / judge -----------------------------------------------------------------------------
@@ -251,9 +251,9 @@ class EmbeddedLLMConf:
     """llama-cpp-python in-process; ``model_path: null`` = the bundled SmolLM2-135M GGUF."""
 
     _target_: str = "rag_experiments.llm.embedded.EmbeddedChat"
-    model_path: Optional[str] = None
+    model_path: str | None = None
     n_ctx: int = 4096
-    n_threads: Optional[int] = None
+    n_threads: int | None = None
     max_tokens: int = 256
     temperature: float = 0.0
     seed: int = 0
@@ -265,8 +265,8 @@ class FakeLLMConf:
     """Deterministic fake model (tests, dry runs): no model call."""
 
     _target_: str = "rag_experiments.llm.fake.FakeChat"
-    responses: Dict[str, Any] = field(default_factory=dict)
-    text: Optional[str] = None
+    responses: dict[str, Any] = field(default_factory=dict)
+    text: str | None = None
     delay_s: float = 0.0
     jitter_s: float = 0.0  # extra delay in [0, jitter_s), fixed per prompt (concurrency tests)
     max_concurrency: int = 4
@@ -294,7 +294,7 @@ class OllamaLLMConf:
     parse_retries: int = 2
     max_concurrency: int = 8
     """Most requests in flight to the server at once (lowered under HTTP 429/503)."""
-    options: Dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -304,8 +304,8 @@ class OpenAILLMConf:
     _target_: str = "rag_experiments.llm.openai_compat.OpenAICompatChat"
     model: str = "default"
     base_url: str = "http://127.0.0.1:8080/v1"
-    api_key_env: Optional[str] = None
-    context_window: Optional[int] = None
+    api_key_env: str | None = None
+    context_window: int | None = None
     max_tokens: int = 512
     temperature: float = 0.0
     seed: int = 0
@@ -371,7 +371,7 @@ class MetricsConf:
 
     name: str = MISSING
     generate: bool = True
-    suite: Dict[str, Any] = field(default_factory=dict)
+    suite: dict[str, Any] = field(default_factory=dict)
 
 
 # --- tracking --------------------------------------------------------------------------------
@@ -401,21 +401,21 @@ class RootConf:
     judge: Any = MISSING
     metrics: Any = MISSING
     tracking: Any = MISSING
-    experiment: Optional[Any] = None
+    experiment: Any | None = None
     seed: int = 0
-    run_name: Optional[str] = None
+    run_name: str | None = None
     max_failure_rate: float = 0.2
     progress: bool = True
-    max_samples: Optional[int] = None
+    max_samples: int | None = None
     """Evaluate a seeded subset of this many samples, stratified by question type and
     answerability (``EvalDataset.subset``); null = all."""
-    max_concurrency: Optional[int] = None
+    max_concurrency: int | None = None
     """Questions answered at once; null = what the target declares (its generator's
     ``max_concurrency`` for the baseline, ``target.max_concurrency`` for HTTP)."""
     cache: CacheConf = field(default_factory=lambda: CacheConf())
-    resume: Optional[str] = None
+    resume: str | None = None
     """Continue an interrupted run: its MLflow run id or its job folder."""
-    objective: Optional[str] = None
+    objective: str | None = None
     """Value returned to a sweeper: a metric (``nDCG@10``) or ``0.7*nDCG@10+0.3*faithfulness``."""
 
 
@@ -429,8 +429,11 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "ragas": RagasDatasetConf,
         "deepeval": DeepEvalDatasetConf,
     },
-    "target": {"baseline": BaselineTargetConf, "http": HttpTargetConf,
-               "recorded": RecordedTargetConf},
+    "target": {
+        "baseline": BaselineTargetConf,
+        "http": HttpTargetConf,
+        "recorded": RecordedTargetConf,
+    },
     "chunker": {
         "none": NoChunkerConf,
         "fixed": FixedChunkerConf,
@@ -443,10 +446,18 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "openai": OpenAIEmbedderConf,
     },
     "retriever": {"retriever": RetrieverConf},
-    "llm": {"embedded": EmbeddedLLMConf, "fake": FakeLLMConf, "ollama": OllamaLLMConf,
-            "openai": OpenAILLMConf},
-    "judge": {"embedded": EmbeddedJudgeConf, "fake": FakeJudgeConf, "ollama": OllamaJudgeConf,
-              "openai": OpenAIJudgeConf},
+    "llm": {
+        "embedded": EmbeddedLLMConf,
+        "fake": FakeLLMConf,
+        "ollama": OllamaLLMConf,
+        "openai": OpenAILLMConf,
+    },
+    "judge": {
+        "embedded": EmbeddedJudgeConf,
+        "fake": FakeJudgeConf,
+        "ollama": OllamaJudgeConf,
+        "openai": OpenAIJudgeConf,
+    },
     "metrics": {"metrics": MetricsConf},
     "tracking": {"mlflow": TrackingConf},
 }

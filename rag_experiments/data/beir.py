@@ -79,23 +79,27 @@ class BeirDataset:
             )
         folder = Path(self.path).expanduser()
         if not folder.is_dir():
-            raise DatasetError(f"BEIR folder {folder} does not exist; set path to a folder with "
-                               "corpus.jsonl, queries.jsonl and qrels/<split>.tsv")
+            raise DatasetError(
+                f"BEIR folder {folder} does not exist; set path to a folder with "
+                "corpus.jsonl, queries.jsonl and qrels/<split>.tsv"
+            )
         queries_path = folder / "queries.jsonl"
         qrels_path = folder / "qrels" / f"{self.split}.tsv"
         if not queries_path.is_file():
             raise DatasetError(f"{queries_path} is missing; a BEIR folder needs queries.jsonl")
         if not qrels_path.is_file():
             splits = sorted(p.stem for p in (folder / "qrels").glob("*.tsv"))
-            raise DatasetError(f"{qrels_path} is missing; split {self.split!r} does not exist. "
-                               f"Splits found: {', '.join(splits) or 'none'}")
+            raise DatasetError(
+                f"{qrels_path} is missing; split {self.split!r} does not exist. "
+                f"Splits found: {', '.join(splits) or 'none'}"
+            )
 
         corpus = load_corpus_jsonl(folder)
         log = RowLog(folder)
         queries = self._read_queries(queries_path, log)
         qrels = self._read_qrels(qrels_path, log, queries, {doc.id for doc in corpus})
         log.raise_if_any(
-            "queries.jsonl rows are JSON objects with string \"_id\" and \"text\"; qrels rows are "
+            'queries.jsonl rows are JSON objects with string "_id" and "text"; qrels rows are '
             "'query-id<TAB>corpus-id<TAB>score' with an integer score and ids present in "
             "queries.jsonl and the corpus"
         )
@@ -114,13 +118,19 @@ class BeirDataset:
             if any(score > 0 for score in grades.values())
         ]
         if not samples:
-            raise DatasetError(f"{qrels_path} has no pair with score > 0, so no query can be "
-                               "evaluated; check the split")
+            raise DatasetError(
+                f"{qrels_path} has no pair with score > 0, so no query can be "
+                "evaluated; check the split"
+            )
         split_file = f"qrels/{self.split}.tsv"
         dropped = [
-            DroppedRow(qid, "no_relevant_doc",
-                       f"its {len(qrels[qid])} row(s) in {split_file} all have score 0")
-            if qid in qrels else DroppedRow(qid, "no_qrels", f"no row in {split_file}")
+            DroppedRow(
+                qid,
+                "no_relevant_doc",
+                f"its {len(qrels[qid])} row(s) in {split_file} all have score 0",
+            )
+            if qid in qrels
+            else DroppedRow(qid, "no_qrels", f"no row in {split_file}")
             for qid in queries
             if not any(score > 0 for score in qrels.get(qid, {}).values())
         ]
@@ -128,7 +138,10 @@ class BeirDataset:
             keep = set(sorted((s.id for s in samples), key=self._rank)[: self.max_queries])
             samples = [s for s in samples if s.id in keep]
         return EvalDataset(
-            name=self.name or folder.name, samples=samples, corpus=corpus, source=str(folder),
+            name=self.name or folder.name,
+            samples=samples,
+            corpus=corpus,
+            source=str(folder),
             dropped=dropped,
         )
 
@@ -159,8 +172,12 @@ class BeirDataset:
             if not ok:
                 continue
             if qid in first_line:
-                log.problem(line, "_id", f"duplicate query id {qid!r} (first on line "
-                                         f"{first_line[qid]})", path=path)
+                log.problem(
+                    line,
+                    "_id",
+                    f"duplicate query id {qid!r} (first on line {first_line[qid]})",
+                    path=path,
+                )
                 continue
             first_line[qid] = line
             queries[qid] = text
@@ -190,8 +207,12 @@ class BeirDataset:
                     continue  # header
             log.rows += 1
             if len(cols) != 3:
-                log.problem(line, "", f"expected 3 tab-separated columns {QRELS_HEADER}, got "
-                                      f"{len(cols)}", path=path)
+                log.problem(
+                    line,
+                    "",
+                    f"expected 3 tab-separated columns {QRELS_HEADER}, got {len(cols)}",
+                    path=path,
+                )
                 continue
             qid, doc, raw_score = cols
             score = _parse_int(raw_score)
@@ -209,9 +230,13 @@ class BeirDataset:
                 continue
             grades = qrels.setdefault(qid, {})
             if doc in grades and grades[doc] != score:
-                log.problem(line, "score", f"pair ({qid!r}, {doc!r}) already has score "
-                                           f"{grades[doc]} on line {first_line[(qid, doc)]}",
-                            path=path)
+                log.problem(
+                    line,
+                    "score",
+                    f"pair ({qid!r}, {doc!r}) already has score "
+                    f"{grades[doc]} on line {first_line[(qid, doc)]}",
+                    path=path,
+                )
                 continue
             first_line.setdefault((qid, doc), line)
             grades[doc] = score

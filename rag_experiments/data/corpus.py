@@ -212,8 +212,12 @@ def load_corpus_jsonl(path: Path, *, normalize: bool = False) -> list[Document]:
                 if doc.id in first_seen:
                     where = "{}:{}".format(*first_seen[doc.id])
                     problems.append(
-                        RowProblem(str(file), line_no, "_id", f"duplicate _id {doc.id!r} "
-                                   f"(first seen at {where})")
+                        RowProblem(
+                            str(file),
+                            line_no,
+                            "_id",
+                            f"duplicate _id {doc.id!r} (first seen at {where})",
+                        )
                     )
                     continue
                 first_seen[doc.id] = (str(file), line_no)
@@ -252,9 +256,7 @@ def _corpus_files(path: Path) -> list[Path]:
     raise DatasetError(f"corpus {path} does not exist; check the path in the dataset config.")
 
 
-def _parse_row(
-    line: str, file: str, line_no: int, problems: list[RowProblem]
-) -> Document | None:
+def _parse_row(line: str, file: str, line_no: int, problems: list[RowProblem]) -> Document | None:
     """Parse one corpus row, appending its problems (if any) and returning None when bad."""
     try:
         row = json.loads(line)

@@ -148,20 +148,29 @@ class RowLog:
             str(PurePosixPath(rel).with_suffix("")): (rel, why) for rel, why in skipped.items()
         }
         for line, sample, names in self.samples:
-            refs = [(f"{names.get('reference_doc_ids', 'reference_doc_ids')}.{i}", d)
-                    for i, d in enumerate(sample.reference_doc_ids)]
-            refs += [(f"{names.get('relevance', 'relevance')}.{d}", d)
-                     for d in sample.relevance if d not in sample.reference_doc_ids]
+            refs = [
+                (f"{names.get('reference_doc_ids', 'reference_doc_ids')}.{i}", d)
+                for i, d in enumerate(sample.reference_doc_ids)
+            ]
+            refs += [
+                (f"{names.get('relevance', 'relevance')}.{d}", d)
+                for d in sample.relevance
+                if d not in sample.reference_doc_ids
+            ]
             for field_name, doc_id in refs:
                 if doc_id in ids:
                     continue
                 if doc_id in skipped_ids:
                     rel, why = skipped_ids[doc_id]
-                    message = (f"doc {doc_id!r} was skipped when reading the corpus ({rel}: {why});"
-                               " fix that file (or give its password) or drop the reference")
+                    message = (
+                        f"doc {doc_id!r} was skipped when reading the corpus ({rel}: {why});"
+                        " fix that file (or give its password) or drop the reference"
+                    )
                 else:
-                    message = (f"doc {doc_id!r} is not in the corpus {corpus_source} "
-                               f"({len(ids)} docs); use an id of a corpus document")
+                    message = (
+                        f"doc {doc_id!r} is not in the corpus {corpus_source} "
+                        f"({len(ids)} docs); use an id of a corpus document"
+                    )
                 self.problem(line, field_name, message)
 
     @property
@@ -184,8 +193,11 @@ class RowLog:
         if not self.problems:
             return
         unit = "item" if self.unit == "item" else "row"
-        where = (" (the number after the file name is the 1-based item index in the JSON array)"
-                 if self.unit == "item" else "")
+        where = (
+            " (the number after the file name is the 1-based item index in the JSON array)"
+            if self.unit == "item"
+            else ""
+        )
         raise DatasetError(
             f"{self.bad_rows} of {self.rows} {unit}s in {self.path} are invalid "
             f"({len(self.problems)} problems){where}. Fix every {unit} listed below; {how_to_fix}",
@@ -207,14 +219,18 @@ def read_text_lines(path: Path, log: RowLog) -> list[tuple[int, str]]:
     except OSError as error:
         raise DatasetError(f"cannot read {path}: {error}") from error
     if data.startswith(codecs.BOM_UTF8):
-        data = data[len(codecs.BOM_UTF8):]
+        data = data[len(codecs.BOM_UTF8) :]
     lines: list[tuple[int, str]] = []
     for number, raw in enumerate(data.split(b"\n"), start=1):
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as error:
-            log.problem(number, "", f"not valid UTF-8 (byte {error.start + 1} of the line); "
-                                    "save the file as UTF-8", path=path)
+            log.problem(
+                number,
+                "",
+                f"not valid UTF-8 (byte {error.start + 1} of the line); save the file as UTF-8",
+                path=path,
+            )
             continue
         lines.append((number, text.rstrip("\r")))
     return lines
@@ -244,12 +260,15 @@ def read_jsonl_rows(path: Path, log: RowLog) -> list[tuple[int, dict[str, Any]]]
         try:
             value = json.loads(text)
         except json.JSONDecodeError as error:
-            log.problem(number, "", f"invalid JSON: {error.msg} at column {error.colno}",
-                        path=path)
+            log.problem(number, "", f"invalid JSON: {error.msg} at column {error.colno}", path=path)
             continue
         if not isinstance(value, dict):
-            log.problem(number, "", f"expected a JSON object {{...}}, got {json_type_name(value)}",
-                        path=path)
+            log.problem(
+                number,
+                "",
+                f"expected a JSON object {{...}}, got {json_type_name(value)}",
+                path=path,
+            )
             continue
         rows.append((number, value))
     return rows
@@ -289,8 +308,9 @@ def read_json_array_items(path: Path, log: RowLog) -> list[tuple[int, dict[str, 
     for index, item in enumerate(value, start=1):
         log.rows += 1
         if not isinstance(item, dict):
-            log.problem(index, "", f"expected a JSON object {{...}}, got {json_type_name(item)}",
-                        path=path)
+            log.problem(
+                index, "", f"expected a JSON object {{...}}, got {json_type_name(item)}", path=path
+            )
             continue
         items.append((index, item))
     return items

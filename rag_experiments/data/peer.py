@@ -182,8 +182,12 @@ class KeywordsJsonlDataset(RowDataset):
         if "reference_doc_ids" not in fields and "source" in row:
             ids = doc_ids_from_source(row["source"])
             if ids is None:
-                log.problem(line, "source", "expected a file name or a list of file names, got "
-                                            f"{json_type_name(row['source'])}")
+                log.problem(
+                    line,
+                    "source",
+                    "expected a file name or a list of file names, got "
+                    f"{json_type_name(row['source'])}",
+                )
             else:
                 fields["reference_doc_ids"] = ids
         return {**fields, "metadata": extra}
@@ -199,12 +203,21 @@ class KeywordsJsonlDataset(RowDataset):
 # --- RAGAS and DeepEval files: questions with the answers a system already gave ---------------
 
 RECORDED_FIELDS: tuple[str, ...] = (
-    "response", "retrieved_contexts", "retrieved_ids", "retrieved_doc_ids", "latency_ms",
+    "response",
+    "retrieved_contexts",
+    "retrieved_ids",
+    "retrieved_doc_ids",
+    "latency_ms",
 )
 """Fields of :class:`~rag_experiments.records.RecordedAnswer`, by their Sample-side names."""
 
 _SAMPLE_EXTRAS: tuple[str, ...] = (
-    "id", "question_type", "answerable", "reference_doc_ids", "keywords", "relevance",
+    "id",
+    "question_type",
+    "answerable",
+    "reference_doc_ids",
+    "keywords",
+    "relevance",
 )
 """Sample fields neither peer format has; written beside theirs (RAGAS' and DeepEval's readers
 ignore unknown keys) so an exported run loads back unchanged."""
@@ -271,9 +284,13 @@ def read_csv_rows(
                 try:
                     row[key] = ast.literal_eval(cell)
                 except (ValueError, SyntaxError):
-                    log.problem(line, key, "expected a JSON value or a Python literal (a list "
-                                           "is written [\"a\", \"b\"]), got "
-                                           f"{cell[:40]!r}")
+                    log.problem(
+                        line,
+                        key,
+                        "expected a JSON value or a Python literal (a list "
+                        'is written ["a", "b"]), got '
+                        f"{cell[:40]!r}",
+                    )
         rows.append((line, row))
         line = reader.line_num + 1
     return rows
@@ -308,25 +325,43 @@ class RagasDataset(RowDataset):
     password: str | None = None
 
     format_hint: ClassVar[str] = (
-        "each row must be a RAGAS single-turn sample {\"user_input\": str, \"response\": str, "
-        "\"retrieved_contexts\": [str], \"reference\": str, \"reference_contexts\": [str]} "
+        'each row must be a RAGAS single-turn sample {"user_input": str, "response": str, '
+        '"retrieved_contexts": [str], "reference": str, "reference_contexts": [str]} '
         "(.jsonl, .json array or .csv; in CSV, lists as JSON or Python literals)"
     )
     _NAMES: ClassVar[dict[str, str]] = {
-        "id": "id", "user_input": "user_input", "reference": "reference",
-        "reference_contexts": "reference_contexts", "question_type": "question_type",
-        "answerable": "answerable", "reference_doc_ids": "reference_doc_ids",
-        "keywords": "keywords", "relevance": "relevance", "metadata": "metadata",
+        "id": "id",
+        "user_input": "user_input",
+        "reference": "reference",
+        "reference_contexts": "reference_contexts",
+        "question_type": "question_type",
+        "answerable": "answerable",
+        "reference_doc_ids": "reference_doc_ids",
+        "keywords": "keywords",
+        "relevance": "relevance",
+        "metadata": "metadata",
     }
     _ANSWER: ClassVar[dict[str, str]] = {
-        "response": "response", "retrieved_contexts": "retrieved_contexts",
-        "retrieved_context_ids": "retrieved_ids", "retrieved_doc_ids": "retrieved_doc_ids",
+        "response": "response",
+        "retrieved_contexts": "retrieved_contexts",
+        "retrieved_context_ids": "retrieved_ids",
+        "retrieved_doc_ids": "retrieved_doc_ids",
         "latency_ms": "latency_ms",
     }
     _CSV_DECODED: ClassVar[tuple[str, ...]] = (
-        "retrieved_contexts", "reference_contexts", "retrieved_context_ids",
-        "reference_context_ids", "reference_doc_ids", "retrieved_doc_ids", "keywords",
-        "relevance", "answerable", "latency_ms", "metadata", "multi_responses", "rubrics",
+        "retrieved_contexts",
+        "reference_contexts",
+        "retrieved_context_ids",
+        "reference_context_ids",
+        "reference_doc_ids",
+        "retrieved_doc_ids",
+        "keywords",
+        "relevance",
+        "answerable",
+        "latency_ms",
+        "metadata",
+        "multi_responses",
+        "rubrics",
     )
 
     @property
@@ -354,11 +389,11 @@ class RagasDataset(RowDataset):
         answer = {k: fields.pop(k) for k in RECORDED_FIELDS if k in fields}
         ids = answer.get("retrieved_ids")
         if isinstance(ids, list):  # RAGAS allows integer context ids
-            answer["retrieved_ids"] = [str(i) if isinstance(i, int) and not isinstance(i, bool)
-                                       else i for i in ids]
+            answer["retrieved_ids"] = [
+                str(i) if isinstance(i, int) and not isinstance(i, bool) else i for i in ids
+            ]
         fields["id"] = _string_id(line, fields, "id")
-        return {**fields, "metadata": {**(metadata or {}), **extra},
-                "recorded": _recorded(answer)}
+        return {**fields, "metadata": {**(metadata or {}), **extra}, "recorded": _recorded(answer)}
 
     def field_names(self, row: Mapping[str, Any]) -> Mapping[str, str]:
         """Sample name → RAGAS name."""
@@ -394,13 +429,16 @@ class DeepEvalDataset(RowDataset):
 
     unit: ClassVar[str] = "item"
     format_hint: ClassVar[str] = (
-        "the file must be a JSON array of DeepEval goldens {\"input\": str, \"actual_output\": "
-        "str or null, \"expected_output\": str or null, \"retrieval_context\": [str], "
-        "\"context\": [str], \"additional_metadata\": {...}}"
+        'the file must be a JSON array of DeepEval goldens {"input": str, "actual_output": '
+        'str or null, "expected_output": str or null, "retrieval_context": [str], '
+        '"context": [str], "additional_metadata": {...}}'
     )
     _NAMES: ClassVar[dict[str, str]] = {
-        "input": "user_input", "expected_output": "reference", "context": "reference_contexts",
-        "actual_output": "response", "retrieval_context": "retrieved_contexts",
+        "input": "user_input",
+        "expected_output": "reference",
+        "context": "reference_contexts",
+        "actual_output": "response",
+        "retrieval_context": "retrieved_contexts",
     }
 
     def read_rows(self, path: Path, log: RowLog) -> list[tuple[int, dict[str, Any]]]:
@@ -410,21 +448,30 @@ class DeepEvalDataset(RowDataset):
     def row_fields(self, line: int, row: dict[str, Any], log: RowLog) -> dict[str, Any] | None:
         """Rename DeepEval's keys; our extras come from ``additional_metadata``."""
         if row.get("turns"):
-            log.problem(line, "turns", "multi-turn goldens are not supported; use single-turn "
-                                       "goldens (input, actual_output, retrieval_context)")
+            log.problem(
+                line,
+                "turns",
+                "multi-turn goldens are not supported; use single-turn "
+                "goldens (input, actual_output, retrieval_context)",
+            )
             return None
         fields, extra = _rename(row, self._NAMES)
         fields = {k: v for k, v in fields.items() if v is not None}
         extra = {k: v for k, v in extra.items() if v is not None}
         meta = extra.pop("additional_metadata", None) or {}
         if not isinstance(meta, dict):
-            log.problem(line, "additional_metadata",
-                        f"expected an object or null, got {json_type_name(meta)}")
+            log.problem(
+                line,
+                "additional_metadata",
+                f"expected an object or null, got {json_type_name(meta)}",
+            )
             return None
         ours = {k: meta[k] for k in (*_SAMPLE_EXTRAS, *RECORDED_FIELDS) if k in meta}
         rest = {k: v for k, v in meta.items() if k not in ours}
-        answer = {**{k: ours.pop(k) for k in RECORDED_FIELDS if k in ours},
-                  **{k: fields.pop(k) for k in RECORDED_FIELDS if k in fields}}
+        answer = {
+            **{k: ours.pop(k) for k in RECORDED_FIELDS if k in ours},
+            **{k: fields.pop(k) for k in RECORDED_FIELDS if k in fields},
+        }
         fields.update(ours)
         fields["id"] = _string_id(line, fields, "id")
         return {**fields, "metadata": {**rest, **extra}, "recorded": _recorded(answer)}
@@ -440,8 +487,13 @@ class DeepEvalDataset(RowDataset):
 def _extras(sample: Sample) -> dict[str, Any]:
     """Our Sample fields the peer formats lack, with default values left out."""
     data = sample.model_dump(mode="json", include=set(_SAMPLE_EXTRAS))
-    defaults = {"question_type": None, "answerable": True, "reference_doc_ids": [],
-                "keywords": [], "relevance": {}}
+    defaults = {
+        "question_type": None,
+        "answerable": True,
+        "reference_doc_ids": [],
+        "keywords": [],
+        "relevance": {},
+    }
     return {k: v for k, v in data.items() if k == "id" or defaults.get(k) != v}
 
 
@@ -510,9 +562,13 @@ def deepeval_row(sample: Sample) -> dict[str, Any]:
     rec = sample.recorded
     extras = _extras(sample)
     if rec is not None:
-        extras.update({k: v for k, v in rec.model_dump(mode="json").items()
-                       if k in ("retrieved_ids", "retrieved_doc_ids", "latency_ms")
-                       and v is not None})
+        extras.update(
+            {
+                k: v
+                for k, v in rec.model_dump(mode="json").items()
+                if k in ("retrieved_ids", "retrieved_doc_ids", "latency_ms") and v is not None
+            }
+        )
     return {
         "input": sample.user_input,
         "actual_output": rec.response if rec else None,

@@ -74,7 +74,8 @@ class CachedEmbedder:
             self.path,
             _SCHEMA,
             "the embedding cache",
-            "Set paths.embedding_cache to a writable file (or delete a corrupt one; it is rebuilt).",
+            "Set paths.embedding_cache to a writable file "
+            "(or delete a corrupt one; it is rebuilt).",
         )
 
     def _connect(self) -> AbstractContextManager[sqlite3.Connection]:

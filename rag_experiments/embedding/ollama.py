@@ -53,15 +53,26 @@ class OllamaEmbedder(RemoteEmbedder):
         backoff_s: float = 0.5,
         backoff_max_s: float = 8.0,
     ) -> None:
-        super().__init__(model, batch_size=batch_size, normalize=normalize,
-                         query_prefix=query_prefix, document_prefix=document_prefix, dim=dim,
-                         max_retries=max_retries, backoff_s=backoff_s,
-                         backoff_max_s=backoff_max_s)
+        super().__init__(
+            model,
+            batch_size=batch_size,
+            normalize=normalize,
+            query_prefix=query_prefix,
+            document_prefix=document_prefix,
+            dim=dim,
+            max_retries=max_retries,
+            backoff_s=backoff_s,
+            backoff_max_s=backoff_max_s,
+        )
         self.base_url = base_url.rstrip("/")
         self.truncate = truncate
         self.keep_alive = keep_alive
-        self.http = JsonHttp(self.base_url, timeout_s, where=f"{self.where} at {self.base_url}",
-                             unreachable_hint=unreachable_hint("embedder.base_url"))
+        self.http = JsonHttp(
+            self.base_url,
+            timeout_s,
+            where=f"{self.where} at {self.base_url}",
+            unreachable_hint=unreachable_hint("embedder.base_url"),
+        )
         self._digest: str | None = None
 
     def check(self) -> None:
@@ -92,8 +103,12 @@ class OllamaEmbedder(RemoteEmbedder):
         return f"ollama:{self.model}:{self.digest()[:12]}:trunc{int(self.truncate)}"
 
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
-        payload = {"model": self.model, "input": texts, "truncate": self.truncate,
-                   "keep_alive": self.keep_alive}
+        payload = {
+            "model": self.model,
+            "input": texts,
+            "truncate": self.truncate,
+            "keep_alive": self.keep_alive,
+        }
         try:
             data = self.http.request("POST", "/api/embed", payload)
         except LLMHTTPError as exc:

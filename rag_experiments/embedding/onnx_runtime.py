@@ -112,8 +112,9 @@ def _export_float32(model: SentenceTransformer, target: Path) -> None:
             self.inner = hf_model
 
         def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-            return self.inner(**dict(zip(names, inputs, strict=True)),
-                              return_dict=True).last_hidden_state
+            return self.inner(
+                **dict(zip(names, inputs, strict=True)), return_dict=True
+            ).last_hidden_state
 
     dynamic = {k: {0: "batch", 1: "sequence"} for k in [*names, "last_hidden_state"]}
 
@@ -123,9 +124,14 @@ def _export_float32(model: SentenceTransformer, target: Path) -> None:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(
-                _LastHiddenState(), tuple(features[k] for k in names), str(path),
-                input_names=names, output_names=["last_hidden_state"], dynamic_axes=dynamic,
-                opset_version=OPSET, dynamo=False,
+                _LastHiddenState(),
+                tuple(features[k] for k in names),
+                str(path),
+                input_names=names,
+                output_names=["last_hidden_state"],
+                dynamic_axes=dynamic,
+                opset_version=OPSET,
+                dynamo=False,
             )
 
     _write_atomically(target, write)
@@ -139,10 +145,16 @@ def _quantize_int8(source: Path, target: Path) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with _quiet_root_logger():
-        _write_atomically(target, lambda path: quantize_dynamic(
-            str(source), str(path), weight_type=QuantType.QInt8, per_channel=True,
-            reduce_range=True,
-        ))
+        _write_atomically(
+            target,
+            lambda path: quantize_dynamic(
+                str(source),
+                str(path),
+                weight_type=QuantType.QInt8,
+                per_channel=True,
+                reduce_range=True,
+            ),
+        )
 
 
 @contextmanager

@@ -3,7 +3,6 @@ with embeddings on, LM Studio, Ollama's ``/v1``)."""
 
 from __future__ import annotations
 
-
 from rag_experiments.embedding.remote import RemoteEmbedder
 from rag_experiments.errors import LLMError
 from rag_experiments.llm.errors import LLMHTTPError, ModelNotFoundError
@@ -54,15 +53,25 @@ class OpenAICompatEmbedder(RemoteEmbedder):
         backoff_s: float = 0.5,
         backoff_max_s: float = 8.0,
     ) -> None:
-        super().__init__(model, batch_size=batch_size, normalize=normalize,
-                         query_prefix=query_prefix, document_prefix=document_prefix,
-                         dim=dim if dim is not None else dimensions, max_retries=max_retries,
-                         backoff_s=backoff_s, backoff_max_s=backoff_max_s)
+        super().__init__(
+            model,
+            batch_size=batch_size,
+            normalize=normalize,
+            query_prefix=query_prefix,
+            document_prefix=document_prefix,
+            dim=dim if dim is not None else dimensions,
+            max_retries=max_retries,
+            backoff_s=backoff_s,
+            backoff_max_s=backoff_max_s,
+        )
         self.base_url = base_url.rstrip("/")
         self.dimensions = dimensions
         headers = bearer_headers(api_key_env, self.where, "embedder.api_key_env")
         self.http = JsonHttp(
-            self.base_url, timeout_s, where=f"{self.where} at {self.base_url}", headers=headers,
+            self.base_url,
+            timeout_s,
+            where=f"{self.where} at {self.base_url}",
+            headers=headers,
             unreachable_hint="start the server or set embedder.base_url",
         )
 

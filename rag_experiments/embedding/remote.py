@@ -106,15 +106,18 @@ class RemoteEmbedder:
             if len(vectors) != len(batch):
                 raise LLMError(
                     f"{self.where}: {len(vectors)} vectors for {len(batch)} texts; is the model "
-                    "an embedding model?", reason="bad_response",
+                    "an embedding model?",
+                    reason="bad_response",
                 )
             rows.extend(vectors)
         out = np.asarray(rows, dtype=np.float32)
         if out.ndim != 2 or out.shape[1] == 0:
             raise LLMError(f"{self.where}: got vectors of shape {out.shape}", reason="bad_response")
         if self._dim is not None and out.shape[1] != self._dim:
-            raise ConfigError(f"{self.where}: vectors have {out.shape[1]} dimensions, the config "
-                              f"says dim={self._dim}; fix embedder.dim (or set it to null)")
+            raise ConfigError(
+                f"{self.where}: vectors have {out.shape[1]} dimensions, the config "
+                f"says dim={self._dim}; fix embedder.dim (or set it to null)"
+            )
         if self.normalize:
             norms = np.linalg.norm(out, axis=1, keepdims=True)
             out = out / np.where(norms == 0.0, 1.0, norms)

@@ -117,10 +117,17 @@ def generate_dataset(
             raise exc.__cause__ from None
         raise
     source = load_docs(_docs_value(cfg), password=cfg.docs_password)
-    generator = DatasetGenerator(chat, embedder=embedder, chunker=chunker, judge=judge,
-                                 settings=settings, progress=bool(cfg.progress))
-    return generator.run(source, out, overwrite=bool(cfg.overwrite), on_progress=on_progress,
-                         cancel=cancel)
+    generator = DatasetGenerator(
+        chat,
+        embedder=embedder,
+        chunker=chunker,
+        judge=judge,
+        settings=settings,
+        progress=bool(cfg.progress),
+    )
+    return generator.run(
+        source, out, overwrite=bool(cfg.overwrite), on_progress=on_progress, cancel=cancel
+    )
 
 
 def run_generate(
@@ -190,8 +197,12 @@ def _log_summary(tracker: Any, summary: GenerationSummary, name: str) -> None:
     tracker.log_metrics(summary.metrics())
     tracker.log_dict(summary.to_dict(), "summary.json")
     tracker.log_dict(summary.skipped_files, "skipped_files.json")
-    tracker.set_tags({"generate.interrupted": str(summary.interrupted).lower(),
-                      "generate.corpus": summary.corpus})
+    tracker.set_tags(
+        {
+            "generate.interrupted": str(summary.interrupted).lower(),
+            "generate.corpus": summary.corpus,
+        }
+    )
     eval_path = Path(summary.eval_path)
     if not eval_path.is_file():
         return
@@ -201,8 +212,12 @@ def _log_summary(tracker: Any, summary: GenerationSummary, name: str) -> None:
         tracker.log_text(corpus.read_text(encoding="utf-8"), "dataset/corpus.jsonl")
     samples = Checkpoint(eval_path.parent).samples()
     if samples:
-        tracker.log_dataset(name, samples_digest(samples), str(eval_path.resolve()),
-                            [s.model_dump(mode="json") for s in samples])
+        tracker.log_dataset(
+            name,
+            samples_digest(samples),
+            str(eval_path.resolve()),
+            [s.model_dump(mode="json") for s in samples],
+        )
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="generate")
@@ -219,7 +234,10 @@ def generate_command(argv: list[str]) -> int:
     try:
         generate_main()
     except KeyboardInterrupt:
-        print("rag-exp generate: interrupted; the accepted pairs are saved. Run the same "
-              "command again to resume.", file=sys.stderr)
+        print(
+            "rag-exp generate: interrupted; the accepted pairs are saved. Run the same "
+            "command again to resume.",
+            file=sys.stderr,
+        )
         return 130
     return 0

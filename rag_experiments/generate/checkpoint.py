@@ -62,14 +62,16 @@ class CheckpointState:
 
     def samples_by_type(self, answerable: bool) -> dict[str, int]:
         """Accepted samples per question type: the answerable ones, or the unanswerable ones."""
-        return dict(Counter(str(s.question_type) for s in self.samples
-                            if s.answerable == answerable))
+        return dict(
+            Counter(str(s.question_type) for s in self.samples if s.answerable == answerable)
+        )
 
     def attempts_by(self, status: str, key: str = "reason") -> dict[str, int]:
         """Attempts whose latest status is ``status`` (``rejected``, ``error`` …), counted
         per value of their field ``key`` (``reason``: the filter or error; ``question_type``)."""
-        return dict(Counter(str(a.get(key)) for a in self.attempts.values()
-                            if a.get("status") == status))
+        return dict(
+            Counter(str(a.get(key)) for a in self.attempts.values() if a.get("status") == status)
+        )
 
 
 class Checkpoint:
@@ -114,8 +116,12 @@ class Checkpoint:
             key = sample.metadata.get("attempt")
             if isinstance(key, str) and not state.done(key):
                 state.attempts[key] = {
-                    "key": key, "status": "accepted", "reason": None, "sample_id": sample.id,
-                    "question_type": sample.question_type, "answerable": sample.answerable,
+                    "key": key,
+                    "status": "accepted",
+                    "reason": None,
+                    "sample_id": sample.id,
+                    "question_type": sample.question_type,
+                    "answerable": sample.answerable,
                 }
         return state
 
@@ -161,8 +167,9 @@ class Checkpoint:
         """Write ``manifest.json`` (replacing it atomically)."""
         self.out.mkdir(parents=True, exist_ok=True)
         tmp = self.manifest_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(dict(manifest), indent=2, ensure_ascii=False) + "\n",
-                       encoding="utf-8")
+        tmp.write_text(
+            json.dumps(dict(manifest), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         os.replace(tmp, self.manifest_path)
 
     def check_resumable(self, manifest: Mapping[str, Any], keys: tuple[str, ...]) -> None:

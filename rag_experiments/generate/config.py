@@ -10,7 +10,7 @@ the config is composed (``Key 'nn' not in 'GenerateConf'``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -31,9 +31,9 @@ class TemplateConf:
     "What is the {column} of {key}?"); ``types`` maps a column to its question type.
     """
 
-    key_column: Optional[str] = None
-    questions: Dict[str, str] = field(default_factory=dict)
-    types: Dict[str, str] = field(default_factory=dict)
+    key_column: str | None = None
+    questions: dict[str, str] = field(default_factory=dict)
+    types: dict[str, str] = field(default_factory=dict)
     default_type: str = "lookup"
 
 
@@ -51,17 +51,17 @@ class GenerateConf:
     out: str = MISSING
     n: int = 40
     mode: str = "llm"
-    types: List[str] = field(default_factory=lambda: list(QUESTION_TYPES))
+    types: list[str] = field(default_factory=lambda: list(QUESTION_TYPES))
     attempt_factor: float = 2.0
     n_unanswerable: int = 4
     dedup_threshold: float = 0.95
-    docs_password: Optional[str] = None
+    docs_password: str | None = None
     max_concurrency: int = 4
     min_chunk_words: int = 25
     retrieval_top_k: int = 3
     seed: int = 0
     overwrite: bool = False
-    run_name: Optional[str] = None
+    run_name: str | None = None
     progress: bool = True
     template: TemplateConf = field(default_factory=lambda: TemplateConf())
     cache: CacheConf = field(default_factory=lambda: CacheConf())

@@ -239,8 +239,11 @@ def too_few_content_words(pair: Pair) -> str | None:
     are neither stop words nor generic (:data:`_GENERIC_WORDS`: "happens", "term", "concept"
     …). Catches cut-off or empty questions ("What happens if", "What is a term or concept?")
     also where there is no source passage to compare with (unanswerable questions)."""
-    content = [w for w in normalize_for_match(_question(pair)).split()
-               if w not in _STOP_WORDS and w not in _GENERIC_WORDS]
+    content = [
+        w
+        for w in normalize_for_match(_question(pair)).split()
+        if w not in _STOP_WORDS and w not in _GENERIC_WORDS
+    ]
     if len(content) < MIN_CONTENT_WORDS:
         return f"{len(content)} content word(s) (< {MIN_CONTENT_WORDS}): {' '.join(content)!r}"
     return None
@@ -257,8 +260,10 @@ def question_not_in_context(pair: Pair) -> str | None:
     content = {w for w in normalize_for_match(_question(pair)).split() if w not in _STOP_WORDS}
     found = len(content & source)
     if found < MIN_GROUNDED_QUESTION_WORDS:
-        return (f"vague question: {found} of its content words are in the source passage "
-                f"(< {MIN_GROUNDED_QUESTION_WORDS})")
+        return (
+            f"vague question: {found} of its content words are in the source passage "
+            f"(< {MIN_GROUNDED_QUESTION_WORDS})"
+        )
     return None
 
 
@@ -276,23 +281,40 @@ def answer_not_in_context(pair: Pair) -> str | None:
     source = set(normalize_for_match(" ".join(contexts)).split())
     share = sum(w in source for w in content) / len(content)
     if share < MIN_GROUNDED_SHARE:
-        return (f"only {share:.0%} of the answer's content words are in the source passage "
-                f"(< {MIN_GROUNDED_SHARE:.0%})")
+        return (
+            f"only {share:.0%} of the answer's content words are in the source passage "
+            f"(< {MIN_GROUNDED_SHARE:.0%})"
+        )
     return None
 
 
 VALIDATION_FILTERS: tuple[Filter, ...] = (
-    missing_keys, unknown_type, question_too_short, answer_too_short,
+    missing_keys,
+    unknown_type,
+    question_too_short,
+    answer_too_short,
 )
 QUALITY_FILTERS: tuple[Filter, ...] = (
-    not_a_question, too_few_content_words, document_reference, meta_question, yes_no_question,
-    answer_copies_question, question_not_in_context, answer_not_in_context,
+    not_a_question,
+    too_few_content_words,
+    document_reference,
+    meta_question,
+    yes_no_question,
+    answer_copies_question,
+    question_not_in_context,
+    answer_not_in_context,
 )
 QA_FILTERS: tuple[Filter, ...] = VALIDATION_FILTERS + QUALITY_FILTERS
 """Every filter an answerable pair must pass, in the order they run."""
 UNANSWERABLE_FILTERS: tuple[Filter, ...] = (
-    missing_keys, unknown_type, question_too_short,
-    not_a_question, too_few_content_words, document_reference, meta_question, yes_no_question,
+    missing_keys,
+    unknown_type,
+    question_too_short,
+    not_a_question,
+    too_few_content_words,
+    document_reference,
+    meta_question,
+    yes_no_question,
 )
 """The filters that apply to a question without an answer."""
 

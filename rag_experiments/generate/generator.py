@@ -72,7 +72,12 @@ from rag_experiments.records import QUESTION_TYPES, Chunk, Sample
 log = logging.getLogger(__name__)
 
 RESUME_KEYS: tuple[str, ...] = (
-    "mode", "corpus_digest", "chunker", "embedder", "prompt_version", "generator",
+    "mode",
+    "corpus_digest",
+    "chunker",
+    "embedder",
+    "prompt_version",
+    "generator",
 )
 """Manifest keys that must match for a run to resume an output folder."""
 
@@ -246,8 +251,9 @@ class DatasetGenerator:
         self.settings = settings or GenerationSettings()
         self.settings.check()
         if self.settings.n_unanswerable and judge is None:
-            raise ConfigError("n_unanswerable > 0 needs a judge model; pass judge=… or set "
-                              "n_unanswerable=0")
+            raise ConfigError(
+                "n_unanswerable > 0 needs a judge model; pass judge=… or set n_unanswerable=0"
+            )
         self.progress = progress
 
     # --- the run -----------------------------------------------------------------------------
@@ -288,8 +294,9 @@ class DatasetGenerator:
         eligible = [c for c in chunks if len(c.text.split()) >= settings.min_chunk_words]
         types = list(settings.types)
         if len(eligible) < 2 and "multi_hop" in types:
-            log.warning("multi_hop needs two chunks; only %d chunk(s) can be asked about",
-                        len(eligible))
+            log.warning(
+                "multi_hop needs two chunks; only %d chunk(s) can be asked about", len(eligible)
+            )
             types.remove("multi_hop")
 
         checkpoint = Checkpoint(out)
@@ -301,8 +308,12 @@ class DatasetGenerator:
         state = checkpoint.load()
         n_resumed = len(state.samples)
         if n_resumed:
-            log.info("Resuming %s: %d samples and %d finished attempts found", out, n_resumed,
-                     sum(state.done(k) for k in state.attempts))
+            log.info(
+                "Resuming %s: %d samples and %d finished attempts found",
+                out,
+                n_resumed,
+                sum(state.done(k) for k in state.attempts),
+            )
 
         need_vectors = bool(settings.n_unanswerable) or "multi_hop" in types
         vectors = self._embed_chunks(chunks) if need_vectors and eligible else None
@@ -313,31 +324,60 @@ class DatasetGenerator:
         dedup = Deduplicator(self.embedder, settings.dedup_threshold)
         dedup.add_many([(s.user_input, s.id) for s in state.samples])
         todo = sum(not state.done(t.key) for t in qa_tasks + un_tasks)
-        run = _Run(checkpoint, state, dedup, source,
-                   tqdm(total=todo, desc="generate", unit="attempt", disable=not self.progress),
-                   generator_id=str(self.chat.describe().get("model", "")),
-                   judge_id=str(self.judge.describe().get("model", "")) if self.judge else "",
-                   check=AnswerabilityCheck(self.judge, self.embedder, chunks, vectors,
-                                            settings.retrieval_top_k, settings.max_concurrency)
-                   if self.judge is not None and vectors is not None else None,
-                   tasks=qa_tasks + un_tasks, on_progress=on_progress, cancel=cancel)
+        run = _Run(
+            checkpoint,
+            state,
+            dedup,
+            source,
+            tqdm(total=todo, desc="generate", unit="attempt", disable=not self.progress),
+            generator_id=str(self.chat.describe().get("model", "")),
+            judge_id=str(self.judge.describe().get("model", "")) if self.judge else "",
+            check=AnswerabilityCheck(
+                self.judge,
+                self.embedder,
+                chunks,
+                vectors,
+                settings.retrieval_top_k,
+                settings.max_concurrency,
+            )
+            if self.judge is not None and vectors is not None
+            else None,
+            tasks=qa_tasks + un_tasks,
+            on_progress=on_progress,
+            cancel=cancel,
+        )
         interrupted = False
         try:
             self._report(run, "answerable")
-            self._phase(run, qa_tasks, settings.n, types, answerable=True,
-                        attempt=self._attempt_qa)
-            self._phase(run, un_tasks, settings.n_unanswerable, un_types, answerable=False,
-                        attempt=self._attempt_unanswerable)
+            self._phase(run, qa_tasks, settings.n, types, answerable=True, attempt=self._attempt_qa)
+            self._phase(
+                run,
+                un_tasks,
+                settings.n_unanswerable,
+                un_types,
+                answerable=False,
+                attempt=self._attempt_unanswerable,
+            )
         except (KeyboardInterrupt, _Cancelled) as exc:
             interrupted = True
-            log.warning("%s: %d samples are saved in %s; run the same command again to resume",
-                        "Cancelled" if isinstance(exc, _Cancelled) else "Interrupted",
-                        len(state.samples), checkpoint.eval_path)
+            log.warning(
+                "%s: %d samples are saved in %s; run the same command again to resume",
+                "Cancelled" if isinstance(exc, _Cancelled) else "Interrupted",
+                len(state.samples),
+                checkpoint.eval_path,
+            )
         finally:
             run.bar.close()
 
-        return self._summary(run, chunks, eligible, len(qa_tasks) + len(un_tasks), n_resumed,
-                             time.perf_counter() - started, interrupted)
+        return self._summary(
+            run,
+            chunks,
+            eligible,
+            len(qa_tasks) + len(un_tasks),
+            n_resumed,
+            time.perf_counter() - started,
+            interrupted,
+        )
 
     def _manifest(self, source: SourceDocs) -> dict[str, Any]:
         """What the output is generated from; :data:`RESUME_KEYS` must match on resume."""
@@ -360,8 +400,7 @@ class DatasetGenerator:
     def _embed_chunks(self, chunks: list[Chunk]) -> np.ndarray:
         """L2-normalised vectors of every chunk, shape ``(len(chunks), dim)``."""
         log.info("Embedding %d chunks with %s", len(chunks), self.embedder.id)
-        return np.asarray(self.embedder.embed_documents([c.text for c in chunks]),
-                          dtype=np.float32)
+        return np.asarray(self.embedder.embed_documents([c.text for c in chunks]), dtype=np.float32)
 
     def _qa_tasks(
         self,
@@ -408,8 +447,12 @@ class DatasetGenerator:
         n_slots = math.ceil(self.settings.attempt_factor * self.settings.n_unanswerable)
         backwards = eligible[::-1]
         return [
-            _Task(f"unanswerable:{slot.question_type}:{backwards[slot.chunk_index].id}",
-                  "unanswerable", slot.question_type, (backwards[slot.chunk_index],))
+            _Task(
+                f"unanswerable:{slot.question_type}:{backwards[slot.chunk_index].id}",
+                "unanswerable",
+                slot.question_type,
+                (backwards[slot.chunk_index],),
+            )
             for slot in schedule_slots(len(backwards), n_slots, types)
         ]
 
@@ -468,26 +511,30 @@ class DatasetGenerator:
             return
         state = run.state
         remaining: Counter[str] = Counter(
-            t.question_type for t in run.tasks if not state.done(t.key))
-        run.on_progress(GenerationProgress(
-            phase=phase,
-            accepted=state.samples_by_type(answerable=True),
-            unanswerable=state.samples_by_type(answerable=False),
-            rejected=state.attempts_by("rejected", key="question_type"),
-            errors=sum(state.attempts_by("error").values()),
-            remaining=dict(remaining),
-            n_wanted=self.settings.n,
-            n_unanswerable_wanted=self.settings.n_unanswerable,
-            attempts_done=sum(state.done(k) for k in state.attempts),
-            attempts_planned=len(run.tasks),
-        ))
+            t.question_type for t in run.tasks if not state.done(t.key)
+        )
+        run.on_progress(
+            GenerationProgress(
+                phase=phase,
+                accepted=state.samples_by_type(answerable=True),
+                unanswerable=state.samples_by_type(answerable=False),
+                rejected=state.attempts_by("rejected", key="question_type"),
+                errors=sum(state.attempts_by("error").values()),
+                remaining=dict(remaining),
+                n_wanted=self.settings.n,
+                n_unanswerable_wanted=self.settings.n_unanswerable,
+                attempts_done=sum(state.done(k) for k in state.attempts),
+                attempts_planned=len(run.tasks),
+            )
+        )
 
     def _requests(
         self, chat: ChatModel, requests: list[ChatRequest]
     ) -> list[Completion | LLMError]:
         """Run ``requests`` on ``chat`` in parallel (results in request order)."""
-        return complete_many(chat, requests, max_concurrency=self.settings.max_concurrency,
-                             progress=False)
+        return complete_many(
+            chat, requests, max_concurrency=self.settings.max_concurrency, progress=False
+        )
 
     def _attempt_qa(self, run: _Run, wave: list[_Task]) -> list[_Outcome]:
         """Ask for one pair per task and run the filters."""
@@ -516,8 +563,9 @@ class DatasetGenerator:
         """Ask for one unanswerable question per task, filter it, retrieve the chunks most
         similar to it and reject it when the judge says they answer it."""
         requests = [
-            ChatRequest(unanswerable_messages(t.question_type, t.chunks[0].text),
-                        UnanswerableQuestion)
+            ChatRequest(
+                unanswerable_messages(t.question_type, t.chunks[0].text), UnanswerableQuestion
+            )
             for t in wave
         ]
         outcomes: list[_Outcome] = []
@@ -528,8 +576,12 @@ class DatasetGenerator:
                 outcomes.append(failed)
                 continue
             question = _clean(parsed.question) if isinstance(parsed, UnanswerableQuestion) else ""
-            pair = {"question": question, "answer": "", "question_type": task.question_type,
-                    "answerable": False}
+            pair = {
+                "question": question,
+                "answer": "",
+                "question_type": task.question_type,
+                "answerable": False,
+            }
             rejection = first_rejection(pair, UNANSWERABLE_FILTERS)
             outcomes.append(_Outcome(pair, *(rejection or (None, ""))))
             if rejection is None:
@@ -559,8 +611,9 @@ class DatasetGenerator:
             **outcome.extra,
         }
         if outcome.error is not None:
-            run.checkpoint.append_attempt({**record, "status": "error", "reason": outcome.error,
-                                           "detail": outcome.detail})
+            run.checkpoint.append_attempt(
+                {**record, "status": "error", "reason": outcome.error, "detail": outcome.detail}
+            )
             run.state.attempts[task.key] = {**record, "status": "error", "reason": outcome.error}
             return
         if outcome.reason is None and outcome.pair is not None:
@@ -568,8 +621,12 @@ class DatasetGenerator:
             if duplicate is not None:
                 outcome.reason, outcome.detail = duplicate
         if outcome.reason is not None:
-            done = {**record, "status": "rejected", "reason": outcome.reason,
-                    "detail": outcome.detail}
+            done = {
+                **record,
+                "status": "rejected",
+                "reason": outcome.reason,
+                "detail": outcome.detail,
+            }
             run.checkpoint.append_attempt(done)
             run.state.attempts[task.key] = done
             return
@@ -613,9 +670,13 @@ class DatasetGenerator:
                 "judge": run.judge_id,
                 "prompt_version": PROMPT_VERSION,
             }
-            return Sample(id=f"gen-{number:04d}", user_input=str(pair["question"]),
-                          question_type=task.question_type, answerable=False,
-                          metadata=metadata)
+            return Sample(
+                id=f"gen-{number:04d}",
+                user_input=str(pair["question"]),
+                question_type=task.question_type,
+                answerable=False,
+                metadata=metadata,
+            )
         return Sample(
             id=f"gen-{number:04d}",
             user_input=str(pair["question"]),

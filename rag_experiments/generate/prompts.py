@@ -53,19 +53,27 @@ TYPE_GUIDES: dict[str, tuple[str, str]] = {
         "a question about the steps of a procedure: how something is done, in what order",
         "How",
     ),
-    "compliance": ("a question about a rule or requirement: what must or must not be done",
-                   "What must"),
-    "role_responsibility": ("a question about who is responsible for something or does a task",
-                            "Who"),
-    "condition_trigger": ("a question about the condition or event that triggers an action",
-                          "When"),
+    "compliance": (
+        "a question about a rule or requirement: what must or must not be done",
+        "What must",
+    ),
+    "role_responsibility": (
+        "a question about who is responsible for something or does a task",
+        "Who",
+    ),
+    "condition_trigger": (
+        "a question about the condition or event that triggers an action",
+        "When",
+    ),
     "definition_concept": ("a question about what a term or concept means", "What is"),
     "exception_escalation": (
         "a question about an exception to a rule, or about to whom a problem is escalated",
         "What happens if",
     ),
-    "timeline_sla": ("a question about a deadline, a time limit, a duration or a frequency",
-                     "How often"),
+    "timeline_sla": (
+        "a question about a deadline, a time limit, a duration or a frequency",
+        "How often",
+    ),
     "multi_hop": ("a question that needs facts from BOTH passages to answer", "What"),
 }
 """Per question type: (what the question asks about, the words it should open with). There

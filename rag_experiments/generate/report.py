@@ -51,8 +51,8 @@ from typing import Any
 
 import numpy as np
 
-from rag_experiments.metrics.audit import nan_to_none
 from rag_experiments.generate.stats import DatasetStats, compute_stats, dataset_stats
+from rag_experiments.metrics.audit import nan_to_none
 from rag_experiments.records import Chunk, Document, Sample
 from rag_experiments.text.normalize import word_tokens
 
@@ -170,19 +170,26 @@ class DatasetReport:
             "near_duplicates": [{"a": a, "b": b, "jaccard": j} for a, b, j in self.near_duplicates],
         }
         if self.coverage is not None:
-            out["coverage"] = {**asdict(self.coverage),
-                               "document_share": self.coverage.document_share,
-                               "chunk_share": self.coverage.chunk_share}
+            out["coverage"] = {
+                **asdict(self.coverage),
+                "document_share": self.coverage.document_share,
+                "chunk_share": self.coverage.chunk_share,
+            }
         if self.groundedness is not None:
-            out["groundedness"] = {**asdict(self.groundedness),
-                                   "not_grounded": self.groundedness.not_grounded}
+            out["groundedness"] = {
+                **asdict(self.groundedness),
+                "not_grounded": self.groundedness.not_grounded,
+            }
         return nan_to_none(out)
 
     def metrics(self) -> dict[str, float]:
         """The report's numbers as MLflow metrics."""
-        out = {"n_samples": float(self.stats.n_samples), "answerable_share": self.answerable_share,
-               "type_evenness": self.type_evenness,
-               "n_near_duplicates": float(len(self.near_duplicates))}
+        out = {
+            "n_samples": float(self.stats.n_samples),
+            "answerable_share": self.answerable_share,
+            "type_evenness": self.type_evenness,
+            "n_near_duplicates": float(len(self.near_duplicates)),
+        }
         out.update({f"question_words_{k}": v for k, v in self.question_length.items()})
         if self.coverage is not None:
             out["coverage_documents"] = self.coverage.document_share
@@ -199,37 +206,51 @@ class DatasetReport:
         s = self.stats
         q = self.question_length
         lines = [
-            f"# Dataset report: {s.path}", "",
+            f"# Dataset report: {s.path}",
+            "",
             f"- samples: {s.n_samples} ({s.n_answerable} answerable, {s.n_unanswerable} "
             f"unanswerable; answerable share {self.answerable_share:.3f})",
             f"- question length (words): min {q['min']:g}, p25 {q['p25']:g}, median "
-            f"{q['median']:g}, p75 {q['p75']:g}, max {q['max']:g} (mean {s.avg_question_words:.1f})",
+            f"{q['median']:g}, p75 {q['p75']:g}, max {q['max']:g} "
+            f"(mean {s.avg_question_words:.1f})",
             f"- reference answer length: {s.avg_answer_words:.1f} words on average",
-            f"- type evenness (normalised entropy): {self.type_evenness:.3f}", "",
-            "| type | count | share | unanswerable |", "|---|---:|---:|---:|",
+            f"- type evenness (normalised entropy): {self.type_evenness:.3f}",
+            "",
+            "| type | count | share | unanswerable |",
+            "|---|---:|---:|---:|",
         ]
         for kind, count in sorted(s.by_type.items(), key=lambda kv: (-kv[1], kv[0])):
-            lines.append(f"| {kind} | {count} | {self.type_shares[kind]:.3f} | "
-                         f"{s.unanswerable_by_type.get(kind, 0)} |")
-        lines += ["", f"## Near-duplicate questions (token Jaccard ≥ {DUP_THRESHOLD}): "
-                  f"{len(self.near_duplicates)}"]
+            lines.append(
+                f"| {kind} | {count} | {self.type_shares[kind]:.3f} | "
+                f"{s.unanswerable_by_type.get(kind, 0)} |"
+            )
+        lines += [
+            "",
+            f"## Near-duplicate questions (token Jaccard ≥ {DUP_THRESHOLD}): "
+            f"{len(self.near_duplicates)}",
+        ]
         lines += [f"- {a} ~ {b}: {j:.3f}" for a, b, j in self.near_duplicates]
         if self.coverage is not None:
             c = self.coverage
-            lines += ["", f"## Corpus coverage (chunker {c.chunker})",
-                      f"- documents: {c.n_documents_covered} / {c.n_documents} "
-                      f"({c.document_share:.3f})",
-                      f"- chunks: {c.n_chunks_covered} / {c.n_chunks} ({c.chunk_share:.3f})",
-                      f"- documents no question is drawn from: "
-                      f"{', '.join(c.uncovered_documents) or '(none)'}"]
+            lines += [
+                "",
+                f"## Corpus coverage (chunker {c.chunker})",
+                f"- documents: {c.n_documents_covered} / {c.n_documents} ({c.document_share:.3f})",
+                f"- chunks: {c.n_chunks_covered} / {c.n_chunks} ({c.chunk_share:.3f})",
+                f"- documents no question is drawn from: "
+                f"{', '.join(c.uncovered_documents) or '(none)'}",
+            ]
         if self.groundedness is not None:
             g = self.groundedness
-            lines += ["", f"## Groundedness of reference answers (judge "
-                      f"{g.judge.get('provider')}/{g.judge.get('model')})",
-                      f"- judged {g.n_judged}, valid {g.n_valid}, mean faithfulness "
-                      f"{g.mean:.3f}, fully grounded {g.share_grounded:.3f}",
-                      f"- failures: {g.failures or '(none)'}",
-                      f"- below 1.0: {', '.join(g.not_grounded) or '(none)'}"]
+            lines += [
+                "",
+                f"## Groundedness of reference answers (judge "
+                f"{g.judge.get('provider')}/{g.judge.get('model')})",
+                f"- judged {g.n_judged}, valid {g.n_valid}, mean faithfulness "
+                f"{g.mean:.3f}, fully grounded {g.share_grounded:.3f}",
+                f"- failures: {g.failures or '(none)'}",
+                f"- below 1.0: {', '.join(g.not_grounded) or '(none)'}",
+            ]
         return "\n".join(lines) + "\n"
 
 
@@ -242,8 +263,9 @@ def evenness(counts: Sequence[int]) -> float:
     return float(-(p * np.log(p)).sum() / math.log(x.size))
 
 
-def near_duplicates(samples: Sequence[Sample], threshold: float = DUP_THRESHOLD
-                    ) -> list[tuple[str, str, float]]:
+def near_duplicates(
+    samples: Sequence[Sample], threshold: float = DUP_THRESHOLD
+) -> list[tuple[str, str, float]]:
     """Question pairs whose word-token Jaccard index is ``≥ threshold``, highest first (ties
     in sample order)."""
     sets = [frozenset(word_tokens(s.user_input)) for s in samples]
@@ -259,8 +281,12 @@ def near_duplicates(samples: Sequence[Sample], threshold: float = DUP_THRESHOLD
     return sorted(found, key=lambda t: -t[2])
 
 
-def corpus_coverage(samples: Sequence[Sample], documents: Sequence[Document], chunker: Any,
-                    min_overlap: float = MIN_OVERLAP) -> Coverage:
+def corpus_coverage(
+    samples: Sequence[Sample],
+    documents: Sequence[Document],
+    chunker: Any,
+    min_overlap: float = MIN_OVERLAP,
+) -> Coverage:
     """Coverage of ``documents`` split by ``chunker`` (rule in the module docstring)."""
     from rag_experiments.metrics.context_match import context_matches
 
@@ -274,14 +300,17 @@ def corpus_coverage(samples: Sequence[Sample], documents: Sequence[Document], ch
         named = [i for d in s.reference_doc_ids for i in by_doc.get(d, [])]
         candidates = named or range(len(chunks))
         for ref in s.reference_contexts:
-            covered_chunks.update(i for i in candidates
-                                  if context_matches(ref, chunks[i].text, min_overlap))
+            covered_chunks.update(
+                i for i in candidates if context_matches(ref, chunks[i].text, min_overlap)
+            )
     covered_docs |= {chunks[i].doc_id for i in covered_chunks}
     ids = [d.id for d in documents]
     return Coverage(
         chunker=str(chunker.config_id),
-        n_documents=len(ids), n_documents_covered=len(covered_docs & set(ids)),
-        n_chunks=len(chunks), n_chunks_covered=len(covered_chunks),
+        n_documents=len(ids),
+        n_documents_covered=len(covered_docs & set(ids)),
+        n_chunks=len(chunks),
+        n_chunks_covered=len(covered_chunks),
         uncovered_documents=[d for d in ids if d not in covered_docs],
     )
 
@@ -292,30 +321,44 @@ def groundedness(samples: Sequence[Sample], judge: Any) -> Groundedness:
     from rag_experiments.metrics.faithfulness import Faithfulness
     from rag_experiments.records import RagResponse
 
-    judged = [s for s in samples
-              if s.answerable and s.reference.strip() and any(c.strip()
-                                                              for c in s.reference_contexts)]
+    judged = [
+        s
+        for s in samples
+        if s.answerable and s.reference.strip() and any(c.strip() for c in s.reference_contexts)
+    ]
     metric = Faithfulness(judge=judge)
-    rows = metric.evaluate(judged, [RagResponse(response=s.reference,
-                                                retrieved_contexts=list(s.reference_contexts))
-                                    for s in judged])
+    rows = metric.evaluate(
+        judged,
+        [
+            RagResponse(response=s.reference, retrieved_contexts=list(s.reference_contexts))
+            for s in judged
+        ],
+    )
     values = [row["faithfulness"] for row in rows]
     valid = [v.value for v in values if v.is_valid]
     return Groundedness(
-        n_judged=len(judged), n_valid=len(valid),
+        n_judged=len(judged),
+        n_valid=len(valid),
         mean=float(np.mean(valid)) if valid else math.nan,
         share_grounded=sum(v == 1.0 for v in valid) / len(valid) if valid else math.nan,
-        scores={s.id: (v.value if v.is_valid else None)
-                for s, v in zip(judged, values, strict=True)},
+        scores={
+            s.id: (v.value if v.is_valid else None) for s, v in zip(judged, values, strict=True)
+        },
         failures=dict(Counter(v.reason or "nan" for v in values if not v.is_valid)),
         judge={k: str(v) for k, v in judge.describe().items()},
         judge_calls=sum(int(r.get("judge_calls", 0)) for r in metric.audit()),
     )
 
 
-def build_report(samples: Sequence[Sample], path: str = "", *,
-                 documents: Sequence[Document] | None = None, chunker: Any = None,
-                 judge: Any = None, dup_threshold: float = DUP_THRESHOLD) -> DatasetReport:
+def build_report(
+    samples: Sequence[Sample],
+    path: str = "",
+    *,
+    documents: Sequence[Document] | None = None,
+    chunker: Any = None,
+    judge: Any = None,
+    dup_threshold: float = DUP_THRESHOLD,
+) -> DatasetReport:
     """The report of ``samples`` (coverage when ``documents`` and ``chunker`` are given,
     groundedness when ``judge`` is)."""
     stats = compute_stats(samples, path)
@@ -327,8 +370,11 @@ def build_report(samples: Sequence[Sample], path: str = "", *,
         answerable_share=stats.n_answerable / n if n else math.nan,
         question_words=[len(s.user_input.split()) for s in samples],
         near_duplicates=near_duplicates(samples, dup_threshold),
-        coverage=(corpus_coverage(samples, documents, chunker)
-                  if documents is not None and chunker is not None else None),
+        coverage=(
+            corpus_coverage(samples, documents, chunker)
+            if documents is not None and chunker is not None
+            else None
+        ),
         groundedness=groundedness(samples, judge) if judge is not None else None,
     )
 
@@ -343,8 +389,9 @@ def write_report(report: DatasetReport, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "report.md", out / "report.json"]
     files[0].write_text(report.markdown(), encoding="utf-8")
-    files[1].write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False),
-                        encoding="utf-8")
+    files[1].write_text(
+        json.dumps(report.to_dict(), indent=2, ensure_ascii=False), encoding="utf-8"
+    )
 
     def save(fig: Any, name: str) -> None:
         fig.tight_layout()
@@ -367,8 +414,9 @@ def write_report(report: DatasetReport, out: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(6, 3.5))
         scores = [v for v in report.groundedness.scores.values() if v is not None]
         ax.hist(scores, bins=np.linspace(0, 1, 11), color="#c44e52")
-        ax.set(xlabel="faithfulness of the reference answer", ylabel="samples",
-               title="Groundedness")
+        ax.set(
+            xlabel="faithfulness of the reference answer", ylabel="samples", title="Groundedness"
+        )
         save(fig, "groundedness.png")
     return files
 
@@ -384,15 +432,14 @@ def report_command(args: argparse.Namespace, overrides: list[str]) -> int:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
+    from rag_experiments.config.compose import compose_config
     from rag_experiments.data.jsonl import JsonlDataset, load_corpus
     from rag_experiments.llm.factory import build_chat, configure_from_config
     from rag_experiments.metrics.judge_config import judge_model_node
-    from rag_experiments.config.compose import compose_config
 
     stats = dataset_stats(args.path)  # resolves a generation folder, checks the file
     samples = JsonlDataset(stats.path).load().samples
-    cfg = compose_config("config", [*([f"judge={args.judge}"] if args.judge else []),
-                                    *overrides])
+    cfg = compose_config("config", [*([f"judge={args.judge}"] if args.judge else []), *overrides])
     documents = chunker = judge = None
     if args.corpus:
         documents, _ = load_corpus(args.corpus)
@@ -400,25 +447,46 @@ def report_command(args: argparse.Namespace, overrides: list[str]) -> int:
     if args.judge:
         configure_from_config(cfg)
         judge = build_chat(judge_model_node(cfg.judge), "judge")
-    report = build_report(samples, stats.path, documents=documents, chunker=chunker,
-                          judge=judge, dup_threshold=args.dup_threshold)
+    report = build_report(
+        samples,
+        stats.path,
+        documents=documents,
+        chunker=chunker,
+        judge=judge,
+        dup_threshold=args.dup_threshold,
+    )
     out = Path(args.out) if args.out else None
     if out is not None:
         write_report(report, out)
     if args.log:
-        tracker = instantiate(cfg.tracking, experiment=DATASETS_EXPERIMENT,
-                              run_name=f"report-{Path(stats.path).parent.name or 'dataset'}")
-        params = {"report": {"path": stats.path, "corpus": args.corpus, "judge": args.judge,
-                             "dup_threshold": args.dup_threshold},
-                  "chunker": OmegaConf.to_container(cfg.chunker, resolve=True)}
-        with tracker.start_run(params=params, config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
-                               tags={"dataset.report": stats.path}):
+        tracker = instantiate(
+            cfg.tracking,
+            experiment=DATASETS_EXPERIMENT,
+            run_name=f"report-{Path(stats.path).parent.name or 'dataset'}",
+        )
+        params = {
+            "report": {
+                "path": stats.path,
+                "corpus": args.corpus,
+                "judge": args.judge,
+                "dup_threshold": args.dup_threshold,
+            },
+            "chunker": OmegaConf.to_container(cfg.chunker, resolve=True),
+        }
+        with tracker.start_run(
+            params=params,
+            config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
+            tags={"dataset.report": stats.path},
+        ):
             tracker.log_metrics(report.metrics())
             with tempfile.TemporaryDirectory() as tmp:
                 folder = out or Path(tmp)
                 write_report(report, folder)
                 mlflow.log_artifacts(str(folder), "report")  # the tracker's run is active
         print(tracker.describe_location(), file=sys.stderr)
-    print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) if args.json
-          else report.markdown())
+    print(
+        json.dumps(report.to_dict(), indent=2, ensure_ascii=False)
+        if args.json
+        else report.markdown()
+    )
     return 0

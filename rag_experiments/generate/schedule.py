@@ -97,8 +97,9 @@ def schedule_slots(n_chunks: int, n_slots: int, types: Sequence[str]) -> list[Sl
             unused = set(range(n_types))
             for seen in had:
                 seen.clear()
-        offset = min(unused, key=lambda o: (_spread_after(counts, o, n_chunks),
-                                            (o - previous - 1) % n_types))
+        offset = min(
+            unused, key=lambda o: (_spread_after(counts, o, n_chunks), (o - previous - 1) % n_types)
+        )
         unused.discard(offset)
         previous = offset
         for position, chunk in enumerate(order):

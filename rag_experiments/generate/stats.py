@@ -84,7 +84,8 @@ def compute_stats(samples: Sequence[Sample], path: str = "") -> DatasetStats:
         n_unanswerable=sum(not s.answerable for s in samples),
         by_type=dict(Counter(s.question_type or "(none)" for s in samples)),
         unanswerable_by_type=dict(
-            Counter(s.question_type or "(none)" for s in samples if not s.answerable)),
+            Counter(s.question_type or "(none)" for s in samples if not s.answerable)
+        ),
         avg_question_chars=sum(len(s.user_input) for s in samples) / n if n else 0.0,
         avg_question_words=sum(len(s.user_input.split()) for s in samples) / n if n else 0.0,
         avg_answer_words=sum(len(a.split()) for a in answers) / len(answers) if answers else 0.0,
@@ -104,8 +105,10 @@ def dataset_stats(path: str | Path) -> DatasetStats:
     if target.is_dir():
         target = target / EVAL_FILE
     if not target.is_file():
-        raise DatasetError(f"{target} does not exist; pass a dataset .jsonl file or the "
-                           "output folder of `rag-exp generate`")
+        raise DatasetError(
+            f"{target} does not exist; pass a dataset .jsonl file or the "
+            "output folder of `rag-exp generate`"
+        )
     dataset = JsonlDataset(str(target)).load()
     return compute_stats(dataset.samples, str(target))
 
@@ -124,19 +127,28 @@ def stats_command(argv: list[str]) -> int:
     stats.add_argument("path", help="a dataset .jsonl file, or a `rag-exp generate` out folder")
     stats.add_argument("--json", action="store_true", help="print machine-readable JSON")
     report = sub.add_parser(
-        "report", help="quality report: type balance, lengths, near-duplicates, corpus "
+        "report",
+        help="quality report: type balance, lengths, near-duplicates, corpus "
         "coverage, groundedness (Markdown, JSON, PNG plots)",
         description="Quality report of a dataset; extra arguments are Hydra overrides of the "
-        "run config (chunker=fixed, judge.model=…).")
+        "run config (chunker=fixed, judge.model=…).",
+    )
     report.add_argument("path", help="a dataset .jsonl file, or a `rag-exp generate` out folder")
     report.add_argument("--corpus", help="document folder or BEIR corpus: report coverage")
-    report.add_argument("--judge", help="judge option (embedded, ollama, openai, fake): judge "
-                        "the groundedness of each reference answer")
+    report.add_argument(
+        "--judge",
+        help="judge option (embedded, ollama, openai, fake): judge "
+        "the groundedness of each reference answer",
+    )
     report.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
     report.add_argument("--out", help="folder for report.md, report.json and the PNG plots")
     report.add_argument("--log", action="store_true", help="log to MLflow experiment datasets")
-    report.add_argument("--dup-threshold", type=float, default=0.8,
-                        help="token Jaccard index of near-duplicate questions (default 0.8)")
+    report.add_argument(
+        "--dup-threshold",
+        type=float,
+        default=0.8,
+        help="token Jaccard index of near-duplicate questions (default 0.8)",
+    )
     args, overrides = parser.parse_known_args(argv)
     if args.action == "report":
         from rag_experiments.generate.report import report_command

@@ -103,8 +103,11 @@ class GenerationSummary:
             f"  accepted {self.n_accepted} of {self.n_requested} requested pairs, "
             f"{self.n_unanswerable} of {self.n_unanswerable_requested} unanswerable; "
             f"{self.n_attempts} of {self.n_planned} planned attempts made"
-            + (f"; {self.n_resumed} samples were there from an earlier run" if self.n_resumed
-               else ""),
+            + (
+                f"; {self.n_resumed} samples were there from an earlier run"
+                if self.n_resumed
+                else ""
+            ),
         ]
         if self.accepted_by_type:
             lines.append("  accepted per type:")
@@ -124,9 +127,10 @@ class GenerationSummary:
         if self.skipped_files:
             lines.append("  skipped files:")
             lines += [f"    {path}: {why}" for path, why in sorted(self.skipped_files.items())]
-        lines.append(f"  wall time {self.wall_time_s:.1f} s"
-                     + ("  (INTERRUPTED: run the same command again to resume)"
-                        if self.interrupted else ""))
+        lines.append(
+            f"  wall time {self.wall_time_s:.1f} s"
+            + ("  (INTERRUPTED: run the same command again to resume)" if self.interrupted else "")
+        )
         lines.append(
             "  evaluate it with: rag-exp run dataset=jsonl "
             f"dataset.path={self.eval_path} dataset.corpus={self.corpus}"

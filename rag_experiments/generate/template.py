@@ -92,8 +92,10 @@ def table_files(docs: str | Path | list[str | Path]) -> tuple[list[Path], dict[s
             if file.suffix.lower() in TABLE_EXTENSIONS:
                 files.append(file)
             else:
-                skipped[str(file)] = (f"unsupported_extension: template mode reads "
-                                      f"{', '.join(TABLE_EXTENSIONS)} files")
+                skipped[str(file)] = (
+                    f"unsupported_extension: template mode reads "
+                    f"{', '.join(TABLE_EXTENSIONS)} files"
+                )
     return files, skipped
 
 
@@ -107,8 +109,9 @@ def _read_table(path: Path, problems: list[RowProblem]) -> list[tuple[int, dict[
         return rows
     if path.suffix.lower() == ".csv":
         for number, record in enumerate(csv.DictReader(text.splitlines()), start=1):
-            rows.append((number, {str(k): (v or "").strip() for k, v in record.items()
-                                  if k is not None}))
+            rows.append(
+                (number, {str(k): (v or "").strip() for k, v in record.items() if k is not None})
+            )
         return rows
     number = 0
     for line_no, line in enumerate(text.splitlines(), start=1):
@@ -168,14 +171,21 @@ def generate_from_template(
     for file in files:
         for number, values in _read_table(file, problems):
             if not values.get(settings.key_column):
-                problems.append(RowProblem(str(file), number, settings.key_column,
-                                           f"no value in key column {settings.key_column!r}; "
-                                           f"columns: {', '.join(values)}"))
+                problems.append(
+                    RowProblem(
+                        str(file),
+                        number,
+                        settings.key_column,
+                        f"no value in key column {settings.key_column!r}; "
+                        f"columns: {', '.join(values)}",
+                    )
+                )
                 continue
             rows.append(_Row(f"{file.stem}/row-{number}", file.name, number, values))
     if problems:
-        raise DatasetError(f"{len(problems)} problem(s) in the template-mode tables; fix them:",
-                           problems)
+        raise DatasetError(
+            f"{len(problems)} problem(s) in the template-mode tables; fix them:", problems
+        )
     if not rows:
         raise DatasetError(f"no table rows in {docs}; pass CSV or JSONL files with rows")
 
@@ -186,8 +196,11 @@ def generate_from_template(
     for column, template in templates.items():
         unknown = _fields(template) - {"key", "column", *columns}
         if column not in columns or unknown:
-            what = f"column {column!r} is in no row" if column not in columns else (
-                f"template {template!r} names unknown fields {sorted(unknown)}")
+            what = (
+                f"column {column!r} is in no row"
+                if column not in columns
+                else (f"template {template!r} names unknown fields {sorted(unknown)}")
+            )
             raise ConfigError(f"template.questions: {what}; columns are {', '.join(columns)}")
 
     rejects: Counter[str] = Counter()
@@ -202,17 +215,26 @@ def generate_from_template(
                 continue
             fields = {**row.values, "key": key, "column": column.replace("_", " ")}
             question = template.format_map(fields)
-            candidates.append((len(candidates), Sample(
-                id="pending",
-                user_input=question,
-                reference=value,
-                reference_doc_ids=[row.doc_id],
-                reference_contexts=[context],
-                keywords=[value],
-                question_type=settings.types.get(column, settings.default_type),
-                metadata={"source": row.source, "row": row.number, "column": column,
-                          "template": template},
-            )))
+            candidates.append(
+                (
+                    len(candidates),
+                    Sample(
+                        id="pending",
+                        user_input=question,
+                        reference=value,
+                        reference_doc_ids=[row.doc_id],
+                        reference_contexts=[context],
+                        keywords=[value],
+                        question_type=settings.types.get(column, settings.default_type),
+                        metadata={
+                            "source": row.source,
+                            "row": row.number,
+                            "column": column,
+                            "template": template,
+                        },
+                    ),
+                )
+            )
     random.Random(settings.seed).shuffle(candidates)
     seen: set[str] = set()
     chosen: list[tuple[int, Sample]] = []
@@ -226,8 +248,9 @@ def generate_from_template(
     if settings.n > 0:
         chosen = chosen[: settings.n]
     chosen.sort(key=lambda item: item[0])
-    samples = [s.model_copy(update={"id": f"tpl-{i:04d}"})
-               for i, (_, s) in enumerate(chosen, start=1)]
+    samples = [
+        s.model_copy(update={"id": f"tpl-{i:04d}"}) for i, (_, s) in enumerate(chosen, start=1)
+    ]
 
     checkpoint = Checkpoint(out)
     checkpoint.reset()
@@ -235,19 +258,35 @@ def generate_from_template(
     corpus_path = Path(out) / CORPUS_FILE
     with corpus_path.open("w", encoding="utf-8", newline="\n") as handle:
         for row in rows:
-            handle.write(json.dumps({
-                "_id": row.doc_id, "title": row.values[settings.key_column],
-                "text": _row_text(row.values, settings.key_column),
-                "metadata": {"source": row.source, "row": row.number},
-            }, ensure_ascii=False) + "\n")
-    checkpoint.write_manifest({
-        "format_version": 1, "mode": "template", "corpus": str(corpus_path),
-        "tables": [str(f) for f in files], "settings": {
-            "key_column": settings.key_column, "questions": templates,
-            "types": dict(settings.types), "default_type": settings.default_type,
-            "n": settings.n, "seed": settings.seed},
-        "skipped_files": skipped,
-    })
+            handle.write(
+                json.dumps(
+                    {
+                        "_id": row.doc_id,
+                        "title": row.values[settings.key_column],
+                        "text": _row_text(row.values, settings.key_column),
+                        "metadata": {"source": row.source, "row": row.number},
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
+    checkpoint.write_manifest(
+        {
+            "format_version": 1,
+            "mode": "template",
+            "corpus": str(corpus_path),
+            "tables": [str(f) for f in files],
+            "settings": {
+                "key_column": settings.key_column,
+                "questions": templates,
+                "types": dict(settings.types),
+                "default_type": settings.default_type,
+                "n": settings.n,
+                "seed": settings.seed,
+            },
+            "skipped_files": skipped,
+        }
+    )
     return GenerationSummary(
         mode="template",
         eval_path=str(checkpoint.eval_path),

@@ -86,8 +86,9 @@ class AnswerabilityCheck:
             ChatRequest(judge_messages(q, [c.text for c in chunks]), AnswerCheck)
             for q, chunks in zip(questions, found, strict=True)
         ]
-        replies = complete_many(self.judge, requests, max_concurrency=self.max_concurrency,
-                                progress=False)
+        replies = complete_many(
+            self.judge, requests, max_concurrency=self.max_concurrency, progress=False
+        )
         verdicts = []
         for chunks, reply in zip(found, replies, strict=True):
             verdict = CorpusVerdict(checked=chunks)

@@ -86,16 +86,21 @@ class ResponseCheckpoint:
                 sid = str(row["id"])
                 resp = RagResponse(**{k: v for k, v in row["response"].items() if k in fields})
             except (KeyError, TypeError, AttributeError) as exc:
-                log.warning("%s:%d: unreadable checkpoint line skipped (%s)", self.path,
-                            record.number, exc)
+                log.warning(
+                    "%s:%d: unreadable checkpoint line skipped (%s)", self.path, record.number, exc
+                )
                 continue
             if owner is not None and row.get("run_id") not in (None, owner):
                 foreign += 1
                 continue
             done.setdefault(sid, resp)
         if foreign:
-            log.warning("%s: %d answers of a run other than %s skipped (two runs shared this "
-                        "job folder)", self.path, foreign, owner)
+            log.warning(
+                "%s: %d answers of a run other than %s skipped (two runs shared this job folder)",
+                self.path,
+                foreign,
+                owner,
+            )
         return done
 
     def append(self, sample_id: str, response: RagResponse) -> None:
@@ -118,8 +123,9 @@ class ResponseCheckpoint:
                     "run its own folder (hydra.run.dir / hydra.sweep.dir) and resume run "
                     f"{self.run_id} with resume=<run id>"
                 )
-        self._log.append({"id": sample_id, "run_id": self.run_id,
-                          "response": dataclasses.asdict(response)})
+        self._log.append(
+            {"id": sample_id, "run_id": self.run_id, "response": dataclasses.asdict(response)}
+        )
 
     def set_aside(self) -> Path | None:
         """Rename the answers of an earlier run in this folder (``hydra.run.dir`` reused) to
@@ -136,8 +142,14 @@ class ResponseCheckpoint:
             old = "unknown"
         target = self.path.with_name(f"responses.{old}.jsonl")
         self.path.replace(target)
-        log.warning("%s held the answers of run %s: moved to %s (resume that run with "
-                    "resume=%s after moving them back)", self.path, old, target.name, old)
+        log.warning(
+            "%s held the answers of run %s: moved to %s (resume that run with "
+            "resume=%s after moving them back)",
+            self.path,
+            old,
+            target.name,
+            old,
+        )
         return target
 
     def write_meta(self, run_id: str, dataset_digest: str | None = None) -> None:
@@ -208,8 +220,12 @@ class CheckpointedTarget:
         ids = {s.id for s in dataset.samples}
         n = len(ids & set(self.done))
         if n:
-            log.info("Resuming: %d of %d questions already answered in %s", n, len(ids),
-                     self.checkpoint.path)
+            log.info(
+                "Resuming: %d of %d questions already answered in %s",
+                n,
+                len(ids),
+                self.checkpoint.path,
+            )
         self.inner.prepare(dataset)
 
     def answer(self, sample: Sample) -> RagResponse:

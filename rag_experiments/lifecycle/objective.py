@@ -63,8 +63,10 @@ def parse_objective(expr: str) -> list[tuple[float, str]]:
     for raw in expr.split("+"):
         term = raw.strip()
         if not term:
-            raise ConfigError(f"objective={expr!r} has an empty term; write e.g. "
-                              "objective='0.7*nDCG@10+0.3*faithfulness'")
+            raise ConfigError(
+                f"objective={expr!r} has an empty term; write e.g. "
+                "objective='0.7*nDCG@10+0.3*faithfulness'"
+            )
         weight, sep, name = term.partition("*")
         if not sep:
             terms.append((1.0, term))
@@ -72,8 +74,10 @@ def parse_objective(expr: str) -> list[tuple[float, str]]:
         try:
             terms.append((float(weight), name.strip()))
         except ValueError:
-            raise ConfigError(f"objective term {term!r}: {weight.strip()!r} is not a number; "
-                              "write <weight>*<metric>, e.g. 0.3*faithfulness") from None
+            raise ConfigError(
+                f"objective term {term!r}: {weight.strip()!r} is not a number; "
+                "write <weight>*<metric>, e.g. 0.3*faithfulness"
+            ) from None
     return terms
 
 
@@ -99,8 +103,9 @@ def objective_value(expr: str | None, summary: Mapping[str, float]) -> float | N
             return math.nan  # every row NaN: the mean is not logged
         if name not in summary:
             known = ", ".join(sorted(k for k in summary if "/" not in k)[:40])
-            raise ConfigError(f"objective metric {name!r} was not produced by this run; "
-                              f"known metrics: {known}")
+            raise ConfigError(
+                f"objective metric {name!r} was not produced by this run; known metrics: {known}"
+            )
         value = float(summary[name])
         if math.isnan(value):
             return math.nan

@@ -86,8 +86,9 @@ class RerunReport:
         return "\n".join(lines)
 
 
-def load_run_config(client: mlflow.MlflowClient, run_id: str,
-                    overrides: list[str] | None = None) -> DictConfig:
+def load_run_config(
+    client: mlflow.MlflowClient, run_id: str, overrides: list[str] | None = None
+) -> DictConfig:
     """The run's resolved ``config.yaml`` with ``overrides`` (``key=value``) merged in.
 
     Raises:
@@ -162,18 +163,24 @@ def rerun(run_id: str, tracking_uri: str, overrides: list[str] | None = None) ->
         if k.endswith(_IDENTITY_KEYS) and "." in k and new.data.tags.get(k, "") != v
     }
     report.model_calls = {
-        k[: -len(".llm_calls")]:
-            v - new.data.metrics.get(k.replace("llm_calls", "llm_cache_hits"), 0.0)
-        for k, v in new.data.metrics.items() if k.endswith(".llm_calls")
+        k[: -len(".llm_calls")]: v
+        - new.data.metrics.get(k.replace("llm_calls", "llm_cache_hits"), 0.0)
+        for k, v in new.data.metrics.items()
+        if k.endswith(".llm_calls")
     }
-    report.changed_cells = _table_diff(_per_query(client, run_id),
-                                       _per_query(client, new.info.run_id))
+    report.changed_cells = _table_diff(
+        _per_query(client, run_id), _per_query(client, new.info.run_id)
+    )
     return report
 
 
 def _latest_rerun(client: mlflow.MlflowClient, experiment_id: str, run_id: str) -> Any:
-    runs = client.search_runs([experiment_id], filter_string=f"tags.{RERUN_TAG} = '{run_id}'",
-                              order_by=["attributes.start_time DESC"], max_results=1)
+    runs = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.{RERUN_TAG} = '{run_id}'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     if not runs:
         raise TrackingError(f"the rerun of {run_id} was not found in experiment {experiment_id}")
     return runs[0]
@@ -238,8 +245,11 @@ def rerun_command(argv: list[str]) -> int:
         "run tagged rerun_of, and print the metrics and per-query values that changed.",
     )
     parser.add_argument("run_id", help="the MLflow run to repeat")
-    parser.add_argument("--tracking-uri", default="sqlite:///mlruns.db",
-                        help="where the run is (default sqlite:///mlruns.db, as tracking=local)")
+    parser.add_argument(
+        "--tracking-uri",
+        default="sqlite:///mlruns.db",
+        help="where the run is (default sqlite:///mlruns.db, as tracking=local)",
+    )
     parser.add_argument("overrides", nargs="*", help="key=value changes, e.g. a redacted secret")
     opts = parser.parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")

@@ -51,15 +51,19 @@ class _FailedTrials:
         self.launcher = launcher
         self.reasons: Counter[str] = Counter()
 
-    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
-               ) -> Sequence[JobReturn]:
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
         returns = self.launcher.launch(job_overrides, initial_job_idx=initial_job_idx)
         for ret in returns:
             if ret.status == JobStatus.COMPLETED:
                 value = ret.return_value
                 if isinstance(value, float) and math.isnan(value):
-                    reason = value.reason if isinstance(value, NaNObjective) else (
-                        "the objective is NaN")
+                    reason = (
+                        value.reason
+                        if isinstance(value, NaNObjective)
+                        else ("the objective is NaN")
+                    )
                     ret.status = JobStatus.FAILED
                     ret.return_value = ObjectiveNaNError(reason)
                     self.reasons[reason] += 1
@@ -74,8 +78,9 @@ class OptunaSweeper(_PluginSweeper):
     """The plugin's Optuna sweeper (same settings) with failed trials handled as the module
     docstring says."""
 
-    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
-              config: DictConfig) -> None:
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
         """The plugin's setup, then its launcher wrapped (:class:`_FailedTrials`)."""
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
         self.failed = _FailedTrials(self.sweeper.launcher)
@@ -95,10 +100,13 @@ class OptunaSweeper(_PluginSweeper):
             except ValueError as exc:
                 if str(exc) != NO_COMPLETED_TRIAL:
                     raise
-            reasons = "; ".join(f"{reason} (x{n})"
-                                for reason, n in self.failed.reasons.most_common(3))
-            message = (f"no trial of the Optuna study completed, so there is no best value: "
-                       f"{reasons or 'every trial failed'}. Fix that and sweep again")
+            reasons = "; ".join(
+                f"{reason} (x{n})" for reason, n in self.failed.reasons.most_common(3)
+            )
+            message = (
+                f"no trial of the Optuna study completed, so there is no best value: "
+                f"{reasons or 'every trial failed'}. Fix that and sweep again"
+            )
             self._fail_parent(message)
             raise SweepFailedError(message)
 

@@ -103,22 +103,37 @@ class ResponseCache:
         with self._connect() as conn:
             row = conn.execute(
                 "SELECT model, text, finish_reason, prompt_tokens, completion_tokens "
-                "FROM llm_responses WHERE key = ?", (key,),
+                "FROM llm_responses WHERE key = ?",
+                (key,),
             ).fetchone()
         if row is None:
             return None
         model, text, finish, pt, ct = row
-        return Completion(text=text, usage=Usage(pt, ct), latency_ms=0.0, finish_reason=finish,
-                          cached=True, model=model)
+        return Completion(
+            text=text,
+            usage=Usage(pt, ct),
+            latency_ms=0.0,
+            finish_reason=finish,
+            cached=True,
+            model=model,
+        )
 
     def put(self, key: str, provider: str, completion: Completion) -> None:
         """Store a completion (replacing an older one under the same key)."""
         with self._connect() as conn:
             conn.execute(
                 "INSERT OR REPLACE INTO llm_responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (key, provider, completion.model, completion.text, completion.finish_reason,
-                 completion.usage.prompt_tokens, completion.usage.completion_tokens,
-                 completion.latency_ms, time.time()),
+                (
+                    key,
+                    provider,
+                    completion.model,
+                    completion.text,
+                    completion.finish_reason,
+                    completion.usage.prompt_tokens,
+                    completion.usage.completion_tokens,
+                    completion.latency_ms,
+                    time.time(),
+                ),
             )
 
     def __len__(self) -> int:
@@ -190,8 +205,9 @@ class CachedChat:
                 hit = self.cache.get(key)
                 if hit is not None:
                     if schema is not None:
-                        hit.parsed = parse_structured(hit.text, schema,
-                                                      finish_reason=hit.finish_reason)
+                        hit.parsed = parse_structured(
+                            hit.text, schema, finish_reason=hit.finish_reason
+                        )
                     self.meter.record(hit)
                     return hit
             except LLMParseError:

@@ -22,9 +22,7 @@ TOKENS_REPLY_PRIMING = 3
 """Tokens the template adds to start the assistant's reply (same source)."""
 
 
-def estimate_tokens(
-    messages: Sequence[Message], count: Callable[[str], int] | None = None
-) -> int:
+def estimate_tokens(messages: Sequence[Message], count: Callable[[str], int] | None = None) -> int:
     """A chat prompt's size in tokens: each content's tokens plus the chat template's
     overhead, ``sum over messages of (count(content) + 4) + 3``.
 

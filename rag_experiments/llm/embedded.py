@@ -147,8 +147,10 @@ class EmbeddedChat:
         if not self.model_path.is_file():
             raise ConfigError(f"llm.model_path={self.model_path} does not exist; give a .gguf file")
         if importlib.util.find_spec("llama_cpp") is None:
-            raise ConfigError("llama-cpp-python is not installed: run `make install` (it builds "
-                              "from source once, about 6 minutes)")
+            raise ConfigError(
+                "llama-cpp-python is not installed: run `make install` (it builds "
+                "from source once, about 6 minutes)"
+            )
 
     def count_tokens(self, text: str) -> int:
         """Number of tokens of ``text`` in this model's tokenizer."""

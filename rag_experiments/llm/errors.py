@@ -112,7 +112,10 @@ content was hard to judge: a run losing too many cells to them fails
 (``max_failure_rate``)."""
 
 JUDGE_ERROR_REASONS = SERVICE_ERROR_REASONS | {
-    "context_overflow", "truncated", "parse_error", "llm_error"
+    "context_overflow",
+    "truncated",
+    "parse_error",
+    "llm_error",
 }
 """Every reason a judge call can fail with (counted per run as ``judge.errors.<reason>``)."""
 

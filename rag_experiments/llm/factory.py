@@ -51,8 +51,10 @@ def configure(cache_path: str | None, cache_mode: str = "read_write") -> None:
     """
     global _session
     if cache_mode not in CACHE_MODES:
-        raise ConfigError(f"cache.mode={cache_mode!r} is not one of {', '.join(CACHE_MODES)}; "
-                          "use read_write (default), read_only or off")
+        raise ConfigError(
+            f"cache.mode={cache_mode!r} is not one of {', '.join(CACHE_MODES)}; "
+            "use read_write (default), read_only or off"
+        )
     with _lock:
         _session = _Session(cache_path=cache_path or None, cache_mode=cache_mode)
 

@@ -76,8 +76,10 @@ class FakeChat:
         max_concurrency: int = 4,
     ) -> None:
         if int(max_concurrency) < 1 or delay_s < 0 or jitter_s < 0:
-            raise ConfigError(f"fake model: max_concurrency must be >= 1 and delays >= 0, got "
-                              f"{max_concurrency}, {delay_s}, {jitter_s}")
+            raise ConfigError(
+                f"fake model: max_concurrency must be >= 1 and delays >= 0, got "
+                f"{max_concurrency}, {delay_s}, {jitter_s}"
+            )
         self.responses = dict(responses or {})
         self.text = text
         self.delay_s = delay_s
@@ -108,17 +110,23 @@ class FakeChat:
             else:
                 m = _CONTEXT.search(prompt)
                 text = m.group(1).strip() if m else "I don't know."
-            return Completion(text=text, usage=Usage(len(prompt.split()), len(text.split())),
-                              model=self.model)
+            return Completion(
+                text=text, usage=Usage(len(prompt.split()), len(text.split())), model=self.model
+            )
         scripted = self.responses.get(schema.__name__)
         if scripted is None and self.extractive and "question" in schema.model_fields:
             scripted = _extractive_reply(prompt, "answer" in schema.model_fields)
         if scripted is None:
-            raise LLMError(f"FakeChat has no scripted response for {schema.__name__}",
-                           reason="parse_error")
+            raise LLMError(
+                f"FakeChat has no scripted response for {schema.__name__}", reason="parse_error"
+            )
         text = scripted if isinstance(scripted, str) else json.dumps(scripted)
-        return Completion(text=text, parsed=parse_structured(text, schema),
-                          usage=Usage(len(prompt.split()), len(text.split())), model=self.model)
+        return Completion(
+            text=text,
+            parsed=parse_structured(text, schema),
+            usage=Usage(len(prompt.split()), len(text.split())),
+            model=self.model,
+        )
 
     def check(self) -> None:
         """Always ready (no model to reach)."""
@@ -162,10 +170,11 @@ def _extractive_reply(prompt: str, with_answer: bool) -> dict[str, str]:
     pick = int(hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:8], 16)
     passages = _passages(prompt) or [prompt]
     answer = " ".join(_answer_sentence(p, pick) for p in passages[:2])[:600].strip()
-    words = list(dict.fromkeys(
-        w for w in _LONG_WORD.findall(answer) if w.lower() not in _SKIP_WORDS))
+    words = list(
+        dict.fromkeys(w for w in _LONG_WORD.findall(answer) if w.lower() not in _SKIP_WORDS)
+    )
     start = pick % max(1, len(words) - 2)
-    named = words[start: start + 3] or ["it"]
+    named = words[start : start + 3] or ["it"]
     subject = ", ".join(named[:-1]) + " and " + named[-1] if len(named) > 1 else named[0]
     if not with_answer:
         return {"question": f"Which budget pays for {subject} on overseas secondments?"}

@@ -155,14 +155,26 @@ class FakeOllamaServer(LocalServer):
         inputs = body.get("input")
         texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
         vectors = self.embedder.embed_documents(texts)
-        return 200, {"model": model, "embeddings": vectors.tolist(),
-                     "prompt_eval_count": sum(len(t) // 4 for t in texts)}
+        return 200, {
+            "model": model,
+            "embeddings": vectors.tolist(),
+            "prompt_eval_count": sum(len(t) // 4 for t in texts),
+        }
 
     def tags(self) -> dict[str, Any]:
         """The ``/api/tags`` answer."""
-        return {"models": [{"name": n, "model": n, "digest": d, "size": 1,
-                            "details": {"quantization_level": "Q4_0"}}
-                           for n, d in self.models.items()]}
+        return {
+            "models": [
+                {
+                    "name": n,
+                    "model": n,
+                    "digest": d,
+                    "size": 1,
+                    "details": {"quantization_level": "Q4_0"},
+                }
+                for n, d in self.models.items()
+            ]
+        }
 
     def show(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """The ``/api/show`` answer."""
@@ -171,8 +183,10 @@ class FakeOllamaServer(LocalServer):
             return 404, {"error": f"model '{model}' not found"}
         return 200, {
             "details": {"family": "llama", "parameter_size": "1B", "quantization_level": "Q4_0"},
-            "model_info": {"general.architecture": "llama",
-                           "llama.context_length": self.context_length},
+            "model_info": {
+                "general.architecture": "llama",
+                "llama.context_length": self.context_length,
+            },
         }
 
 

@@ -27,8 +27,8 @@ import json
 import math
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from rag_experiments.llm.fake_server import LocalServer
@@ -123,8 +123,10 @@ class FakeOpenAIServer(LocalServer):
         retry_after_s: float = 0.1,
     ) -> None:
         if slots < 1 or not 0.0 <= fault_share <= 1.0 or (fault and fault not in FAULTS):
-            raise ValueError(f"slots >= 1, fault_share in [0, 1], fault in {FAULTS}; got "
-                             f"{slots}, {fault_share}, {fault!r}")
+            raise ValueError(
+                f"slots >= 1, fault_share in [0, 1], fault in {FAULTS}; got "
+                f"{slots}, {fault_share}, {fault!r}"
+            )
         self.latency_s = latency_s
         self.model = model
         self.fault = fault
@@ -202,11 +204,18 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             if self.path.rstrip("/") == "/stats":
-                self._send(200, {"requests": server.requests, "faults": server.faults,
-                                 "peak_in_flight": server.peak_in_flight})
+                self._send(
+                    200,
+                    {
+                        "requests": server.requests,
+                        "faults": server.faults,
+                        "peak_in_flight": server.peak_in_flight,
+                    },
+                )
             elif self.path.rstrip("/").endswith("/models"):
-                self._send(200, {"object": "list", "data": [{"id": server.model,
-                                                             "object": "model"}]})
+                self._send(
+                    200, {"object": "list", "data": [{"id": server.model, "object": "model"}]}
+                )
             else:
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -223,21 +232,32 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                     self.connection.shutdown(2)
                     return
                 if fault in ("429", "500"):
-                    headers = ({"Retry-After": f"{server.retry_after_s:g}"}
-                               if fault == "429" else {})
-                    self._send(int(fault), {"error": {"message": f"injected {fault}"}},
-                               headers)
+                    headers = {"Retry-After": f"{server.retry_after_s:g}"} if fault == "429" else {}
+                    self._send(int(fault), {"error": {"message": f"injected {fault}"}}, headers)
                     return
                 content = "<html>not json" if fault == "garbage" else server.chat(body)
-                prompt_tokens = sum(len(str(m.get("content", "")).split())
-                                    for m in body.get("messages", []))
-                self._send(200, {
-                    "id": "fake", "object": "chat.completion", "model": server.model,
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": prompt_tokens,
-                              "completion_tokens": len(content.split())},
-                })
+                prompt_tokens = sum(
+                    len(str(m.get("content", "")).split()) for m in body.get("messages", [])
+                )
+                self._send(
+                    200,
+                    {
+                        "id": "fake",
+                        "object": "chat.completion",
+                        "model": server.model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": content},
+                            }
+                        ],
+                        "usage": {
+                            "prompt_tokens": prompt_tokens,
+                            "completion_tokens": len(content.split()),
+                        },
+                    },
+                )
             finally:
                 server._done()  # noqa: SLF001
 
@@ -254,8 +274,9 @@ def main() -> None:
     parser.add_argument("--fault", choices=FAULTS, default=None)
     parser.add_argument("--fault-share", type=float, default=0.0)
     args = parser.parse_args()
-    with FakeOpenAIServer(args.latency, args.slots, fault=args.fault,
-                          fault_share=args.fault_share) as server:
+    with FakeOpenAIServer(
+        args.latency, args.slots, fault=args.fault, fault_share=args.fault_share
+    ) as server:
         print(server.url, flush=True)
         threading.Event().wait()
 

@@ -32,8 +32,9 @@ class LocalServer:
     def start(self: S) -> S:
         """Listen on a free port of 127.0.0.1 and serve in a daemon thread."""
         self._httpd = _Server(("127.0.0.1", 0), self._handler())
-        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True).start()
+        threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         return self
 
     def stop(self) -> None:

@@ -128,8 +128,11 @@ class EndpointGate:
             self._leave(probe, outcome="unreachable")
             raise
         except LLMHTTPError as exc:
-            self._leave(probe, outcome="backpressure" if exc.status in BACKPRESSURE_STATUS
-                        else "answered", retry_after_s=exc.retry_after_s)
+            self._leave(
+                probe,
+                outcome="backpressure" if exc.status in BACKPRESSURE_STATUS else "answered",
+                retry_after_s=exc.retry_after_s,
+            )
             raise
         except BaseException:
             self._leave(probe, outcome="answered")
@@ -172,11 +175,16 @@ class EndpointGate:
             if outcome == "unreachable":
                 self._failures += 1
                 quiet = self._clock() - self._last_ok >= self.quiet_s
-                if probe or (self._failures >= self.trip_after and quiet
-                             and self._opened_at is None):
+                if probe or (
+                    self._failures >= self.trip_after and quiet and self._opened_at is None
+                ):
                     self._opened_at = self._clock()
-                    log.warning("%s: %d connection failures in a row; failing its calls at once "
-                                "for %.0f s", self.where, self._failures, self.probe_after_s)
+                    log.warning(
+                        "%s: %d connection failures in a row; failing its calls at once for %.0f s",
+                        self.where,
+                        self._failures,
+                        self.probe_after_s,
+                    )
             else:
                 self._failures = 0
                 self._last_ok = self._clock()
@@ -187,9 +195,12 @@ class EndpointGate:
                 self._bound = max(1.0, self._bound / 2)
                 if retry_after_s:
                     self._paused_until = max(self._paused_until, self._clock() + retry_after_s)
-                log.info("%s asks to slow down: at most %d requests at once%s", self.where,
-                         int(self._bound),
-                         f", pausing {retry_after_s:g} s" if retry_after_s else "")
+                log.info(
+                    "%s asks to slow down: at most %d requests at once%s",
+                    self.where,
+                    int(self._bound),
+                    f", pausing {retry_after_s:g} s" if retry_after_s else "",
+                )
             elif outcome == "ok" and self._bound < self.limit:
                 self._bound = min(float(self.limit), self._bound + 1.0 / self._bound)
             self._cond.notify_all()

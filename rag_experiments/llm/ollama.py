@@ -74,16 +74,24 @@ def check_ollama_model(http: JsonHttp, model: str, where: str) -> None:
     try:
         tags = http.probe("GET", "/api/tags")
     except LLMHTTPError as exc:
-        raise LLMHTTPError(f"{http.base_url}/api/tags failed: is {http.base_url} an Ollama "
-                           f"server? {unreachable_hint()}", status=exc.status,
-                           body=exc.body) from None
+        raise LLMHTTPError(
+            f"{http.base_url}/api/tags failed: is {http.base_url} an Ollama "
+            f"server? {unreachable_hint()}",
+            status=exc.status,
+            body=exc.body,
+        ) from None
     tags = tags if isinstance(tags, Mapping) else {}
     if tagged_digest(tags, model) is None:
-        names = {str(m.get(k)) for m in tags.get("models") or [] for k in ("name", "model")
-                 if isinstance(m, Mapping) and m.get(k)}
+        names = {
+            str(m.get(k))
+            for m in tags.get("models") or []
+            for k in ("name", "model")
+            if isinstance(m, Mapping) and m.get(k)
+        }
         raise ModelNotFoundError(
             f"{where}: the model {model!r} is not available (the server has: "
-            f"{', '.join(sorted(names)) or 'none'}); run `ollama pull {model}` or choose another")
+            f"{', '.join(sorted(names)) or 'none'}); run `ollama pull {model}` or choose another"
+        )
 
 
 def specialise_http_error(exc: LLMHTTPError, where: str, model: str) -> LLMError:
@@ -137,9 +145,16 @@ class OllamaChat(RemoteChat):
         options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
-            model, base_url, max_tokens=max_tokens, temperature=temperature, seed=seed,
-            timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s,
-            backoff_max_s=backoff_max_s, parse_retries=parse_retries,
+            model,
+            base_url,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            seed=seed,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            backoff_s=backoff_s,
+            backoff_max_s=backoff_max_s,
+            parse_retries=parse_retries,
             max_concurrency=max_concurrency,
         )
         if num_ctx < 1:
@@ -147,8 +162,9 @@ class OllamaChat(RemoteChat):
         self.num_ctx = num_ctx
         self.keep_alive = keep_alive
         self.extra_options = dict(options or {})
-        self.http = JsonHttp(self.base_url, timeout_s, where=self.where,
-                             unreachable_hint=unreachable_hint())
+        self.http = JsonHttp(
+            self.base_url, timeout_s, where=self.where, unreachable_hint=unreachable_hint()
+        )
         self._identity: dict[str, str] | None = None
         self._identity_lock = threading.Lock()
 
@@ -167,8 +183,9 @@ class OllamaChat(RemoteChat):
             "temperature": float(opts["temperature"]),
             "seed": int(opts["seed"]),
         }
-        options.update({k: v for k, v in opts.items()
-                        if k not in ("max_tokens", "temperature", "seed")})
+        options.update(
+            {k: v for k, v in opts.items() if k not in ("max_tokens", "temperature", "seed")}
+        )
         payload: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -243,11 +260,21 @@ class OllamaChat(RemoteChat):
         digest = self.digest()
         info = self.show()
         details = info.get("details") or {}
-        trained = next((int(v) for k, v in (info.get("model_info") or {}).items()
-                        if k.endswith(".context_length") and isinstance(v, int)), 0)
+        trained = next(
+            (
+                int(v)
+                for k, v in (info.get("model_info") or {}).items()
+                if k.endswith(".context_length") and isinstance(v, int)
+            ),
+            0,
+        )
         if trained and self.num_ctx > trained:
-            log.warning("%s: num_ctx=%d exceeds the model's trained context length %d",
-                        self.where, self.num_ctx, trained)
+            log.warning(
+                "%s: num_ctx=%d exceeds the model's trained context length %d",
+                self.where,
+                self.num_ctx,
+                trained,
+            )
         return {
             "digest": digest,
             "quantization": str(details.get("quantization_level") or ""),

@@ -65,8 +65,11 @@ def check_listed_model(
             fix = f"set {key_field} to the environment variable holding the key"
         else:
             fix = f"is {http.base_url} an OpenAI-compatible /v1 root? {http.unreachable_hint}"
-        raise LLMHTTPError(f"{where}: {http.base_url}/models refused the request: {fix}",
-                           status=exc.status, body=exc.body) from None
+        raise LLMHTTPError(
+            f"{where}: {http.base_url}/models refused the request: {fix}",
+            status=exc.status,
+            body=exc.body,
+        ) from None
     rows = data.get("data") if isinstance(data, dict) else None
     for entry in rows or []:
         if isinstance(entry, dict) and entry.get("id") == model:
@@ -78,8 +81,11 @@ def reported_window(entry: dict[str, Any]) -> int | None:
     """The context window a ``/models`` entry reports: vLLM ``max_model_len``, LM Studio
     ``max_context_length``, llama.cpp ``meta.n_ctx_train``; None when it reports none."""
     meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
-    for value in (entry.get("max_model_len"), entry.get("max_context_length"),
-                  meta.get("n_ctx_train")):
+    for value in (
+        entry.get("max_model_len"),
+        entry.get("max_context_length"),
+        meta.get("n_ctx_train"),
+    ):
         if isinstance(value, int) and value > 0:
             return value
     return None
@@ -136,16 +142,26 @@ class OpenAICompatChat(RemoteChat):
         max_concurrency: int = 8,
     ) -> None:
         super().__init__(
-            model, base_url, max_tokens=max_tokens, temperature=temperature, seed=seed,
-            timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s,
-            backoff_max_s=backoff_max_s, parse_retries=parse_retries,
+            model,
+            base_url,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            seed=seed,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            backoff_s=backoff_s,
+            backoff_max_s=backoff_max_s,
+            parse_retries=parse_retries,
             max_concurrency=max_concurrency,
         )
         headers = bearer_headers(api_key_env, self.where)
         self.api_key_env = api_key_env
         self._window = context_window
         self.http = JsonHttp(
-            self.base_url, timeout_s, where=self.where, headers=headers,
+            self.base_url,
+            timeout_s,
+            where=self.where,
+            headers=headers,
             unreachable_hint="start the server (e.g. `python -m llama_cpp.server --model "
             "<file.gguf>`, `vllm serve <model>`) or set llm.base_url (judge.base_url for the "
             "judge)",
@@ -177,27 +193,39 @@ class OpenAICompatChat(RemoteChat):
             LLMHTTPError: The key is refused (401/403) or ``base_url`` is not an
                 OpenAI-compatible ``/v1`` root.
         """
-        entry = check_listed_model(self.http, self.model, self.where, "llm.api_key_env "
-                                   "(judge.api_key_env for the judge)")
+        entry = check_listed_model(
+            self.http, self.model, self.where, "llm.api_key_env (judge.api_key_env for the judge)"
+        )
         if entry is None:
             try:
-                self._attempt([{"role": "user", "content": "ping"}], None,
-                              self._options({"max_tokens": 1}))
+                self._attempt(
+                    [{"role": "user", "content": "ping"}], None, self._options({"max_tokens": 1})
+                )
             except ModelNotFoundError:
                 raise
             except LLMError as exc:
-                log.warning("%s: the server does not list the model and a 1-token test "
-                            "call failed (%s); going on", self.where, exc)
+                log.warning(
+                    "%s: the server does not list the model and a 1-token test "
+                    "call failed (%s); going on",
+                    self.where,
+                    exc,
+                )
         if self._window is None:
             window = reported_window(entry or {})
             if window:
-                log.info("%s: the server reports a context window of %d tokens; set "
-                         "context_window: %d to refuse longer prompts before the call",
-                         self.where, window, window)
+                log.info(
+                    "%s: the server reports a context window of %d tokens; set "
+                    "context_window: %d to refuse longer prompts before the call",
+                    self.where,
+                    window,
+                    window,
+                )
             else:
-                log.warning("%s: context window unknown; prompts over it are left to the "
-                            "server. Set context_window (llm/judge config) to check them first",
-                            self.where)
+                log.warning(
+                    "%s: context window unknown; prompts over it are left to the "
+                    "server. Set context_window (llm/judge config) to check them first",
+                    self.where,
+                )
 
     @property
     def format_mode(self) -> str:
@@ -234,7 +262,10 @@ class OpenAICompatChat(RemoteChat):
         return exc
 
     def _payload(
-        self, messages: list[Message], schema: type[BaseModel] | None, opts: dict[str, Any],
+        self,
+        messages: list[Message],
+        schema: type[BaseModel] | None,
+        opts: dict[str, Any],
         mode: str,
     ) -> dict[str, Any]:
         extra = {k: v for k, v in opts.items() if k not in ("max_tokens", "temperature", "seed")}
@@ -252,7 +283,8 @@ class OpenAICompatChat(RemoteChat):
         js = schema.model_json_schema()
         if mode == "json_schema":
             payload["response_format"] = {
-                "type": "json_schema", "json_schema": {"name": schema.__name__, "schema": js},
+                "type": "json_schema",
+                "json_schema": {"name": schema.__name__, "schema": js},
             }
         elif mode == "json_object_schema":
             payload["response_format"] = {"type": "json_object", "schema": js}
@@ -281,8 +313,12 @@ class OpenAICompatChat(RemoteChat):
                     with self._mode_lock:
                         if self._mode == mode_index:
                             self._mode = mode_index + 1
-                    log.info("%s: response_format %s refused; trying %s", self.where,
-                             FORMAT_MODES[mode_index], FORMAT_MODES[self._mode])
+                    log.info(
+                        "%s: response_format %s refused; trying %s",
+                        self.where,
+                        FORMAT_MODES[mode_index],
+                        FORMAT_MODES[self._mode],
+                    )
                     continue
                 raise err from exc
             break
@@ -290,15 +326,19 @@ class OpenAICompatChat(RemoteChat):
             choice = data["choices"][0]
             text = choice["message"].get("content") or ""
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise LLMHTTPError(f"{self.where}: the answer has no choices[0].message.content; "
-                               "is base_url an OpenAI-compatible /v1 root?",
-                               status=200, body=json.dumps(data)[:1000]) from exc
+            raise LLMHTTPError(
+                f"{self.where}: the answer has no choices[0].message.content; "
+                "is base_url an OpenAI-compatible /v1 root?",
+                status=200,
+                body=json.dumps(data)[:1000],
+            ) from exc
         usage = data.get("usage") or {}
         return Reply(
             text=str(text),
             finish_reason=str(choice.get("finish_reason") or "stop"),
-            usage=Usage(int(usage.get("prompt_tokens") or 0),
-                        int(usage.get("completion_tokens") or 0)),
+            usage=Usage(
+                int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+            ),
             model=str(data.get("model") or self.model),
         )
 

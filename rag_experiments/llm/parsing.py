@@ -74,8 +74,9 @@ def strict_choice(*values: int | str) -> Any:
 
     def exact(value: Any) -> Any:
         if type(value) not in kinds:
-            raise ValueError(f"expected one of {list(values)}, got {type(value).__name__} "
-                             f"{value!r}")
+            raise ValueError(
+                f"expected one of {list(values)}, got {type(value).__name__} {value!r}"
+            )
         return value
 
     return Annotated[Literal[values], BeforeValidator(exact)]  # type: ignore[valid-type]

@@ -210,21 +210,31 @@ class RemoteChat:
                     parsed = parse_structured(reply.text, schema, finish_reason=reply.finish_reason)
                 except LLMTruncatedError as exc:
                     raise LLMTruncatedError(
-                        f"{self.where}: {exc} (max_tokens={opts['max_tokens']})", raw=exc.raw,
+                        f"{self.where}: {exc} (max_tokens={opts['max_tokens']})",
+                        raw=exc.raw,
                         usage=Usage(prompt_tokens, completion_tokens),
                     ) from exc
                 except LLMParseError as exc:
                     if attempt == self.parse_retries:
                         raise LLMParseError(
                             f"{self.where}: {exc} after {attempt + 1} attempt(s); use a larger "
-                            "model or raise parse_retries", raw=exc.raw,
+                            "model or raise parse_retries",
+                            raw=exc.raw,
                             usage=Usage(prompt_tokens, completion_tokens),
                         ) from exc
                     attempt += 1
-                    log.warning("%s: unusable structured reply (%s); asking for a repair "
-                                "(%d of %d)", self.where, exc, attempt, self.parse_retries)
-                    convo = [*messages, {"role": "assistant", "content": reply.text},
-                             {"role": "user", "content": REPAIR_PROMPT.format(error=exc)}]
+                    log.warning(
+                        "%s: unusable structured reply (%s); asking for a repair (%d of %d)",
+                        self.where,
+                        exc,
+                        attempt,
+                        self.parse_retries,
+                    )
+                    convo = [
+                        *messages,
+                        {"role": "assistant", "content": reply.text},
+                        {"role": "user", "content": REPAIR_PROMPT.format(error=exc)},
+                    ]
                     continue
             return Completion(
                 text=reply.text,

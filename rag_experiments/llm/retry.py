@@ -7,8 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
-from tenacity import wait_random_exponential
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_random_exponential,
+)
 
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm.errors import is_retryable
@@ -72,8 +77,13 @@ class RetryPolicy:
         def _log(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
             wait = state.next_action.sleep if state.next_action else 0.0
-            log.warning("%s failed (attempt %d: %s); retrying in %.2f s", what,
-                        state.attempt_number, exc, wait)
+            log.warning(
+                "%s failed (attempt %d: %s); retrying in %.2f s",
+                what,
+                state.attempt_number,
+                exc,
+                wait,
+            )
 
         retrying = Retrying(
             stop=stop_after_attempt(self.max_retries + 1),

@@ -35,8 +35,10 @@ def bearer_headers(
         return {}
     key = os.environ.get(api_key_env)
     if not key:
-        raise ConfigError(f"{where}: the environment variable {api_key_env} ({field}) is not "
-                          f"set; export it or set {field}: null for a server without a key")
+        raise ConfigError(
+            f"{where}: the environment variable {api_key_env} ({field}) is not "
+            f"set; export it or set {field}: null for a server without a key"
+        )
     return {"Authorization": f"Bearer {key}"}
 
 
@@ -74,15 +76,19 @@ class JsonHttp:
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout_s),
             headers=headers or {},
-            limits=httpx.Limits(max_connections=max_connections,
-                                max_keepalive_connections=max_connections),
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
             # No HTTP(S)_PROXY / .netrc from the environment: requests go to base_url and
             # nowhere else (a proxy is another machine).
             trust_env=False,
         )
 
     def request(
-        self, method: str, path: str, payload: dict[str, Any] | None = None,
+        self,
+        method: str,
+        path: str,
+        payload: dict[str, Any] | None = None,
         timeout_s: float | None = None,
     ) -> Any:
         """Send one request and decode the JSON answer.
@@ -103,8 +109,9 @@ class JsonHttp:
         """
         limit = self.timeout_s if timeout_s is None else timeout_s
         try:
-            response = self._client.request(method, path, json=payload,
-                                            timeout=httpx.Timeout(limit))
+            response = self._client.request(
+                method, path, json=payload, timeout=httpx.Timeout(limit)
+            )
         except httpx.TimeoutException as exc:
             raise LLMTimeoutError(
                 f"{self.where}: no answer to {path} within timeout_s={limit:g} s "
@@ -117,15 +124,21 @@ class JsonHttp:
                 f"{self.unreachable_hint}"
             ) from exc
         if response.status_code >= 400:
-            raise LLMHTTPError(f"{self.where}: {method} {path} failed",
-                               status=response.status_code, body=response.text,
-                               retry_after_s=retry_after_s(response.headers))
+            raise LLMHTTPError(
+                f"{self.where}: {method} {path} failed",
+                status=response.status_code,
+                body=response.text,
+                retry_after_s=retry_after_s(response.headers),
+            )
         try:
             return response.json()
         except ValueError as exc:
-            raise LLMHTTPError(f"{self.where}: {path} answered with a body that is not JSON; "
-                               "is base_url the right server?",
-                               status=response.status_code, body=response.text) from exc
+            raise LLMHTTPError(
+                f"{self.where}: {path} answered with a body that is not JSON; "
+                "is base_url the right server?",
+                status=response.status_code,
+                body=response.text,
+            ) from exc
 
     def probe(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
         """One request of a model check: :meth:`request` with :data:`CHECK_TIMEOUT_S` and no
@@ -143,11 +156,13 @@ class JsonHttp:
             cause = exc.__cause__
             raise LLMUnreachableError(
                 f"cannot reach {url} ({type(cause).__name__}: {cause}) for {self.where}; "
-                f"{self.unreachable_hint}") from cause
+                f"{self.unreachable_hint}"
+            ) from cause
         except LLMTimeoutError as exc:
             raise LLMTimeoutError(
                 f"cannot reach {url} (no answer within {CHECK_TIMEOUT_S:g} s) for {self.where}; "
-                f"{self.unreachable_hint}") from exc.__cause__
+                f"{self.unreachable_hint}"
+            ) from exc.__cause__
 
     def close(self) -> None:
         """Close the pooled connections."""

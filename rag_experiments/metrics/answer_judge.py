@@ -55,8 +55,9 @@ class AnswerJudge(JudgedMetric):
         f"answer_judge.{c}_raw" for c in CRITERIA
     )
 
-    def __init__(self, judge: Any = None, max_retries: int = 1, max_tokens: int = 128,
-                 prefix: str = "") -> None:
+    def __init__(
+        self, judge: Any = None, max_retries: int = 1, max_tokens: int = 128, prefix: str = ""
+    ) -> None:
         super().__init__(judge, max_retries, max_tokens, prefix)
 
     def _score(

@@ -37,8 +37,9 @@ def collect_audit(
         questions), ``judge_calls_per_question_max``, ``judge_prompt_tokens``,
         ``judge_completion_tokens`` (totals) and ``judge_tokens_per_question`` (mean).
     """
-    kept = [(name, list(records)) for name, records in audits.items()
-            if len(records) == len(samples)]
+    kept = [
+        (name, list(records)) for name, records in audits.items() if len(records) == len(samples)
+    ]
     if not kept or not samples:
         return [], {}
     rows = []

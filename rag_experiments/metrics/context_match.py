@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from rag_experiments.errors import ConfigError
 from rag_experiments.text.normalize import word_tokens
 
+
 @dataclass(frozen=True)
 class _Normalised:
     """A text as the matching rule sees it.
@@ -69,7 +70,7 @@ def check_overlap(
     min_overlap: float,
     key: str = "min_overlap",
     meaning: str = "share of a reference context's distinct words that a retrieved context "
-                   "must hold",
+    "must hold",
 ) -> float:
     """``min_overlap`` as a float, checked to lie in (0, 1].
 

@@ -71,8 +71,9 @@ class ContextPrecision(JudgedMetric):
     columns = ("context_precision", "context_utilization")
     shows_contexts = True
 
-    def __init__(self, judge: Any = None, max_retries: int = 1, max_tokens: int = 96,
-                 prefix: str = "") -> None:
+    def __init__(
+        self, judge: Any = None, max_retries: int = 1, max_tokens: int = 96, prefix: str = ""
+    ) -> None:
         super().__init__(judge, max_retries, max_tokens, prefix)
 
     def _score(
@@ -84,7 +85,8 @@ class ContextPrecision(JudgedMetric):
             return self._nan_all("unanswerable")
         reference = sample.reference.strip()
         column, other, other_reason = (
-            ("context_precision", "context_utilization", "has_reference") if reference
+            ("context_precision", "context_utilization", "has_reference")
+            if reference
             else ("context_utilization", "context_precision", "no_reference")
         )
         out = {other: MetricValue.nan(other_reason)}
@@ -100,7 +102,9 @@ class ContextPrecision(JudgedMetric):
             return out, {"skipped": "empty_context"}
         n = len(contexts)
         fields: dict[str, Any] = {
-            "contexts": format_contexts(contexts), "question": sample.user_input, "n": n,
+            "contexts": format_contexts(contexts),
+            "question": sample.user_input,
+            "n": n,
         }
         if reference:
             fields["reference"] = reference

@@ -45,8 +45,9 @@ class ContextRecall(JudgedMetric):
     columns = ("context_recall",)
     shows_contexts = True
 
-    def __init__(self, judge: Any = None, max_retries: int = 1, max_tokens: int = 320,
-                 prefix: str = "") -> None:
+    def __init__(
+        self, judge: Any = None, max_retries: int = 1, max_tokens: int = 320, prefix: str = ""
+    ) -> None:
         super().__init__(judge, max_retries, max_tokens, prefix)
 
     def _score(

@@ -163,8 +163,11 @@ def ask_judge(
             convo = [
                 *messages,
                 {"role": "assistant", "content": raw or ""},
-                {"role": "user", "content": f"That reply was invalid: {exc}. Reply again "
-                 "with valid JSON only, exactly as asked."},
+                {
+                    "role": "user",
+                    "content": f"That reply was invalid: {exc}. Reply again "
+                    "with valid JSON only, exactly as asked.",
+                },
             ]
             continue
         record.parsed, record.error, record.error_message = parsed, None, None
@@ -267,8 +270,9 @@ class JudgedMetric(JudgedRowMetric):
             options={"max_tokens": max_tokens or self.max_tokens},
         )
         if judgement.error is not None:
-            log.warning("%s: judge failed (%s): %s", self.name, judgement.error,
-                        judgement.error_message)
+            log.warning(
+                "%s: judge failed (%s): %s", self.name, judgement.error, judgement.error_message
+            )
         record = {**judge_usage([judgement]), "judgement": judgement.to_dict()}
         return judgement, record
 

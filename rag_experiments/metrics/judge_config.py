@@ -79,6 +79,7 @@ def check_judge_distinct(llm_node: Any, judge_node: Any) -> bool:
     log.warning(
         "The judge is the generator's model (%s): it grades its own answers, which biases the "
         "LLM-judged metrics. Choose another judge model, or set judge.require_distinct=true to "
-        "refuse such runs.", what,
+        "refuse such runs.",
+        what,
     )
     return True

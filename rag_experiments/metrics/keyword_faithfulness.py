@@ -30,6 +30,7 @@ from rag_experiments.metrics.refusal import compile_patterns, is_refusal
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 from rag_experiments.text.normalize import word_tokens
 
+
 def _stop_words() -> frozenset[str]:
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
@@ -40,8 +41,7 @@ def content_words(text: str, stop_words: frozenset[str]) -> set[str]:
     """W(text): the content words of ``text`` (rule in the module docstring)."""
     words = word_tokens(text)
     return {
-        w for w in words
-        if w not in stop_words and (len(w) >= 3 or any(ch.isdigit() for ch in w))
+        w for w in words if w not in stop_words and (len(w) >= 3 or any(ch.isdigit() for ch in w))
     }
 
 

@@ -32,11 +32,15 @@ from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 
 DEFAULT_REFUSAL_PATTERNS: tuple[str, ...] = (
     r"\bi (?:do not|don't|dont|did not|didn't) know\b",
-    (r"\b(?:can ?not|can't|could not|couldn't|unable to|not able to) "
-     r"(?:answer|find|determine|tell|say|provide|help)\b"),
+    (
+        r"\b(?:can ?not|can't|could not|couldn't|unable to|not able to) "
+        r"(?:answer|find|determine|tell|say|provide|help)\b"
+    ),
     r"\b(?:no|not enough|insufficient) (?:relevant )?information\b",
-    (r"\b(?:context|contexts|passages?|documents?|sources?|texts?) (?:do|does|did) not "
-     r"(?:say|mention|contain|specify|provide|cover|include|state|answer)\b"),
+    (
+        r"\b(?:context|contexts|passages?|documents?|sources?|texts?) (?:do|does|did) not "
+        r"(?:say|mention|contain|specify|provide|cover|include|state|answer)\b"
+    ),
     r"\bnot (?:mentioned|stated|specified|covered|provided|found|given|included|available) in\b",
     r"\bi (?:am not|'m not) sure\b",
     r"^(?:sorry|unknown|n/a)\b",
@@ -126,8 +130,10 @@ class Refusal:
                 row = {
                     "refusal": flag,
                     "correct_refusal_rate": MetricValue.nan("answerable")
-                    if sample.answerable else flag,
-                    "false_refusal_rate": flag if sample.answerable
+                    if sample.answerable
+                    else flag,
+                    "false_refusal_rate": flag
+                    if sample.answerable
                     else MetricValue.nan("unanswerable"),
                 }
             out.append({self.prefix + k: v for k, v in row.items()})

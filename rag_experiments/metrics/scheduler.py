@@ -160,8 +160,9 @@ class JudgeScheduler:
         self._left = [len(self.metrics)] * n_rows
         self._lock = threading.Lock()
         self._futures: list[Future[None]] = []
-        self._progress = Progress(n_rows, "judging", enabled=progress and bool(self.metrics),
-                                  position=position)
+        self._progress = Progress(
+            n_rows, "judging", enabled=progress and bool(self.metrics), position=position
+        )
 
     def describe(self) -> str:
         """``"openai qwen2.5-7b, 8 at once"`` per judge model, or ``"none"``."""
@@ -173,8 +174,7 @@ class JudgeScheduler:
             pool = self._pools[id(m.judge)]
             self._futures.append(pool.submit(self._run, m, index, sample, resp))
 
-    def _run(self, metric: JudgedRowMetric, index: int, sample: Sample,
-             resp: RagResponse) -> None:
+    def _run(self, metric: JudgedRowMetric, index: int, sample: Sample, resp: RagResponse) -> None:
         if id(metric) not in self._errors:
             try:
                 values, record = metric.score_row(sample, resp)
@@ -221,7 +221,9 @@ class JudgeScheduler:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.close(cancel=exc_type is not None)
@@ -250,7 +252,13 @@ def _row_error(
 ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
     """Every column of ``metric`` NaN for one row after an unexpected exception."""
     reason = exc.reason if isinstance(exc, LLMError) else "metric_error"
-    log.error("%s failed on question %s: %s: %s", metric.name, sample.id, type(exc).__name__,
-              exc, exc_info=not isinstance(exc, LLMError))
+    log.error(
+        "%s failed on question %s: %s: %s",
+        metric.name,
+        sample.id,
+        type(exc).__name__,
+        exc,
+        exc_info=not isinstance(exc, LLMError),
+    )
     values = {s.name: MetricValue.nan(reason) for s in metric.specs()}
     return values, {"error": reason, "error_message": f"{type(exc).__name__}: {exc}"}

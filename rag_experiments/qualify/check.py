@@ -98,26 +98,35 @@ class AgreementResult:
         pos, neg = self.labels
         (tp, fn), (fp, tn) = a.confusion
         return {
-            "n": a.n, "n_failed": self.n_failed, "failures": self.failures,
-            "accuracy": a.accuracy, "accuracy_ci_low": a.accuracy_ci[0],
+            "n": a.n,
+            "n_failed": self.n_failed,
+            "failures": self.failures,
+            "accuracy": a.accuracy,
+            "accuracy_ci_low": a.accuracy_ci[0],
             "accuracy_ci_high": a.accuracy_ci[1],
             "balanced_accuracy": a.balanced_accuracy,
             "balanced_accuracy_ci_low": a.balanced_accuracy_ci[0],
             "balanced_accuracy_ci_high": a.balanced_accuracy_ci[1],
-            "kappa": a.kappa, "ci_low": a.kappa_ci[0], "ci_high": a.kappa_ci[1],
+            "kappa": a.kappa,
+            "ci_low": a.kappa_ci[0],
+            "ci_high": a.kappa_ci[1],
             "confusion": {f"label_{pos}": {pos: tp, neg: fn}, f"label_{neg}": {pos: fp, neg: tn}},
-            "threshold": self.threshold, "judge_calls": self.judge_calls,
-            "wall_s": round(self.wall_s, 3), "prompt": PROMPT_IDS[self.probe],
+            "threshold": self.threshold,
+            "judge_calls": self.judge_calls,
+            "wall_s": round(self.wall_s, 3),
+            "prompt": PROMPT_IDS[self.probe],
         }
 
     def format(self) -> str:
         """One console line."""
         a = self.agreement
-        return (f"  {self.probe:<18} n={a.n:<4} acc {a.accuracy:.3f}  bal.acc "
-                f"{a.balanced_accuracy:.3f} [{a.balanced_accuracy_ci[0]:.3f}, "
-                f"{a.balanced_accuracy_ci[1]:.3f}]  kappa {a.kappa:.3f} [{a.kappa_ci[0]:.3f}, "
-                f"{a.kappa_ci[1]:.3f}]  failed {self.n_failed}  calls {self.judge_calls}  "
-                f"{self.wall_s:.1f} s")
+        return (
+            f"  {self.probe:<18} n={a.n:<4} acc {a.accuracy:.3f}  bal.acc "
+            f"{a.balanced_accuracy:.3f} [{a.balanced_accuracy_ci[0]:.3f}, "
+            f"{a.balanced_accuracy_ci[1]:.3f}]  kappa {a.kappa:.3f} [{a.kappa_ci[0]:.3f}, "
+            f"{a.kappa_ci[1]:.3f}]  failed {self.n_failed}  calls {self.judge_calls}  "
+            f"{self.wall_s:.1f} s"
+        )
 
 
 @dataclass
@@ -147,20 +156,30 @@ class PositionBiasResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary."""
-        return {"n": self.n, "changed": self.changed, "share_changed": self.share_changed,
-                "ci_low": self.ci[0], "ci_high": self.ci[1], "n_failed": self.n_failed,
-                "judge_calls": self.judge_calls, "wall_s": round(self.wall_s, 3),
-                "prompt": PROMPT_IDS["position_bias"]}
+        return {
+            "n": self.n,
+            "changed": self.changed,
+            "share_changed": self.share_changed,
+            "ci_low": self.ci[0],
+            "ci_high": self.ci[1],
+            "n_failed": self.n_failed,
+            "judge_calls": self.judge_calls,
+            "wall_s": round(self.wall_s, 3),
+            "prompt": PROMPT_IDS["position_bias"],
+        }
 
     def format(self) -> str:
         """One console line."""
-        return (f"  {'position_bias':<18} n={self.n:<4} verdicts changed by reversing the "
-                f"contexts: {self.share_changed:.3f} [{self.ci[0]:.3f}, {self.ci[1]:.3f}]  "
-                f"failed {self.n_failed}  calls {self.judge_calls}  {self.wall_s:.1f} s")
+        return (
+            f"  {'position_bias':<18} n={self.n:<4} verdicts changed by reversing the "
+            f"contexts: {self.share_changed:.3f} [{self.ci[0]:.3f}, {self.ci[1]:.3f}]  "
+            f"failed {self.n_failed}  calls {self.judge_calls}  {self.wall_s:.1f} s"
+        )
 
 
-def _evaluate(metric: Any, column: str, samples: list[Sample], responses: list[RagResponse]
-              ) -> tuple[list[MetricValue], int, float]:
+def _evaluate(
+    metric: Any, column: str, samples: list[Sample], responses: list[RagResponse]
+) -> tuple[list[MetricValue], int, float]:
     """Scores of ``column``, judge calls (from the audit) and wall time of one evaluation."""
     started = time.perf_counter()
     rows = metric.evaluate(samples, responses)
@@ -188,10 +207,15 @@ class JudgeCheck:
         ConfigError: A threshold outside [0, 1].
     """
 
-    def __init__(self, judge: ChatModel, embedder: Any = None, threshold: float = 1.0,
-                 relevancy_threshold: float = 0.5, seed: int = 0) -> None:
-        for key, value in (("threshold", threshold), ("relevancy_threshold",
-                                                      relevancy_threshold)):
+    def __init__(
+        self,
+        judge: ChatModel,
+        embedder: Any = None,
+        threshold: float = 1.0,
+        relevancy_threshold: float = 0.5,
+        seed: int = 0,
+    ) -> None:
+        for key, value in (("threshold", threshold), ("relevancy_threshold", relevancy_threshold)):
             if not 0.0 <= float(value) <= 1.0:
                 raise ConfigError(f"judge_check.{key} must be in [0, 1], got {value}")
         self.judge = judge
@@ -200,8 +224,9 @@ class JudgeCheck:
         self.relevancy_threshold = float(relevancy_threshold)
         self.seed = int(seed)
 
-    def run(self, pairs: Sequence[LabeledPair], probes: Sequence[str] = PROBES
-            ) -> dict[str, AgreementResult | PositionBiasResult]:
+    def run(
+        self, pairs: Sequence[LabeledPair], probes: Sequence[str] = PROBES
+    ) -> dict[str, AgreementResult | PositionBiasResult]:
         """Run ``probes`` on ``pairs``.
 
         Returns:
@@ -213,8 +238,9 @@ class JudgeCheck:
         """
         unknown = sorted(set(probes) - set(PROBES))
         if unknown:
-            raise ConfigError(f"judge_check.probes: unknown {', '.join(unknown)}; choose from "
-                              f"{', '.join(PROBES)}")
+            raise ConfigError(
+                f"judge_check.probes: unknown {', '.join(unknown)}; choose from {', '.join(PROBES)}"
+            )
         out: dict[str, AgreementResult | PositionBiasResult] = {}
         faithful = None
         if "faithfulness" in probes or "position_bias" in probes:
@@ -229,37 +255,63 @@ class JudgeCheck:
             out["position_bias"] = self.position_bias(pairs, faithful)
         return out
 
-    def _result(self, probe: str, labels: tuple[str, str], ids: list[str], truth: list[bool],
-                values: list[MetricValue], threshold: float, calls: int, wall: float
-                ) -> AgreementResult:
-        verdicts = {i: (v.value >= threshold if v.is_valid else None)
-                    for i, v in zip(ids, values, strict=True)}
-        kept = [(t, verdicts[i]) for i, t in zip(ids, truth, strict=True)
-                if verdicts[i] is not None]
+    def _result(
+        self,
+        probe: str,
+        labels: tuple[str, str],
+        ids: list[str],
+        truth: list[bool],
+        values: list[MetricValue],
+        threshold: float,
+        calls: int,
+        wall: float,
+    ) -> AgreementResult:
+        verdicts = {
+            i: (v.value >= threshold if v.is_valid else None)
+            for i, v in zip(ids, values, strict=True)
+        }
+        kept = [
+            (t, verdicts[i]) for i, t in zip(ids, truth, strict=True) if verdicts[i] is not None
+        ]
         failures = Counter(v.reason or "nan" for v in values if not v.is_valid)
         return AgreementResult(
-            probe, labels,
+            probe,
+            labels,
             binary_agreement([t for t, _ in kept], [bool(v) for _, v in kept], seed=self.seed),
-            n_failed=sum(failures.values()), failures=dict(failures), threshold=threshold,
-            judge_calls=calls, wall_s=wall, verdicts=verdicts,
+            n_failed=sum(failures.values()),
+            failures=dict(failures),
+            threshold=threshold,
+            judge_calls=calls,
+            wall_s=wall,
+            verdicts=verdicts,
         )
 
     def faithfulness(self, pairs: Sequence[LabeledPair]) -> AgreementResult:
         """The faithfulness probe on every pair (positive label: faithful)."""
         samples = [Sample(id=p.id, user_input=p.question) for p in pairs]
-        responses = [RagResponse(response=p.answer, retrieved_contexts=list(p.contexts))
-                     for p in pairs]
-        values, calls, wall = _evaluate(Faithfulness(judge=self.judge), "faithfulness",
-                                        samples, responses)
-        return self._result("faithfulness", ("faithful", "hallucinated"),
-                            [p.id for p in pairs], [p.faithful for p in pairs], values,
-                            self.threshold, calls, wall)
+        responses = [
+            RagResponse(response=p.answer, retrieved_contexts=list(p.contexts)) for p in pairs
+        ]
+        values, calls, wall = _evaluate(
+            Faithfulness(judge=self.judge), "faithfulness", samples, responses
+        )
+        return self._result(
+            "faithfulness",
+            ("faithful", "hallucinated"),
+            [p.id for p in pairs],
+            [p.faithful for p in pairs],
+            values,
+            self.threshold,
+            calls,
+            wall,
+        )
 
     def _faithful_items(self, pairs: Sequence[LabeledPair]) -> list[LabeledPair]:
         items = [p for p in pairs if p.faithful]
         if len(items) < 2:
-            raise DatasetError(f"the relevance probes need at least 2 faithful pairs, got "
-                               f"{len(items)}: raise n")
+            raise DatasetError(
+                f"the relevance probes need at least 2 faithful pairs, got {len(items)}: raise n"
+            )
         return items
 
     def answer_relevancy(self, pairs: Sequence[LabeledPair]) -> AgreementResult:
@@ -269,48 +321,77 @@ class JudgeCheck:
         items = self._faithful_items(pairs)
         samples, responses, ids, truth = [], [], [], []
         for item, other in zip(items, _swapped(items), strict=True):
-            for suffix, answer, relevant in (("own", item.answer, True),
-                                             ("swapped", other.answer, False)):
+            for suffix, answer, relevant in (
+                ("own", item.answer, True),
+                ("swapped", other.answer, False),
+            ):
                 ids.append(f"{item.id}-{suffix}")
                 samples.append(Sample(id=ids[-1], user_input=item.question))
                 responses.append(RagResponse(response=answer))
                 truth.append(relevant)
         metric = AnswerRelevancy(judge=self.judge, embedder=self.embedder)
         values, calls, wall = _evaluate(metric, "answer_relevancy", samples, responses)
-        return self._result("answer_relevancy", ("relevant", "irrelevant"), ids, truth, values,
-                            self.relevancy_threshold, calls, wall)
+        return self._result(
+            "answer_relevancy",
+            ("relevant", "irrelevant"),
+            ids,
+            truth,
+            values,
+            self.relevancy_threshold,
+            calls,
+            wall,
+        )
 
     def context_relevance(self, pairs: Sequence[LabeledPair]) -> AgreementResult:
         """Own supporting passages (relevant) vs the next faithful pair's (irrelevant)."""
         items = self._faithful_items(pairs)
         samples, responses, ids, truth = [], [], [], []
         for item, other in zip(items, _swapped(items), strict=True):
-            for suffix, context, relevant in (("own", item.relevant_text, True),
-                                              ("swapped", other.relevant_text, False)):
+            for suffix, context, relevant in (
+                ("own", item.relevant_text, True),
+                ("swapped", other.relevant_text, False),
+            ):
                 ids.append(f"{item.id}-{suffix}")
-                samples.append(Sample(id=ids[-1], user_input=item.question,
-                                      reference=item.answer))
+                samples.append(Sample(id=ids[-1], user_input=item.question, reference=item.answer))
                 responses.append(RagResponse(retrieved_contexts=[context]))
                 truth.append(relevant)
-        values, calls, wall = _evaluate(ContextPrecision(judge=self.judge), "context_precision",
-                                        samples, responses)
-        return self._result("context_relevance", ("relevant", "irrelevant"), ids, truth,
-                            values, CONTEXT_THRESHOLD, calls, wall)
+        values, calls, wall = _evaluate(
+            ContextPrecision(judge=self.judge), "context_precision", samples, responses
+        )
+        return self._result(
+            "context_relevance",
+            ("relevant", "irrelevant"),
+            ids,
+            truth,
+            values,
+            CONTEXT_THRESHOLD,
+            calls,
+            wall,
+        )
 
-    def position_bias(self, pairs: Sequence[LabeledPair], first: AgreementResult
-                      ) -> PositionBiasResult:
+    def position_bias(
+        self, pairs: Sequence[LabeledPair], first: AgreementResult
+    ) -> PositionBiasResult:
         """Faithfulness with the contexts reversed, compared with ``first``'s verdicts."""
         probed = [p for p in pairs if len(p.contexts) >= 2]
         samples = [Sample(id=p.id, user_input=p.question) for p in probed]
-        responses = [RagResponse(response=p.answer, retrieved_contexts=list(p.contexts)[::-1])
-                     for p in probed]
-        values, calls, wall = _evaluate(Faithfulness(judge=self.judge), "faithfulness",
-                                        samples, responses)
+        responses = [
+            RagResponse(response=p.answer, retrieved_contexts=list(p.contexts)[::-1])
+            for p in probed
+        ]
+        values, calls, wall = _evaluate(
+            Faithfulness(judge=self.judge), "faithfulness", samples, responses
+        )
         changed: list[float] = []
         for p, v in zip(probed, values, strict=True):
             before = first.verdicts.get(p.id)
             if v.is_valid and before is not None:
                 changed.append(float((v.value >= self.threshold) != before))
         return PositionBiasResult(
-            n=len(changed), changed=int(sum(changed)), ci=bootstrap_ci(changed, seed=self.seed),
-            n_failed=sum(not v.is_valid for v in values), judge_calls=calls, wall_s=wall)
+            n=len(changed),
+            changed=int(sum(changed)),
+            ci=bootstrap_ci(changed, seed=self.seed),
+            n_failed=sum(not v.is_valid for v in values),
+            judge_calls=calls,
+            wall_s=wall,
+        )

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from typing import Any
 
@@ -16,9 +15,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from rag_experiments.app import build_embedder
 from rag_experiments.config.compose import compose_config
-from rag_experiments.metrics.audit import nan_to_none
 from rag_experiments.errors import ConfigError, RagExpError
 from rag_experiments.llm.factory import build_chat, configure_from_config, identity_by_role
+from rag_experiments.metrics.audit import nan_to_none
 from rag_experiments.metrics.judge_config import judge_model_node
 from rag_experiments.qualify.check import JudgeCheck
 from rag_experiments.qualify.config import register_judge_check_config
@@ -41,8 +40,9 @@ def compose_judge_check(overrides: list[str]) -> DictConfig:
     return compose_config("judge_check", overrides)
 
 
-def run_judge_check(cfg: DictConfig, *, judge: Any = None, quiet: bool = False
-                    ) -> tuple[dict[str, dict[str, Any]], str | None]:
+def run_judge_check(
+    cfg: DictConfig, *, judge: Any = None, quiet: bool = False
+) -> tuple[dict[str, dict[str, Any]], str | None]:
     """Run the check a composed ``judge_check`` config describes and log it.
 
     Args:
@@ -57,8 +57,11 @@ def run_judge_check(cfg: DictConfig, *, judge: Any = None, quiet: bool = False
         RagExpError: Bad settings, an unreadable labeled set, or a judge that cannot load.
     """
     settings = cfg.judge_check
-    pairs = balanced_subset(load_pairs(settings.data, str(settings.format)),
-                            None if cfg.n is None else int(cfg.n), seed=int(cfg.seed))
+    pairs = balanced_subset(
+        load_pairs(settings.data, str(settings.format)),
+        None if cfg.n is None else int(cfg.n),
+        seed=int(cfg.seed),
+    )
     data_name = str(settings.data) if settings.data else "bundled"
     configure_from_config(cfg)
     probes = list(settings.probes)
@@ -69,20 +72,33 @@ def run_judge_check(cfg: DictConfig, *, judge: Any = None, quiet: bool = False
         if isinstance(exc.__cause__, RagExpError):
             raise exc.__cause__ from None
         raise
-    check = JudgeCheck(model, embedder, threshold=float(settings.threshold),
-                       relevancy_threshold=float(settings.relevancy_threshold),
-                       seed=int(cfg.seed))
+    check = JudgeCheck(
+        model,
+        embedder,
+        threshold=float(settings.threshold),
+        relevancy_threshold=float(settings.relevancy_threshold),
+        seed=int(cfg.seed),
+    )
     identity = {f"judge.{k}": str(v) for k, v in model.describe().items()}
     if not quiet:
-        print(f"judge-check: {identity.get('judge.provider')}/{identity.get('judge.model')} on "
-              f"{len(pairs)} pairs of {data_name} ({', '.join(probes)})", file=sys.stderr)
+        print(
+            f"judge-check: {identity.get('judge.provider')}/{identity.get('judge.model')} on "
+            f"{len(pairs)} pairs of {data_name} ({', '.join(probes)})",
+            file=sys.stderr,
+        )
     run_id = None
     if bool(settings.log):
-        tracker = instantiate(cfg.tracking, experiment=JUDGES_EXPERIMENT,
-                              run_name=f"judge-check-{identity.get('judge.model')}")
+        tracker = instantiate(
+            cfg.tracking,
+            experiment=JUDGES_EXPERIMENT,
+            run_name=f"judge-check-{identity.get('judge.model')}",
+        )
         params = {**OmegaConf.to_container(cfg, resolve=True), **qualification_params(identity)}
-        with tracker.start_run(params=params, config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
-                               tags={"judge_check.data": data_name}):
+        with tracker.start_run(
+            params=params,
+            config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
+            tags={"judge_check.data": data_name},
+        ):
             try:
                 results = check.run(pairs, probes)
             finally:

@@ -10,7 +10,7 @@ fails when the config is composed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -32,9 +32,9 @@ class JudgeCheckSettings:
     ``relevancy_threshold``: the same for answer relevancy. ``log``: log to MLflow
     (experiment ``judges``)."""
 
-    data: Optional[str] = None
+    data: str | None = None
     format: str = "auto"
-    probes: List[str] = field(default_factory=lambda: list(PROBES))
+    probes: list[str] = field(default_factory=lambda: list(PROBES))
     threshold: float = 1.0
     relevancy_threshold: float = 0.5
     log: bool = True
@@ -49,7 +49,7 @@ class JudgeCheckConf:
     judge: Any = MISSING
     embedder: Any = MISSING
     tracking: Any = MISSING
-    n: Optional[int] = None
+    n: int | None = None
     seed: int = 0
     judge_check: JudgeCheckSettings = field(default_factory=lambda: JudgeCheckSettings())
     cache: CacheConf = field(default_factory=lambda: CacheConf())

@@ -91,8 +91,10 @@ def _read_jsonl(path: Path) -> list[dict]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}:{line_no}: not valid JSON ({exc.msg}); the file "
-                                   "must hold one JSON object per line") from exc
+                raise DatasetError(
+                    f"{path}:{line_no}: not valid JSON ({exc.msg}); the file "
+                    "must hold one JSON object per line"
+                ) from exc
     return rows
 
 
@@ -109,15 +111,21 @@ def load_our_pairs(path: str | Path = BUNDLED) -> list[LabeledPair]:
             label = row["label"]
             if label not in (FAITHFUL, HALLUCINATED):
                 raise KeyError("label")
-            pairs.append(LabeledPair(
-                id=str(row.get("id") or i), question=row["question"],
-                contexts=tuple(row["contexts"]), answer=row["answer"],
-                faithful=label == FAITHFUL, relevant=tuple(row.get("relevant") or ()),
-            ))
+            pairs.append(
+                LabeledPair(
+                    id=str(row.get("id") or i),
+                    question=row["question"],
+                    contexts=tuple(row["contexts"]),
+                    answer=row["answer"],
+                    faithful=label == FAITHFUL,
+                    relevant=tuple(row.get("relevant") or ()),
+                )
+            )
         except KeyError as exc:
             raise DatasetError(
                 f"{path}: row {i} has no valid {exc.args[0]!r}; each row needs question, "
-                "contexts (a list), answer and label (faithful or hallucinated)") from None
+                "contexts (a list), answer and label (faithful or hallucinated)"
+            ) from None
     return pairs
 
 
@@ -131,16 +139,23 @@ def load_halueval(path: str | Path) -> list[LabeledPair]:
     pairs = []
     for i, row in enumerate(_read_jsonl(path), start=1):
         try:
-            contexts = tuple(p.strip() for p in _GLUED_SENTENCE.split(row["knowledge"])
-                             if p.strip())
-            for suffix, answer, ok in (("right", row["right_answer"], True),
-                                       ("hallucinated", row["hallucinated_answer"], False)):
-                pairs.append(LabeledPair(f"halueval-{i}-{suffix}", row["question"], contexts,
-                                         str(answer), ok))
+            contexts = tuple(
+                p.strip() for p in _GLUED_SENTENCE.split(row["knowledge"]) if p.strip()
+            )
+            for suffix, answer, ok in (
+                ("right", row["right_answer"], True),
+                ("hallucinated", row["hallucinated_answer"], False),
+            ):
+                pairs.append(
+                    LabeledPair(
+                        f"halueval-{i}-{suffix}", row["question"], contexts, str(answer), ok
+                    )
+                )
         except KeyError as exc:
             raise DatasetError(
                 f"{path}: record {i} has no {exc.args[0]!r}; HaluEval QA records hold "
-                "knowledge, question, right_answer and hallucinated_answer") from None
+                "knowledge, question, right_answer and hallucinated_answer"
+            ) from None
     return pairs
 
 
@@ -159,10 +174,17 @@ def load_faithbench(path: str | Path) -> list[LabeledPair]:
                 raise DatasetError(
                     f"{path}: row {i} has no source or an unknown worst-label {label!r}; "
                     f"FaithBench rows hold source, summary and worst-label "
-                    f"({', '.join(sorted(_FAITHBENCH_LABELS))})")
-            pairs.append(LabeledPair(f"faithbench-{i}", FAITHBENCH_QUESTION,
-                                     (row["source"].strip(),), row["summary"].strip(),
-                                     label in _FAITHBENCH_OK))
+                    f"({', '.join(sorted(_FAITHBENCH_LABELS))})"
+                )
+            pairs.append(
+                LabeledPair(
+                    f"faithbench-{i}",
+                    FAITHBENCH_QUESTION,
+                    (row["source"].strip(),),
+                    row["summary"].strip(),
+                    label in _FAITHBENCH_OK,
+                )
+            )
     return pairs
 
 
@@ -180,8 +202,10 @@ def load_pairs(path: str | Path | None = None, fmt: str = "auto") -> list[Labele
         return load_our_pairs(BUNDLED)
     target = Path(path).expanduser()
     if not target.is_file():
-        raise DatasetError(f"judge_check.data={target} does not exist; pass a HaluEval QA "
-                           ".jsonl, FaithBench.csv or a file in our pairs format")
+        raise DatasetError(
+            f"judge_check.data={target} does not exist; pass a HaluEval QA "
+            ".jsonl, FaithBench.csv or a file in our pairs format"
+        )
     if fmt == "auto":
         if target.suffix.lower() == ".csv":
             fmt = "faithbench"
@@ -193,8 +217,9 @@ def load_pairs(path: str | Path | None = None, fmt: str = "auto") -> list[Labele
     return loader[fmt](target)
 
 
-def balanced_subset(pairs: Sequence[LabeledPair], n: int | None, seed: int = 0
-                    ) -> list[LabeledPair]:
+def balanced_subset(
+    pairs: Sequence[LabeledPair], n: int | None, seed: int = 0
+) -> list[LabeledPair]:
     """A seeded subset with both labels equally represented.
 
     Takes ``n // 2`` faithful and ``n - n // 2`` hallucinated pairs (each label drawn with
@@ -217,7 +242,8 @@ def balanced_subset(pairs: Sequence[LabeledPair], n: int | None, seed: int = 0
     if n_f > len(faithful) or n_h > len(hallucinated):
         raise DatasetError(
             f"n={n} needs {n_f} faithful and {n_h} hallucinated pairs; the set has "
-            f"{len(faithful)} and {len(hallucinated)}: lower n")
+            f"{len(faithful)} and {len(hallucinated)}: lower n"
+        )
     rng = np.random.default_rng(seed)
     keep = {faithful[i] for i in rng.permutation(len(faithful))[:n_f]}
     keep |= {hallucinated[i] for i in rng.permutation(len(hallucinated))[:n_h]}

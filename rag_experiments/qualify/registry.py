@@ -74,14 +74,15 @@ class Qualification:
 
     def describe(self) -> str:
         """One line for the console."""
-        return (f"judge qualification: faithfulness kappa {self.kappa:.3f} "
-                f"[{self.ci_low:.3f}, {self.ci_high:.3f}], balanced accuracy "
-                f"{self.balanced_accuracy:.3f}, n={self.n} on {self.data} "
-                f"(judge-check run {self.run_id})")
+        return (
+            f"judge qualification: faithfulness kappa {self.kappa:.3f} "
+            f"[{self.ci_low:.3f}, {self.ci_high:.3f}], balanced accuracy "
+            f"{self.balanced_accuracy:.3f}, n={self.n} on {self.data} "
+            f"(judge-check run {self.run_id})"
+        )
 
 
-def check_metrics(results: Mapping[str, AgreementResult | PositionBiasResult]
-                  ) -> dict[str, float]:
+def check_metrics(results: Mapping[str, AgreementResult | PositionBiasResult]) -> dict[str, float]:
     """The numeric values of every probe's summary as metrics ``<probe>.<key>``."""
     out: dict[str, float] = {}
     for probe, result in results.items():
@@ -115,8 +116,10 @@ def find_qualification(uri: str, identity: Mapping[str, str]) -> Qualification |
     if exp is None:
         return None
     runs = client.search_runs(
-        [exp.experiment_id], filter_string="attributes.status = 'FINISHED'",
-        order_by=["attributes.start_time DESC"], max_results=500,
+        [exp.experiment_id],
+        filter_string="attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+        max_results=500,
     )
     want_prompt = PROMPT_IDS[QUALIFYING_PROBE]
     for run in runs:
@@ -129,17 +132,20 @@ def find_qualification(uri: str, identity: Mapping[str, str]) -> Qualification |
         if f"{QUALIFYING_PROBE}.n" not in metrics:
             continue
         return Qualification(
-            run_id=run.info.run_id, kappa=kappa,
+            run_id=run.info.run_id,
+            kappa=kappa,
             ci_low=metrics.get(f"{QUALIFYING_PROBE}.ci_low", math.nan),
             ci_high=metrics.get(f"{QUALIFYING_PROBE}.ci_high", math.nan),
             balanced_accuracy=metrics.get(f"{QUALIFYING_PROBE}.balanced_accuracy", math.nan),
-            n=int(metrics[f"{QUALIFYING_PROBE}.n"]), data=tags.get("judge_check.data", "?"),
+            n=int(metrics[f"{QUALIFYING_PROBE}.n"]),
+            data=tags.get("judge_check.data", "?"),
         )
     return None
 
 
-def apply_qualification(cfg: Any, tracker: Any, identity: Mapping[str, str],
-                        note: str | None = None) -> Qualification | None:
+def apply_qualification(
+    cfg: Any, tracker: Any, identity: Mapping[str, str], note: str | None = None
+) -> Qualification | None:
     """Look up the run's judge qualification, tag the run with it, print it, and warn or
     refuse (rules in the module docstring). Does nothing when the run built no judge.
 
@@ -162,28 +168,40 @@ def apply_qualification(cfg: Any, tracker: Any, identity: Mapping[str, str],
     min_kappa = float(judge.get("min_kappa", DEFAULT_MIN_KAPPA))
     required = bool(judge.get("require_qualified", False))
     who = f"{identity.get('judge.provider')}/{identity.get('judge.model')}"
-    fix = (f"run `rag-exp judge-check judge=<this judge's config>` (experiment "
-           f"{JUDGES_EXPERIMENT!r} at {tracker.uri})")
+    fix = (
+        f"run `rag-exp judge-check judge=<this judge's config>` (experiment "
+        f"{JUDGES_EXPERIMENT!r} at {tracker.uri})"
+    )
     found = find_qualification(tracker.uri, identity)
     if found is None:
         if required:
-            raise ConfigError(f"judge {who} (digest {identity.get('judge.digest')}) has no "
-                              f"qualification and judge.require_qualified=true: {fix}, or set "
-                              "judge.require_qualified=false")
+            raise ConfigError(
+                f"judge {who} (digest {identity.get('judge.digest')}) has no "
+                f"qualification and judge.require_qualified=true: {fix}, or set "
+                "judge.require_qualified=false"
+            )
         tracker.set_tags({"judge.qualification": "none"})
         print(f"judge qualification: none for {who}; {fix} to measure it")
         return None
     tracker.set_tags({"judge.qualification": "found", **found.tags()})
     print(found.describe())
     if math.isnan(found.kappa) or found.kappa < min_kappa:
-        warning = (f"WARNING: judge {who} agrees little with labeled faithfulness pairs: kappa "
-                   f"{found.kappa:.3f} [{found.ci_low:.3f}, {found.ci_high:.3f}] is below "
-                   f"judge.min_kappa={min_kappa}. Treat its LLM-judged scores with care.")
+        warning = (
+            f"WARNING: judge {who} agrees little with labeled faithfulness pairs: kappa "
+            f"{found.kappa:.3f} [{found.ci_low:.3f}, {found.ci_high:.3f}] is below "
+            f"judge.min_kappa={min_kappa}. Treat its LLM-judged scores with care."
+        )
         if required:
-            raise ConfigError(f"{warning} judge.require_qualified=true refuses to run: choose a "
-                              "better judge (judge=…), lower judge.min_kappa or set "
-                              "judge.require_qualified=false")
+            raise ConfigError(
+                f"{warning} judge.require_qualified=true refuses to run: choose a "
+                "better judge (judge=…), lower judge.min_kappa or set "
+                "judge.require_qualified=false"
+            )
         print(warning)
-        tracker.set_tags({"judge.qualification.warning": "below_min_kappa",
-                          "mlflow.note.content": f"{note}\n\n{warning}" if note else warning})
+        tracker.set_tags(
+            {
+                "judge.qualification.warning": "below_min_kappa",
+                "mlflow.note.content": f"{note}\n\n{warning}" if note else warning,
+            }
+        )
     return found

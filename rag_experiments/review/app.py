@@ -118,8 +118,10 @@ def create_app(
     options = GenerationOptions.from_args(Path(conf_dir or CONF_DIR), list(overrides))
     out_path = Path(out).expanduser().resolve() if out else space.default_out
     if out_path.is_dir():
-        raise ConfigError(f"--out {out_path} is a folder; give the dataset file to write, "
-                          f"e.g. --out {out_path / 'eval.jsonl'}")
+        raise ConfigError(
+            f"--out {out_path} is a folder; give the dataset file to write, "
+            f"e.g. --out {out_path / 'eval.jsonl'}"
+        )
     save_lock = threading.Lock()
     jobs = JobManager(space.root / "generation_job.json")
     max_bytes = int(max_upload_mb * 2**20)
@@ -132,8 +134,13 @@ def create_app(
         TRUSTED_HOSTS=LOOPBACK_HOSTS if loopback_only else None,
         TEMPLATES_AUTO_RELOAD=False,
     )
-    app.extensions["rag_exp_review"] = {"workspace": space, "state": state, "jobs": jobs,
-                                        "options": options, "out": out_path}
+    app.extensions["rag_exp_review"] = {
+        "workspace": space,
+        "state": state,
+        "jobs": jobs,
+        "options": options,
+        "out": out_path,
+    }
 
     @app.before_request
     def require_token() -> Any:
@@ -187,11 +194,12 @@ def create_app(
             for path in stored:
                 path.unlink(missing_ok=True)
             if isinstance(exc, OSError):
-                raise ReviewError(f"upload refused: the file could not be stored ({exc}); "
-                                  "nothing of this upload was kept") from None
+                raise ReviewError(
+                    f"upload refused: the file could not be stored ({exc}); "
+                    "nothing of this upload was kept"
+                ) from None
             raise
-        return jsonify(stored=[p.name for p in stored],
-                       uploads=[p.name for p in space.uploads()])
+        return jsonify(stored=[p.name for p in stored], uploads=[p.name for p in space.uploads()])
 
     @app.post("/generate")
     def generate() -> Any:
@@ -199,16 +207,21 @@ def create_app(
         if not space.uploads():
             raise ReviewError("upload at least one PDF, DOCX or MD document first")
         if jobs.snapshot().state == "running":
-            raise ReviewError("a generation is already running: wait for it or cancel it",
-                              status=409)
+            raise ReviewError(
+                "a generation is already running: wait for it or cancel it", status=409
+            )
         cfg = compose_generate_config(form, options, space)
         check_model(cfg.llm, "generator")
         if form.n_unanswerable:
             check_model(cfg.judge, "judge")
         if form.start_over:
             state.remove_origin("generation")
-        job = GenerationJob(cfg, lambda samples: state.add_samples(samples, "generation"),
-                            mlflow_ui=mlflow_ui, record=jobs.record)
+        job = GenerationJob(
+            cfg,
+            lambda samples: state.add_samples(samples, "generation"),
+            mlflow_ui=mlflow_ui,
+            record=jobs.record,
+        )
         jobs.start(job)
         return jsonify(jobs.snapshot().to_dict()), 202
 
@@ -246,8 +259,9 @@ def create_app(
 
     @app.get("/health")
     def health() -> Any:
-        return jsonify(status="ok", workspace=str(space.root), cards=len(state),
-                       job=jobs.snapshot().state)
+        return jsonify(
+            status="ok", workspace=str(space.root), cards=len(state), job=jobs.snapshot().state
+        )
 
     @app.errorhandler(ReviewError)
     def review_error(exc: ReviewError) -> Any:
@@ -259,8 +273,11 @@ def create_app(
 
     @app.errorhandler(RequestEntityTooLarge)
     def too_large(exc: RequestEntityTooLarge) -> Any:
-        return _error(f"request refused: it is larger than the limit of {max_upload_mb:g} MB "
-                      "(rag-exp review --max-upload-mb)", 413)
+        return _error(
+            f"request refused: it is larger than the limit of {max_upload_mb:g} MB "
+            "(rag-exp review --max-upload-mb)",
+            413,
+        )
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Any:
@@ -297,8 +314,9 @@ def _model(model: Any, data: Any) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}"
-                             for e in exc.errors())
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()
+        )
         raise ReviewError(f"invalid request: {problems}") from None
 
 

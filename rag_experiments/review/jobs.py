@@ -108,10 +108,10 @@ class GenerationJob:
     def start(self) -> None:
         """Start the generation thread."""
         with self._lock:
-            self._snapshot = JobSnapshot(state="running", started_at=time.time(),
-                                         message="Generating …")
-        self._thread = threading.Thread(target=self._run, name="rag-exp-review-job",
-                                        daemon=True)
+            self._snapshot = JobSnapshot(
+                state="running", started_at=time.time(), message="Generating …"
+            )
+        self._thread = threading.Thread(target=self._run, name="rag-exp-review-job", daemon=True)
         self._thread.start()
 
     def cancel(self) -> None:
@@ -142,8 +142,9 @@ class GenerationJob:
         state, error = "done", None
         try:
             self._tracker = instantiate(self.cfg.tracking, run_name=str(self.cfg.run_name))
-            run_generate(self.cfg, tracker=self._tracker, on_progress=self._progress,
-                         cancel=self._cancel)
+            run_generate(
+                self.cfg, tracker=self._tracker, on_progress=self._progress, cancel=self._cancel
+            )
         except GenerationInterrupted:
             state = "cancelled"
         except RagExpError as exc:
@@ -195,8 +196,9 @@ class GenerationJob:
             snap.n_accepted, snap.n_unanswerable = n_accepted, n_unanswerable
             snap.rejects_by_reason, snap.errors_by_reason = dict(rejects), dict(errors)
             snap.mlflow_url = self._run_url()
-            snap.message = _message(state, error, n_accepted, n_unanswerable, rejects, errors,
-                                    skipped)
+            snap.message = _message(
+                state, error, n_accepted, n_unanswerable, rejects, errors, skipped
+            )
             data = snap.to_dict()
         if self.record is not None:
             tmp = self.record.with_name(self.record.name + ".tmp")
@@ -204,22 +206,36 @@ class GenerationJob:
             os.replace(tmp, self.record)
 
 
-def _message(state: str, error: str | None, n_accepted: int, n_unanswerable: int,
-             rejects: Counter[str], errors: Counter[str],
-             skipped: dict[str, str] | None = None) -> str:
+def _message(
+    state: str,
+    error: str | None,
+    n_accepted: int,
+    n_unanswerable: int,
+    rejects: Counter[str],
+    errors: Counter[str],
+    skipped: dict[str, str] | None = None,
+) -> str:
     """The page's sentence about a finished job; never silent about an empty result or about
     uploads that could not be read (``skipped``: file → reason)."""
     if skipped:
         unread = "; ".join(f"{name}: {why}" for name, why in sorted(skipped.items()))
-        note = (f" Not read ({len(skipped)} file(s), left out of the corpus): {unread}. "
-                "Remove or fix them and upload again.")
+        note = (
+            f" Not read ({len(skipped)} file(s), left out of the corpus): {unread}. "
+            "Remove or fix them and upload again."
+        )
     else:
         note = ""
     return _outcome(state, error, n_accepted, n_unanswerable, rejects, errors) + note
 
 
-def _outcome(state: str, error: str | None, n_accepted: int, n_unanswerable: int,
-             rejects: Counter[str], errors: Counter[str]) -> str:
+def _outcome(
+    state: str,
+    error: str | None,
+    n_accepted: int,
+    n_unanswerable: int,
+    rejects: Counter[str],
+    errors: Counter[str],
+) -> str:
     """The sentence about what the job produced (see :func:`_message`)."""
     if state == "failed":
         return f"Generation failed: {error}"
@@ -227,9 +243,12 @@ def _outcome(state: str, error: str | None, n_accepted: int, n_unanswerable: int
     if n_accepted + n_unanswerable == 0:
         reasons = ", ".join(f"{k} {v}" for k, v in rejects.most_common()) or "none"
         failed = ", ".join(f"{k} {v}" for k, v in errors.most_common())
-        return ("No pair was accepted. Rejected attempts by reason: " + reasons
-                + (f"; model errors: {failed}" if failed else "")
-                + ". Try a larger model, more or longer documents, or a higher attempt factor.")
+        return (
+            "No pair was accepted. Rejected attempts by reason: "
+            + reasons
+            + (f"; model errors: {failed}" if failed else "")
+            + ". Try a larger model, more or longer documents, or a higher attempt factor."
+        )
     if state == "cancelled":
         return f"Cancelled; {kept} (run Generate again to continue)."
     return f"Done: {kept}."
@@ -262,8 +281,9 @@ class JobManager:
         """
         with self._lock:
             if self.job is not None and self.job.running:
-                raise ReviewError("a generation is already running: wait for it or cancel it",
-                                  status=409)
+                raise ReviewError(
+                    "a generation is already running: wait for it or cancel it", status=409
+                )
             self.job = job
             job.start()
             return job

@@ -87,8 +87,9 @@ class GenerateRequest(BaseModel):
     def _known_types(cls, value: list[str]) -> list[str]:
         unknown = [t for t in value if t not in QUESTION_TYPES]
         if unknown or len(set(value)) != len(value):
-            raise ValueError(f"types must be distinct names from {', '.join(QUESTION_TYPES)}; "
-                             f"got {value}")
+            raise ValueError(
+                f"types must be distinct names from {', '.join(QUESTION_TYPES)}; got {value}"
+            )
         return value
 
     @field_validator("base_url")
@@ -144,8 +145,10 @@ class GenerationOptions:
                 options.overrides.append(arg)
         options.llm_options = sorted(p.stem for p in (options.conf_dir / "llm").glob("*.yaml"))
         if options.default_llm not in options.llm_options:
-            raise ConfigError(f"llm={options.default_llm} is not one of "
-                              f"{', '.join(options.llm_options)} (conf/llm/)")
+            raise ConfigError(
+                f"llm={options.default_llm} is not one of "
+                f"{', '.join(options.llm_options)} (conf/llm/)"
+            )
         for name in options.llm_options:
             try:
                 node = options.compose(name).llm
@@ -166,8 +169,11 @@ class GenerationOptions:
             raise ReviewError(f"llm={llm!r} is not one of {', '.join(self.llm_options)}")
         import rag_experiments.generate.app  # noqa: F401  (registers generate_schema)
 
-        overrides = [*(self.overrides if with_overrides else []), f"llm={llm}",
-                     f"judge={self.judge or llm}"]
+        overrides = [
+            *(self.overrides if with_overrides else []),
+            f"llm={llm}",
+            f"judge={self.judge or llm}",
+        ]
         with _HYDRA_LOCK:
             GlobalHydra.instance().clear()
             try:
@@ -178,7 +184,8 @@ class GenerationOptions:
                     f"conf/generate.yaml does not compose with {' '.join(overrides)}: "
                     f"{str(exc).splitlines()[0].rstrip('.')}. Fix the command-line overrides "
                     "of rag-exp review (model keys such as llm.num_ctx=… need the matching "
-                    "llm=<option> too)") from exc
+                    "llm=<option> too)"
+                ) from exc
             finally:
                 GlobalHydra.instance().clear()
 
@@ -200,8 +207,11 @@ def compose_generate_config(
         ReviewError: Unknown model option or a failed composition (400).
     """
     cfg = options.compose(request.llm)
-    form = {"model": request.model.strip(), "base_url": request.base_url.strip(),
-            "model_path": request.model_path.strip() or None}
+    form = {
+        "model": request.model.strip(),
+        "base_url": request.base_url.strip(),
+        "model_path": request.model_path.strip() or None,
+    }
     for key in form_fields(cfg.llm):
         cfg.llm[key] = form[key]  # a blank model or URL is refused by the model check
     if (options.judge or request.llm) == request.llm:  # the judge is the same kind of model

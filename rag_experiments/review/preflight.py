@@ -40,11 +40,15 @@ def check_model(node: Any, role: str = "generator") -> None:
             example = "e.g. llama3.1:8b" if target == "OllamaChat" else "as the server lists it"
             raise ReviewError(f"no {role} model name is set: enter the model to use ({example})")
         if not url:
-            raise ReviewError(f"no base URL is set for the {role} model {model!r}: enter the "
-                              "server's URL")
+            raise ReviewError(
+                f"no base URL is set for the {role} model {model!r}: enter the server's URL"
+            )
         api_key_env = node.get("api_key_env")
-        bearer_headers(str(api_key_env) if api_key_env else None,
-                       f"the {role} model at {url}", "llm.api_key_env")
+        bearer_headers(
+            str(api_key_env) if api_key_env else None,
+            f"the {role} model at {url}",
+            "llm.api_key_env",
+        )
     try:
         try:
             model = instantiate(node)

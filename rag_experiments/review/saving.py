@@ -83,11 +83,16 @@ def card_problems(card: Card) -> tuple[Sample | None, list[str]]:
         sample: Sample | None = Sample.model_validate(fields)
     except ValidationError as exc:
         sample = None
-        problems += [f"{'.'.join(map(str, e['loc'])) or 'sample'}: {e['msg']}"
-                     for e in exc.errors()]
-    pair = {"question": card.user_input, "answer": card.reference,
-            "question_type": card.question_type, "answerable": card.answerable,
-            "contexts": card.reference_contexts}
+        problems += [
+            f"{'.'.join(map(str, e['loc'])) or 'sample'}: {e['msg']}" for e in exc.errors()
+        ]
+    pair = {
+        "question": card.user_input,
+        "answer": card.reference,
+        "question_type": card.question_type,
+        "answerable": card.answerable,
+        "contexts": card.reference_contexts,
+    }
     if card.origin == "generation":
         for check in QA_FILTERS if card.answerable else UNANSWERABLE_FILTERS:
             detail = check(pair)
@@ -95,11 +100,15 @@ def card_problems(card: Card) -> tuple[Sample | None, list[str]]:
                 problems.append(f"{check.__name__}: {detail}")
     has_source = bool(card.reference_contexts or card.sample.get("reference_doc_ids"))
     if card.answerable and not has_source:
-        problems.append("answerable_without_source: an answerable pair needs the passage or "
-                        "document that answers it; this card has none (reject it instead)")
+        problems.append(
+            "answerable_without_source: an answerable pair needs the passage or "
+            "document that answers it; this card has none (reject it instead)"
+        )
     if not card.answerable and has_source:
-        problems.append("unanswerable_with_source: the card still names the passage it was "
-                        "written from, so its answer is in the corpus (reject it instead)")
+        problems.append(
+            "unanswerable_with_source: the card still names the passage it was "
+            "written from, so its answer is in the corpus (reject it instead)"
+        )
     if sample is not None:
         for error in _schema_validator().iter_errors(sample.model_dump(mode="json")):
             where = "/".join(map(str, error.absolute_path)) or "sample"
@@ -145,8 +154,9 @@ def save_approved(cards: Sequence[Card], out: Path) -> SaveResult:
     if failures or not samples:
         return SaveResult(failures=failures)
     out.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.saving-",
-                                        suffix=".jsonl")
+    handle, tmp_name = tempfile.mkstemp(
+        dir=out.parent, prefix=f".{out.stem}.saving-", suffix=".jsonl"
+    )
     os.close(handle)
     tmp = Path(tmp_name)
     try:

@@ -76,21 +76,39 @@ def review_command(argv: list[str], stop: threading.Event | None = None) -> int:
         "overrides of conf/generate.yaml for the generations started from the page "
         "(e.g. embedder=hash, tracking=server; llm=ollama preselects the model option).",
     )
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="interface to bind (default 127.0.0.1: this machine only; the app "
-                        "has no login)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
-                        help=f"TCP port (default {DEFAULT_PORT}; 0 = any free port)")
-    parser.add_argument("--workspace", default=None,
-                        help="folder for uploads, generation output and review state (default: "
-                        "a new temporary folder); reuse it to continue a review")
-    parser.add_argument("--out", default=None,
-                        help="where Save writes the approved pairs (default: "
-                        "<workspace>/reviewed/eval.jsonl)")
-    parser.add_argument("--max-upload-mb", type=float, default=DEFAULT_MAX_UPLOAD_MB,
-                        help=f"largest upload in MB (default {DEFAULT_MAX_UPLOAD_MB})")
-    parser.add_argument("--mlflow-ui", default=DEFAULT_MLFLOW_UI,
-                        help=f"MLflow UI address for the run links (default {DEFAULT_MLFLOW_UI})")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to bind (default 127.0.0.1: this machine only; the app has no login)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"TCP port (default {DEFAULT_PORT}; 0 = any free port)",
+    )
+    parser.add_argument(
+        "--workspace",
+        default=None,
+        help="folder for uploads, generation output and review state (default: "
+        "a new temporary folder); reuse it to continue a review",
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="where Save writes the approved pairs (default: <workspace>/reviewed/eval.jsonl)",
+    )
+    parser.add_argument(
+        "--max-upload-mb",
+        type=float,
+        default=DEFAULT_MAX_UPLOAD_MB,
+        help=f"largest upload in MB (default {DEFAULT_MAX_UPLOAD_MB})",
+    )
+    parser.add_argument(
+        "--mlflow-ui",
+        default=DEFAULT_MLFLOW_UI,
+        help=f"MLflow UI address for the run links (default {DEFAULT_MLFLOW_UI})",
+    )
     opts, rest = parser.parse_known_args(argv)
     unknown = [a for a in rest if a.startswith("-")]
     if unknown:
@@ -105,21 +123,34 @@ def review_command(argv: list[str], stop: threading.Event | None = None) -> int:
         else:
             overrides.append(arg)
     if dataset is not None and not Path(dataset).expanduser().is_file():
-        parser.error(f"dataset={dataset}: no such file; give a dataset file in our JSONL format "
-                     "(e.g. dataset=datasets/sample/eval.jsonl)")
+        parser.error(
+            f"dataset={dataset}: no such file; give a dataset file in our JSONL format "
+            "(e.g. dataset=datasets/sample/eval.jsonl)"
+        )
 
     workspace = Workspace(opts.workspace)
-    app = create_app(workspace, dataset=Path(dataset).expanduser() if dataset else None,
-                     out=opts.out, mlflow_ui=opts.mlflow_ui, max_upload_mb=opts.max_upload_mb,
-                     overrides=overrides, loopback_only=opts.host in LOOPBACK)
+    app = create_app(
+        workspace,
+        dataset=Path(dataset).expanduser() if dataset else None,
+        out=opts.out,
+        mlflow_ui=opts.mlflow_ui,
+        max_upload_mb=opts.max_upload_mb,
+        overrides=overrides,
+        loopback_only=opts.host in LOOPBACK,
+    )
     server = ReviewServer(app, host=opts.host, port=opts.port)
     url = server.start()
     if opts.host not in LOOPBACK:
-        log.warning("serving on %s: the review app has no login; anyone who can reach this "
-                    "address can read and change the workspace", opts.host)
+        log.warning(
+            "serving on %s: the review app has no login; anyone who can reach this "
+            "address can read and change the workspace",
+            opts.host,
+        )
     out = app.extensions["rag_exp_review"]["out"]
-    print(f"rag-exp review: open {url}  (workspace {workspace.root}; saves to {out}); "
-          "Ctrl-C to stop", flush=True)
+    print(
+        f"rag-exp review: open {url}  (workspace {workspace.root}; saves to {out}); Ctrl-C to stop",
+        flush=True,
+    )
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -150,14 +150,17 @@ class ReviewState:
         except (OSError, ValueError, KeyError, TypeError, ValidationError) as exc:
             raise ReviewError(
                 f"{self.path} is not a readable review state ({exc}); move it away or start "
-                "with another --workspace") from exc
+                "with another --workspace"
+            ) from exc
 
     def _write(self) -> None:
         """Write every card atomically (caller holds the lock)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
-        data = {"format_version": STATE_VERSION,
-                "cards": [card.model_dump(mode="json") for card in self._cards.values()]}
+        data = {
+            "format_version": STATE_VERSION,
+            "cards": [card.model_dump(mode="json") for card in self._cards.values()],
+        }
         with tmp.open("w", encoding="utf-8") as handle:
             json.dump(data, handle, ensure_ascii=False)
             handle.flush()
@@ -235,7 +238,8 @@ class ReviewState:
             if kind is not None and kind not in allowed:
                 raise ReviewError(
                     f"card {card_id}: question_type {kind!r} is not one of "
-                    f"{', '.join(QUESTION_TYPES)} (or the card's own type)")
+                    f"{', '.join(QUESTION_TYPES)} (or the card's own type)"
+                )
             updated = card.model_copy(update=changes)
             updated.edited = any(getattr(updated, k) != updated.original.get(k) for k in EDITABLE)
             self._cards[card_id] = updated
@@ -257,8 +261,10 @@ def card_stats(cards: Iterable[Card]) -> dict[str, Any]:
     from rag_experiments.generate.stats import compute_stats
 
     cards = list(cards)
-    samples = [Sample.model_construct(**{**c.sample, **{k: getattr(c, k) for k in EDITABLE}})
-               for c in cards]  # no validation: a card may be mid-edit (blank question)
+    samples = [
+        Sample.model_construct(**{**c.sample, **{k: getattr(c, k) for k in EDITABLE}})
+        for c in cards
+    ]  # no validation: a card may be mid-edit (blank question)
     stats = compute_stats(samples)
     by_status = {status: sum(c.status == status for c in cards) for status in STATUSES}
     approved_by_type: dict[str, int] = {}

@@ -59,8 +59,10 @@ class Workspace:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ConfigError(f"cannot use {self.root} as the review workspace ({exc}); give "
-                              "--workspace a folder that exists or can be created") from None
+            raise ConfigError(
+                f"cannot use {self.root} as the review workspace ({exc}); give "
+                "--workspace a folder that exists or can be created"
+            ) from None
         self.uploads_dir = self.root / "uploads"
         self.generation_dir = self.root / "generation"
         self.state_path = self.root / "review_state.json"
@@ -76,16 +78,18 @@ class Workspace:
         """
         resolved = Path(path).resolve()
         if not resolved.is_relative_to(self.root):
-            raise ReviewError(f"{path} is outside the workspace {self.root}; refused",
-                              status=403)
+            raise ReviewError(f"{path} is outside the workspace {self.root}; refused", status=403)
         return resolved
 
     def uploads(self) -> list[Path]:
         """The uploaded documents, sorted by name."""
         if not self.uploads_dir.is_dir():
             return []
-        return sorted(p for p in self.uploads_dir.iterdir()
-                      if p.is_file() and p.suffix.lower() in ALLOWED_EXTENSIONS)
+        return sorted(
+            p
+            for p in self.uploads_dir.iterdir()
+            if p.is_file() and p.suffix.lower() in ALLOWED_EXTENSIONS
+        )
 
     def check_name(self, filename: str | None) -> str:
         """The safe stored name for an upload called ``filename`` (before de-duplication).
@@ -98,7 +102,8 @@ class Workspace:
         if "/" in raw or "\\" in raw or ".." in raw:
             raise ReviewError(
                 f"upload {raw!r} refused: a file name must not contain '/', '\\' or '..'. "
-                "Rename the file (e.g. policy.pdf) and upload it again")
+                "Rename the file (e.g. policy.pdf) and upload it again"
+            )
         safe = secure_filename(raw)
         suffix = Path(raw).suffix.lower()
         if suffix in ALLOWED_EXTENSIONS and Path(safe).suffix.lower() != suffix:
@@ -107,11 +112,13 @@ class Workspace:
         if not safe or not Path(safe).stem:
             raise ReviewError(
                 f"upload {raw!r} refused: the name has no usable characters once made safe. "
-                "Rename the file with letters or digits (e.g. policy.pdf)")
+                "Rename the file with letters or digits (e.g. policy.pdf)"
+            )
         if Path(safe).suffix.lower() not in ALLOWED_EXTENSIONS:
             raise ReviewError(
                 f"upload {raw!r} refused: only {', '.join(ALLOWED_EXTENSIONS)} files can be "
-                "uploaded. Convert it to PDF, DOCX or Markdown first")
+                "uploaded. Convert it to PDF, DOCX or Markdown first"
+            )
         return safe
 
     def save_upload(self, filename: str | None, stream: BinaryIO, max_bytes: int) -> Path:
@@ -142,7 +149,8 @@ class Workspace:
                         raise ReviewError(
                             f"upload {safe!r} refused: larger than the limit of "
                             f"{max_bytes / 2**20:.0f} MB (rag-exp review --max-upload-mb)",
-                            status=413)
+                            status=413,
+                        )
                     out.write(block)
             with self._lock:
                 target = self.inside(self._unused(self.uploads_dir / safe))

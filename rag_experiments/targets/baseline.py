@@ -102,7 +102,9 @@ class BaselineTarget:
             len(chunks),
             self.chunker.config_id,
         )
-        self.collection = self.index.ensure(chunks, self.embedder, key, embed_title=self.embed_title)
+        self.collection = self.index.ensure(
+            chunks, self.embedder, key, embed_title=self.embed_title
+        )
         self.retriever.bind(self.index, self.collection, self.embedder)
 
     def answer(self, sample: Sample) -> RagResponse:
@@ -152,8 +154,11 @@ class BaselineTarget:
             budget,
         )
         if report.trimmed:
-            response.metadata.update(contexts_truncated=True, contexts_dropped=report.dropped,
-                                     context_chars_cut=report.chars_cut)
+            response.metadata.update(
+                contexts_truncated=True,
+                contexts_dropped=report.dropped,
+                context_chars_cut=report.chars_cut,
+            )
         return kept
 
     def describe(self) -> dict[str, str]:

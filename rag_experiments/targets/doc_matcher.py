@@ -35,7 +35,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-
 # The chunk-level rule's normalisation, reused so that both matchers see the same words.
 from rag_experiments.metrics.context_match import _Normalised, check_overlap
 from rag_experiments.records import Document
@@ -59,8 +58,11 @@ class CorpusDocMatcher:
     """
 
     def __init__(self, corpus: Sequence[Document], min_overlap: float = 0.7) -> None:
-        self.min_overlap = check_overlap(min_overlap, "target.doc_min_overlap",
-                                         "share of a context's words its document must hold")
+        self.min_overlap = check_overlap(
+            min_overlap,
+            "target.doc_min_overlap",
+            "share of a context's words its document must hold",
+        )
         self.doc_ids = [d.id for d in corpus]
         self._docs = [_Normalised.of(d.text) for d in corpus]
         postings: dict[str, list[int]] = {}

@@ -66,11 +66,16 @@ class RecordedTarget:
         self.matcher = None
         if self.doc_ids_from_text and dataset.corpus:
             self.matcher = CorpusDocMatcher(dataset.corpus, self.doc_min_overlap)
-        missing = sum(1 for s in dataset.samples
-                      if s.recorded is None or s.recorded.response is None)
+        missing = sum(
+            1 for s in dataset.samples if s.recorded is None or s.recorded.response is None
+        )
         if missing:
-            log.warning("recorded target: %d of %d rows have no recorded response; their answer "
-                        "metrics are NaN no_response", missing, len(dataset.samples))
+            log.warning(
+                "recorded target: %d of %d rows have no recorded response; their answer "
+                "metrics are NaN no_response",
+                missing,
+                len(dataset.samples),
+            )
 
     def answer(self, sample: Sample) -> RagResponse:
         """The recorded answer as a :class:`RagResponse` (never an error)."""
@@ -92,6 +97,9 @@ class RecordedTarget:
 
     def describe(self) -> dict[str, str]:
         """Tags: target kind and where document ids come from."""
-        match = (f"recorded, else text_match(min_overlap={self.doc_min_overlap:g})"
-                 if self.doc_ids_from_text else "recorded")
+        match = (
+            f"recorded, else text_match(min_overlap={self.doc_min_overlap:g})"
+            if self.doc_ids_from_text
+            else "recorded"
+        )
         return {"target": "recorded", "recorded.doc_ids": match}

@@ -88,15 +88,14 @@ def _compile(expr: str | None, field: str) -> jmespath.parser.ParsedResult | Non
         return jmespath.compile(str(expr))
     except JMESPathError as exc:
         detail = " ".join(str(exc).split())
-        message = (f"target.response.{field}: {expr!r} is not a valid JMESPath expression "
-                   f"({detail})")
+        message = f"target.response.{field}: {expr!r} is not a valid JMESPath expression ({detail})"
         fixed = quoted_form(str(expr))
         if fixed is not None:
             message += (
                 f". A key holding '-' must be double-quoted in JMESPath: {fixed} . In a Hydra "
                 "override the expression goes in single quotes, the whole argument in shell "
                 "double quotes: "
-                + '"target.response.{}=\'{}\'"'.format(field, fixed.replace('"', '\\"'))
+                + "\"target.response.{}='{}'\"".format(field, fixed.replace('"', '\\"'))
                 + f" ; in a YAML config: {field}: '{fixed}'"
             )
         else:

@@ -13,10 +13,10 @@ Layout of the extracted text:
   written as ``"#" * N + " " + text`` (``Title`` counts as level 1), so heading-aware chunkers
   see it as a Markdown heading. Each table row is one line, its cells joined with ``" | "``
   (a cell spanning several grid columns is written once; a vertically merged cell is
-  repeated on each row it spans, so every row line stands on its own). A cell's own paragraphs are joined
-  with spaces; a table nested inside a cell is written inside that cell, where it occurs, as
-  ``"[" + rows joined with " ; " + "]"`` (its cells joined with ``" | "``). Headers, footers,
-  footnotes, comments and text boxes are not extracted.
+  repeated on each row it spans, so every row line stands on its own). A cell's own paragraphs
+  are joined with spaces; a table nested inside a cell is written inside that cell, where it
+  occurs, as ``"[" + rows joined with " ; " + "]"`` (its cells joined with ``" | "``).
+  Headers, footers, footnotes, comments and text boxes are not extracted.
 - **Markdown / text**: read as UTF-8; undecodable bytes become U+FFFD.
 """
 

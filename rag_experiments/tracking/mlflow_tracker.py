@@ -628,7 +628,7 @@ def redact_yaml(text: str) -> str:
         body = line.rstrip("\r\n")
         m = _YAML_LINE.match(body)
         if m and is_secret_key(m.group(2)):
-            line = f"{m.group(1)}{m.group(2)}{m.group(3)}{REDACTED}{line[len(body):]}"
+            line = f"{m.group(1)}{m.group(2)}{m.group(3)}{REDACTED}{line[len(body) :]}"
         out.append(redact(line))
     return "".join(out)
 

@@ -178,8 +178,10 @@ def redact(obj: Any) -> Any:
         The redacted copy (dicts and lists are new objects; tuples become lists).
     """
     if isinstance(obj, dict):
-        return {k: (REDACTED if is_secret_key(k) and v is not None else redact(v))
-                for k, v in obj.items()}
+        return {
+            k: (REDACTED if is_secret_key(k) and v is not None else redact(v))
+            for k, v in obj.items()
+        }
     if isinstance(obj, (list, tuple)):
         return [redact(v) for v in obj]
     if isinstance(obj, str):

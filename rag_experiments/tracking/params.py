@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, MAX_PARAM_VAL_LENGTH
+from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
 from rag_experiments.errors import TrackingError
 from rag_experiments.tracking.names import hash_suffixed, redact, sanitize_metric_name
@@ -73,4 +73,3 @@ def _walk(node: Mapping[str, Any], prefix: str) -> list[tuple[str, str]]:
         else:
             items.append((path, str(v)))
     return items
-

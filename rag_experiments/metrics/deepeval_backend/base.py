@@ -114,9 +114,11 @@ class DeepEvalMetric(JudgedRowMetric):
         if not float(timeout_s) > 0:
             raise ConfigError(f"{where}.timeout_s must be > 0 seconds, got {timeout_s}")
         if int(max_retries) < 0 or min(int(max_tokens), int(max_items), int(max_chars)) < 1:
-            raise ConfigError(f"{where}: max_retries must be ≥ 0 and max_tokens, max_items, "
-                              f"max_chars ≥ 1, got {max_retries}, {max_tokens}, {max_items}, "
-                              f"{max_chars}")
+            raise ConfigError(
+                f"{where}: max_retries must be ≥ 0 and max_tokens, max_items, "
+                f"max_chars ≥ 1, got {max_retries}, {max_tokens}, {max_items}, "
+                f"{max_chars}"
+            )
         self.judge = judge
         self.threshold = float(threshold)
         self.include_reason = bool(include_reason)
@@ -185,8 +187,15 @@ class DeepEvalMetric(JudgedRowMetric):
             expected_output=sample.reference or None,
             retrieval_context=list(resp.retrieved_contexts),
         )
-        llm = JudgeLLM(self.judge, self.column, self.max_retries, self.max_tokens,
-                       self.max_items, self.max_chars, self._expected_verdicts(case))
+        llm = JudgeLLM(
+            self.judge,
+            self.column,
+            self.max_retries,
+            self.max_tokens,
+            self.max_items,
+            self.max_chars,
+            self._expected_verdicts(case),
+        )
         metric = self._build(llm)
         started = time.perf_counter()
         error = _measure_with_timeout(metric, case, self.timeout_s)
@@ -222,8 +231,12 @@ class DeepEvalMetric(JudgedRowMetric):
 
     def _build(self, llm: Any) -> Any:
         return self._metric_cls(
-            threshold=self.threshold, model=llm, include_reason=self.include_reason,
-            async_mode=False, strict_mode=self.strict_mode, verbose_mode=False,
+            threshold=self.threshold,
+            model=llm,
+            include_reason=self.include_reason,
+            async_mode=False,
+            strict_mode=self.strict_mode,
+            verbose_mode=False,
             eval_mode="llm",  # DeepEval 4: never route verdicts to its remote "System One"
             **self._metric_kwargs(),
         )

@@ -56,8 +56,13 @@ class JudgeLLM(DeepEvalBaseLLM):
     """Fields of a reply whose length fixes the length of the next ``verdicts`` list."""
 
     def __init__(
-        self, chat: ChatModel, prompt_prefix: str = "deepeval", max_retries: int = 1,
-        max_tokens: int = 1024, max_items: int = 8, max_chars: int = 160,
+        self,
+        chat: ChatModel,
+        prompt_prefix: str = "deepeval",
+        max_retries: int = 1,
+        max_tokens: int = 1024,
+        max_items: int = 8,
+        max_chars: int = 160,
         expected_verdicts: int | None = None,
     ) -> None:
         self.chat = chat
@@ -107,32 +112,46 @@ class JudgeLLM(DeepEvalBaseLLM):
         try:
             if schema is None:
                 completion = self.chat.complete(messages, max_tokens=self.max_tokens)
-                record = Judgement(f"{self.prompt_prefix}.{name}", calls=1,
-                                   prompt_tokens=completion.usage.prompt_tokens,
-                                   completion_tokens=completion.usage.completion_tokens,
-                                   latency_ms=completion.latency_ms, raw=[completion.text])
+                record = Judgement(
+                    f"{self.prompt_prefix}.{name}",
+                    calls=1,
+                    prompt_tokens=completion.usage.prompt_tokens,
+                    completion_tokens=completion.usage.completion_tokens,
+                    latency_ms=completion.latency_ms,
+                    raw=[completion.text],
+                )
                 self._record(record)
                 return completion.text
-            asked = bounded_schema(schema, max_items=self.max_items, max_chars=self.max_chars,
-                                   n_verdicts=self.expected_verdicts)
+            asked = bounded_schema(
+                schema,
+                max_items=self.max_items,
+                max_chars=self.max_chars,
+                n_verdicts=self.expected_verdicts,
+            )
             judgement = ask_judge(
-                self.chat, messages, asked, prompt_id=f"{self.prompt_prefix}.{name}",
-                max_retries=self.max_retries, options={"max_tokens": self.max_tokens},
+                self.chat,
+                messages,
+                asked,
+                prompt_id=f"{self.prompt_prefix}.{name}",
+                max_retries=self.max_retries,
+                options={"max_tokens": self.max_tokens},
             )
         except TypeError as exc:  # never let DeepEval fall back to string parsing
             raise LLMError(f"judge call failed: {exc}", reason="judge_error") from exc
         self._record(judgement)
         if judgement.parsed is None:
-            raise LLMError(judgement.error_message or "judge failed",
-                           reason=judgement.error or "judge_error")
+            raise LLMError(
+                judgement.error_message or "judge failed", reason=judgement.error or "judge_error"
+            )
         parsed = to_deepeval(schema, judgement.parsed)
         for field in self.EXTRACTED_LISTS:
             if isinstance(getattr(parsed, field, None), list):
                 self.expected_verdicts = len(getattr(parsed, field))
         return parsed
 
-    async def a_generate(self, prompt: str, schema: type[BaseModel] | None = None,
-                         **kwargs: Any) -> Any:
+    async def a_generate(
+        self, prompt: str, schema: type[BaseModel] | None = None, **kwargs: Any
+    ) -> Any:
         """:meth:`generate` in a worker thread (the backend runs metrics with
         ``async_mode=False``, so DeepEval does not call this)."""
         return await asyncio.to_thread(self.generate, prompt, schema)

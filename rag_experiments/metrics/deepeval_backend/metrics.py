@@ -57,21 +57,24 @@ class DeepEvalFaithfulness(DeepEvalMetric):
     ) -> None:
         super().__init__(judge, **kwargs)
         if truths_extraction_limit is not None and int(truths_extraction_limit) < 1:
-            raise ConfigError("deepeval faithfulness truths_extraction_limit must be ≥ 1 or "
-                              f"null, got {truths_extraction_limit}")
+            raise ConfigError(
+                "deepeval faithfulness truths_extraction_limit must be ≥ 1 or "
+                f"null, got {truths_extraction_limit}"
+            )
         self.truths_extraction_limit = (
             None if truths_extraction_limit is None else int(truths_extraction_limit)
         )
         self.penalize_ambiguous_claims = bool(penalize_ambiguous_claims)
 
     def _metric_kwargs(self) -> dict[str, Any]:
-        return {"truths_extraction_limit": self.truths_extraction_limit,
-                "penalize_ambiguous_claims": self.penalize_ambiguous_claims}
+        return {
+            "truths_extraction_limit": self.truths_extraction_limit,
+            "penalize_ambiguous_claims": self.penalize_ambiguous_claims,
+        }
 
     def _check(self, metric: Any, case: Any) -> None:
         if metric.verdicts or metric.claims:
             _count_mismatch("claims", len(metric.claims), len(metric.verdicts))
-
 
 
 class DeepEvalAnswerRelevancy(DeepEvalMetric):

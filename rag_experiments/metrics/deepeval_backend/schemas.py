@@ -64,7 +64,8 @@ def bounded_schema(
         default = ... if info.is_required() else info.default
         fields[name] = (annotation, default)
     model: type[BaseModel] = create_model(  # type: ignore[call-overload]
-        schema.__name__, __config__=_STRICT, **fields)
+        schema.__name__, __config__=_STRICT, **fields
+    )
     return model
 
 
@@ -87,8 +88,9 @@ def verdict_words(annotation: Any) -> tuple[str, ...] | None:
     if annotation is str:
         return ("yes", "no")
     if typing.get_origin(annotation) is Literal:
-        return tuple(v.value if isinstance(v, enum.Enum) else str(v)
-                     for v in typing.get_args(annotation))
+        return tuple(
+            v.value if isinstance(v, enum.Enum) else str(v) for v in typing.get_args(annotation)
+        )
     return None
 
 

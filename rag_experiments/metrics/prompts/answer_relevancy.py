@@ -25,7 +25,7 @@ PROMPT = JudgePrompt(
     version="v1",
     template=(
         "Answer: {answer}\n\n"
-        "Task: write {n} different questions that this Answer answers. Set \"noncommittal\" to "
+        'Task: write {n} different questions that this Answer answers. Set "noncommittal" to '
         "true if the Answer is evasive, vague or says it does not know, else false.\n"
         'JSON: {{"questions": ["...", ...], "noncommittal": false}}'
     ),

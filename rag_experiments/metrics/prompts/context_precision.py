@@ -15,8 +15,8 @@ MAX_CONTEXTS = 50
 """Most contexts judged in one call."""
 
 _TASK = (
-    "Task: for each of the {n} passages, in order, answer \"yes\" if it is useful for "
-    "arriving at the {target}, else \"no\". Give exactly {n} verdicts.\n"
+    'Task: for each of the {n} passages, in order, answer "yes" if it is useful for '
+    'arriving at the {target}, else "no". Give exactly {n} verdicts.\n'
     'JSON: {{"verdicts": ["yes" or "no", ...]}}'
 )
 
