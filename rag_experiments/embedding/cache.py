@@ -13,7 +13,7 @@ import numpy as np
 
 from rag_experiments.errors import ConfigError
 from rag_experiments.protocols import Embedder
-from rag_experiments.sqlite_store import connect, init_store
+from rag_experiments.sqlite_store import connect, init_store, write
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS embeddings (
@@ -138,12 +138,12 @@ class CachedEmbedder:
                 vec = np.ascontiguousarray(vec, dtype=np.float32)
                 found[key] = vec
                 rows.append((eid, key, int(vec.shape[0]), vec.tobytes()))
-            with self._connect() as conn:
-                conn.executemany(
-                    "INSERT OR IGNORE INTO embeddings (embedder_id, text_sha256, dim, vector) "
-                    "VALUES (?, ?, ?, ?)",
-                    rows,
-                )
+            write(
+                self.path,
+                "INSERT OR IGNORE INTO embeddings (embedder_id, text_sha256, dim, vector) "
+                "VALUES (?, ?, ?, ?)",
+                rows,
+            )
         if not keys:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([found[k] for k in keys]).astype(np.float32, copy=False)

@@ -25,7 +25,7 @@ from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import ChatModel, Completion, Message, Usage
 from rag_experiments.llm.parsing import LLMParseError, parse_structured
 from rag_experiments.llm.usage import UsageMeter
-from rag_experiments.sqlite_store import connect, init_store
+from rag_experiments.sqlite_store import connect, init_store, write
 
 log = logging.getLogger(__name__)
 
@@ -120,21 +120,22 @@ class ResponseCache:
 
     def put(self, key: str, provider: str, completion: Completion) -> None:
         """Store a completion (replacing an older one under the same key)."""
-        with self._connect() as conn:
-            conn.execute(
-                "INSERT OR REPLACE INTO llm_responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    key,
-                    provider,
-                    completion.model,
-                    completion.text,
-                    completion.finish_reason,
-                    completion.usage.prompt_tokens,
-                    completion.usage.completion_tokens,
-                    completion.latency_ms,
-                    time.time(),
-                ),
-            )
+        row = (
+            key,
+            provider,
+            completion.model,
+            completion.text,
+            completion.finish_reason,
+            completion.usage.prompt_tokens,
+            completion.usage.completion_tokens,
+            completion.latency_ms,
+            time.time(),
+        )
+        write(
+            self.path,
+            "INSERT OR REPLACE INTO llm_responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [row],
+        )
 
     def __len__(self) -> int:
         with self._connect() as conn:
