@@ -45,13 +45,13 @@ import sys
 from collections.abc import Sequence
 
 from rag_experiments.errors import RagExpError
+from rag_experiments.locations import with_user_conf  # ./conf of this folder, if any
 
 
 def _run(argv: list[str]) -> int:
     from rag_experiments.app import hydra_main
-    from rag_experiments.locations import with_user_conf
 
-    sys.argv = ["rag-exp run", *with_user_conf(argv)]  # + ./conf of this folder, if any
+    sys.argv = ["rag-exp run", *with_user_conf(argv)]
     hydra_main()
     return 0
 
@@ -71,14 +71,14 @@ def _serve(argv: list[str]) -> int:
         "--port", type=int, default=8000, help="TCP port (default 8000; 0 = any free)"
     )
     opts, overrides = parser.parse_known_args(argv)
-    serve_main(overrides, host=opts.host, port=opts.port)
+    serve_main(with_user_conf(overrides), host=opts.host, port=opts.port)
     return 0
 
 
 def _generate(argv: list[str]) -> int:
     from rag_experiments.generate.app import generate_command
 
-    return generate_command(argv)
+    return generate_command(with_user_conf(argv))
 
 
 def _dataset(argv: list[str]) -> int:
