@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from rag_experiments.app import PROJECT_ROOT
 from rag_experiments.data.beir import BeirDataset
 from rag_experiments.embedding.onnx_runtime import BACKENDS
 from rag_experiments.embedding.sentence_transformers import SentenceTransformerEmbedder
+from rag_experiments.locations import PROJECT_ROOT
 from rag_experiments.metrics.retrieval import RetrievalMetrics
 from rag_experiments.records import RagResponse
 

@@ -8,7 +8,6 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import hydra
@@ -33,11 +32,9 @@ from rag_experiments.llm.factory import (
     identity_by_role,
     usage_by_role,
 )
+from rag_experiments.locations import CONF_DIR, PROJECT_ROOT
 
 log = logging.getLogger("rag_experiments")
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-CONF_DIR = PROJECT_ROOT / "conf"
 
 SMALL_MODEL_NOTE = (
     "Answers and judgements come from the embedded SmolLM2-135M model: fine for plumbing and "

@@ -27,6 +27,7 @@ Subcommands::
                                        sweep report (table, best configs, plots) on the parent
     rag-exp export <run_id> --format ragas|deepeval|jsonl --out FILE [--tracking-uri URI]
                                        a run's answers as a dataset file (target=recorded)
+    rag-exp init [--dir DIR] [--force]  a starter conf/ overlay (experiment, HTTP target)
 
 ``rag-exp run --help`` shows Hydra's help (config groups and options); ``rag-exp run --cfg job``
 prints the resolved config without running.
@@ -44,12 +45,13 @@ import sys
 from collections.abc import Sequence
 
 from rag_experiments.errors import RagExpError
+from rag_experiments.locations import with_user_conf  # ./conf of this folder, if any
 
 
 def _run(argv: list[str]) -> int:
     from rag_experiments.app import hydra_main
 
-    sys.argv = ["rag-exp run", *argv]
+    sys.argv = ["rag-exp run", *with_user_conf(argv)]
     hydra_main()
     return 0
 
@@ -69,14 +71,14 @@ def _serve(argv: list[str]) -> int:
         "--port", type=int, default=8000, help="TCP port (default 8000; 0 = any free)"
     )
     opts, overrides = parser.parse_known_args(argv)
-    serve_main(overrides, host=opts.host, port=opts.port)
+    serve_main(with_user_conf(overrides), host=opts.host, port=opts.port)
     return 0
 
 
 def _generate(argv: list[str]) -> int:
     from rag_experiments.generate.app import generate_command
 
-    return generate_command(argv)
+    return generate_command(with_user_conf(argv))
 
 
 def _dataset(argv: list[str]) -> int:
@@ -127,6 +129,12 @@ def _compare(argv: list[str]) -> int:
     return compare_command(argv)
 
 
+def _init(argv: list[str]) -> int:
+    from rag_experiments.starter import init_command
+
+    return init_command(argv)
+
+
 def _report(argv: list[str]) -> int:
     from rag_experiments.analysis.report import report_command
 
@@ -149,6 +157,7 @@ COMMANDS = {
     "compare": (_compare, "did run b beat run a? paired diff, CI, p-value, flipped questions"),
     "report": (_report, "sweep report on the parent run: table, best configs, plots, Pareto"),
     "export": (_export, "write a run's answers as a RAGAS, DeepEval or JSONL dataset file"),
+    "init": (_init, "write a starter conf/ overlay here (an experiment, an HTTP target)"),
 }
 
 

@@ -23,8 +23,9 @@ import hydra
 from hydra.utils import get_class
 from omegaconf import DictConfig, open_dict
 
-from rag_experiments.app import CONF_DIR, SMALL_MODEL_NOTE, build, is_embedded_model, target_class
+from rag_experiments.app import SMALL_MODEL_NOTE, build, is_embedded_model, target_class
 from rag_experiments.errors import ConfigError
+from rag_experiments.locations import CONF_DIR
 from rag_experiments.targets.http_server import TargetServer
 
 log = logging.getLogger("rag_experiments")

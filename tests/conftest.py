@@ -12,7 +12,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 import rag_experiments  # noqa: F401  (sets the offline environment first)
-from rag_experiments.app import CONF_DIR, PROJECT_ROOT
+import rag_experiments.app  # noqa: F401  (registers the schemas and resolvers)
+from rag_experiments.locations import CONF_DIR, PROJECT_ROOT
 
 SHARED_REAL = PROJECT_ROOT.parent / "shared" / "real"
 

@@ -8,7 +8,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from rag_experiments.app import CONF_DIR
+from rag_experiments.locations import CONF_DIR
 
 
 def evaluate_retrieval(

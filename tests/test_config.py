@@ -11,8 +11,8 @@ from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 from omegaconf.errors import ConfigKeyError
 
-from rag_experiments.app import CONF_DIR
 from rag_experiments.config.schema import SCHEMAS
+from rag_experiments.locations import CONF_DIR
 from rag_experiments.metrics.judge_config import judge_model_node
 
 GROUPS = sorted(

@@ -698,7 +698,7 @@ def test_a_reader_that_leaves_the_pipe_early_is_not_an_error(tmp_path: Path) -> 
     import subprocess
     import sys
 
-    from rag_experiments.app import PROJECT_ROOT
+    from rag_experiments.locations import PROJECT_ROOT
 
     sample = PROJECT_ROOT / "datasets" / "sample" / "eval.jsonl"
     proc = subprocess.Popen(

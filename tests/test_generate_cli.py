@@ -15,10 +15,10 @@ from mlflow import MlflowClient
 from omegaconf import DictConfig
 from run_helpers import evaluate_retrieval
 
-from rag_experiments.app import CONF_DIR
 from rag_experiments.cli import main
 from rag_experiments.data.corpus import load_corpus_folder
 from rag_experiments.generate.app import generate_dataset
+from rag_experiments.locations import CONF_DIR
 from rag_experiments.records import QUESTION_TYPES
 
 PARAGRAPH = (

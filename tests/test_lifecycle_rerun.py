@@ -11,10 +11,11 @@ import mlflow
 import pytest
 from omegaconf import DictConfig
 
-from rag_experiments.app import PROJECT_ROOT, run_job
+from rag_experiments.app import run_job
 from rag_experiments.errors import DatasetError
 from rag_experiments.lifecycle.rerun import RERUN_TAG, rerun
 from rag_experiments.llm.fake import FakeChat
+from rag_experiments.locations import PROJECT_ROOT
 
 SAMPLE = PROJECT_ROOT / "datasets" / "sample"
 

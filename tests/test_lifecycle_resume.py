@@ -19,9 +19,9 @@ import mlflow
 import pandas as pd
 import pytest
 
-from rag_experiments.app import PROJECT_ROOT
 from rag_experiments.errors import ConfigError
 from rag_experiments.lifecycle.checkpoint import CheckpointedTarget, ResponseCheckpoint
+from rag_experiments.locations import PROJECT_ROOT
 from rag_experiments.records import RagResponse, Sample
 
 SAMPLE = PROJECT_ROOT / "datasets" / "sample"

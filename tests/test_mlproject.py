@@ -11,7 +11,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from rag_experiments.app import PROJECT_ROOT
+from rag_experiments.locations import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from rag_experiments.app import PROJECT_ROOT
+from rag_experiments.locations import PROJECT_ROOT
 
 GUARD = textwrap.dedent(
     '''

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from run_helpers import evaluate_retrieval
 
-from rag_experiments.app import PROJECT_ROOT
 from rag_experiments.data.jsonl import JsonlDataset, write_jsonl
+from rag_experiments.locations import PROJECT_ROOT
 from rag_experiments.records import Sample
 from rag_experiments.review.app import create_app
 from rag_experiments.review.server import ReviewServer

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from pytest_httpserver import HTTPServer
 
-from rag_experiments.app import CONF_DIR
 from rag_experiments.chunking.semantic import SemanticChunker
 from rag_experiments.embedding.hash import HashEmbedder
 from rag_experiments.errors import ConfigError, LLMError, ReviewError
@@ -31,6 +30,7 @@ from rag_experiments.generate.generator import (
 )
 from rag_experiments.generate.prompts import QAPair, UnanswerableQuestion, qa_messages
 from rag_experiments.llm.fake import FakeChat
+from rag_experiments.locations import CONF_DIR
 from rag_experiments.review.app import TOKEN_HEADER, create_app
 from rag_experiments.review.options import (
     GenerateRequest,

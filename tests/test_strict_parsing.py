@@ -169,7 +169,7 @@ def test_fake_judge_script_is_strictly_valid() -> None:
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from rag_experiments.app import CONF_DIR
+    from rag_experiments.locations import CONF_DIR
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):

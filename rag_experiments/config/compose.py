@@ -20,7 +20,8 @@ def compose_config(config_name: str, overrides: list[str]) -> DictConfig:
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
 
-    from rag_experiments.app import CONF_DIR  # registers the schemas and resolvers
+    import rag_experiments.app  # noqa: F401  (registers the schemas and resolvers)
+    from rag_experiments.locations import CONF_DIR
 
     GlobalHydra.instance().clear()
     try:

@@ -14,7 +14,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rag_experiments.app import CONF_DIR, SMALL_MODEL_NOTE, build_embedder, is_embedded_model
+from rag_experiments.app import SMALL_MODEL_NOTE, build_embedder, is_embedded_model
 from rag_experiments.data.base import samples_digest
 from rag_experiments.errors import ConfigError, RagExpError
 from rag_experiments.generate.checkpoint import Checkpoint
@@ -34,6 +34,7 @@ from rag_experiments.llm.factory import (
     identity_by_role,
     usage_by_role,
 )
+from rag_experiments.locations import CONF_DIR
 from rag_experiments.metrics.judge_config import check_judge_distinct, judge_model_node
 
 log = logging.getLogger("rag_experiments")

@@ -105,7 +105,7 @@ def create_app(
         DatasetError: ``dataset`` cannot be loaded.
         ReviewError: The workspace's state file is unreadable.
     """
-    from rag_experiments.app import CONF_DIR
+    from rag_experiments.locations import CONF_DIR
 
     space = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
     state = ReviewState(space.state_path)
