@@ -57,7 +57,7 @@ import ssl
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import httpx
 from tenacity import (
@@ -68,13 +68,13 @@ from tenacity import (
     wait_exponential,
 )
 
+from rag_experiments.common.redact import public_url
 from rag_experiments.errors import ConfigError, TargetError
 from rag_experiments.net import retry_after_s
 from rag_experiments.records import RagResponse, Sample
 from rag_experiments.targets.doc_matcher import CorpusDocMatcher
 from rag_experiments.targets.request_template import RequestTemplate
 from rag_experiments.targets.response_mapping import ResponseMapping
-from rag_experiments.tracking.names import REDACTED
 
 if TYPE_CHECKING:
     from rag_experiments.data.base import EvalDataset
@@ -111,17 +111,6 @@ class _RetryableStatusError(TargetError):
 def _snippet(text: str) -> str:
     text = re.sub(r"\s+", " ", text).strip()
     return text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 1] + "…"
-
-
-def public_url(url: str) -> str:
-    """``url`` with a password in its user-info part replaced by ``***REDACTED***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username}:{REDACTED}@{parts.hostname}"
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 class HttpTarget:
