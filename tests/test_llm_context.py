@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from rag_experiments.app import build
+from rag_experiments.common.http import RetryPolicy
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm import factory
 from rag_experiments.llm.context import estimate_tokens, fit_contexts
@@ -20,7 +21,6 @@ from rag_experiments.llm.errors import (
     is_retryable,
 )
 from rag_experiments.llm.fake_ollama import FakeOllamaServer
-from rag_experiments.llm.retry import RetryPolicy
 
 
 def test_estimate_tokens_by_hand():
