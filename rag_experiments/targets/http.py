@@ -55,7 +55,7 @@ import logging
 import re
 import ssl
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -305,7 +305,9 @@ class HttpTarget:
         self._http.close()
 
     # --- internals --------------------------------------------------------------------------
-    def _with_retries(self, what: str, attempts: list[int], fn: Any) -> httpx.Response:
+    def _with_retries(
+        self, what: str, attempts: list[int], fn: Callable[[], httpx.Response]
+    ) -> httpx.Response:
         """``fn()`` under the retry policy; ``attempts[0]`` counts the attempts made."""
 
         def count() -> None:
