@@ -1,7 +1,7 @@
 """Judging throughput against a served judge: our custom backend, our DeepEval backend and
 DeepEval's own ``evaluate()``, on the same answers, against the same server, in one run.
 
-A fake OpenAI-compatible server on 127.0.0.1 (:class:`~rag_experiments.llm.fake_openai.
+A fake OpenAI-compatible server on 127.0.0.1 (:class:`~rag_experiments.fakes.openai_server.
 FakeOpenAIServer`, in its own process, as a real server would be) answers every chat request
 after ``--latency`` seconds in one of ``--slots`` parallel slots, like a vLLM or llama.cpp
 server. The answers are made once, by the baseline with the fake generator and the hash
@@ -79,14 +79,14 @@ def answers(n: int) -> tuple[list[Any], list[Any], Any]:
 
 
 class ServerProcess:
-    """``python -m rag_experiments.llm.fake_openai`` in a child process."""
+    """``python -m rag_experiments.fakes.openai_server`` in a child process."""
 
     def __init__(self, latency: float, slots: int) -> None:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "rag_experiments.llm.fake_openai",
+                "rag_experiments.fakes.openai_server",
                 "--latency",
                 str(latency),
                 "--slots",

@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import time
 
+from rag_experiments.fakes.ollama_server import FakeOllamaServer
 from rag_experiments.llm.base import Completion
 from rag_experiments.llm.batch import ChatRequest, complete_many
-from rag_experiments.llm.fake_ollama import FakeOllamaServer
 from rag_experiments.llm.ollama import OllamaChat
 
 

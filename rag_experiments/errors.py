@@ -11,7 +11,15 @@ from dataclasses import dataclass
 
 
 class RagExpError(Exception):
-    """Root of every error that rag-experiments raises deliberately."""
+    """Root of every error that rag-experiments raises deliberately.
+
+    Attributes:
+        retryable: Whether another attempt of the failed call may succeed (a timeout, a refused
+            connection, HTTP 429/5xx); read by
+            :func:`rag_experiments.common.http.is_retryable`. False unless a subclass says so.
+    """
+
+    retryable: bool = False
 
 
 class ConfigError(RagExpError):

@@ -161,3 +161,45 @@ def test_generation_checkpoint_refuses_a_bad_middle_line(tmp_path: Path) -> None
     ckpt.append_sample(_sample(2))
     with pytest.raises(DatasetError, match=r"eval\.jsonl:2: not JSON .*overwrite=true"):
         Checkpoint(tmp_path).load()
+
+
+def _cut_mid_last_line(path: Path, keep: int) -> None:
+    """What kill -9 during the last write leaves: the file cut ``keep`` bytes into its last
+    line (which loses its newline)."""
+    data = path.read_bytes()
+    start = data.rstrip(b"\n").rfind(b"\n") + 1
+    assert 0 < keep < len(data) - start - 1
+    with path.open("r+b") as handle:
+        handle.truncate(start + keep)
+
+
+def test_both_checkpoints_keep_every_record_after_a_line_cut_mid_write(tmp_path: Path) -> None:
+    run = ResponseCheckpoint(tmp_path / "run")
+    run.write_meta("run1")
+    for sid in ("a", "b", "c"):
+        run.append(sid, RagResponse(response=f"answer {sid}"))
+    _cut_mid_last_line(run.path, keep=15)  # "c" was never acknowledged
+    resumed = ResponseCheckpoint(tmp_path / "run")
+    assert set(resumed.load()) == {"a", "b"}
+    resumed.append("d", RagResponse(response="answer d"))
+    loaded = ResponseCheckpoint(tmp_path / "run").load()
+    assert {k: v.response for k, v in loaded.items()} == {
+        "a": "answer a",
+        "b": "answer b",
+        "d": "answer d",
+    }
+    assert [json.loads(x)["id"] for x in run.path.read_text().splitlines()] == ["a", "b", "d"]
+
+    gen = Checkpoint(tmp_path / "gen")
+    for i in (1, 2, 3):
+        gen.append_sample(_sample(i))
+        gen.append_attempt({"key": f"k{i}", "status": "accepted", "sample_id": f"gen-{i}"})
+    _cut_mid_last_line(gen.eval_path, keep=20)
+    _cut_mid_last_line(gen.attempts_path, keep=9)
+    resumed_gen = Checkpoint(tmp_path / "gen")
+    assert [s.id for s in resumed_gen.load().samples] == ["gen-1", "gen-2"]
+    resumed_gen.append_sample(_sample(4))
+    resumed_gen.append_attempt({"key": "k4", "status": "accepted", "sample_id": "gen-4"})
+    state = Checkpoint(tmp_path / "gen").load()
+    assert [s.id for s in state.samples] == ["gen-1", "gen-2", "gen-4"]
+    assert sorted(state.attempts) == ["k1", "k2", "k4"]

@@ -18,6 +18,7 @@ import pytest
 from hydra.utils import instantiate
 from mlflow.tracking import MlflowClient
 
+from rag_experiments.common.redact import REDACTED
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError, RunFailedError, TargetError
 from rag_experiments.metrics.keyword_coverage import KeywordCoverage
@@ -29,7 +30,6 @@ from rag_experiments.targets.http import HttpTarget
 from rag_experiments.targets.request_template import RequestTemplate
 from rag_experiments.targets.response_mapping import ResponseMapping, ResponseMappingError
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker
-from rag_experiments.tracking.names import REDACTED
 
 # --- a tiny scripted HTTP server ---------------------------------------------------------------
 

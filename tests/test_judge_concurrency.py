@@ -23,9 +23,9 @@ from pydantic import BaseModel
 
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.embedding.hash import HashEmbedder
+from rag_experiments.fakes.openai_server import FakeOpenAIServer, schema_instance
 from rag_experiments.llm.base import Completion, Usage
 from rag_experiments.llm.errors import JUDGE_ERROR_REASONS, LLMHTTPError, LLMUnreachableError
-from rag_experiments.llm.fake_openai import FakeOpenAIServer, schema_instance
 from rag_experiments.llm.gate import EndpointDownError, EndpointGate
 from rag_experiments.llm.openai_compat import OpenAICompatChat
 from rag_experiments.metrics.answer_judge import AnswerJudge

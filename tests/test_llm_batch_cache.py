@@ -13,13 +13,13 @@ from pydantic import BaseModel, Field
 
 from rag_experiments.app import build, run_job
 from rag_experiments.errors import ConfigError
+from rag_experiments.fakes.ollama_server import FakeOllamaServer
 from rag_experiments.llm import factory
 from rag_experiments.llm.base import Completion, Usage
 from rag_experiments.llm.batch import ChatRequest, complete_many
 from rag_experiments.llm.cache import CachedChat, ResponseCache, request_key
 from rag_experiments.llm.errors import LLMTimeoutError
 from rag_experiments.llm.fake import FakeChat
-from rag_experiments.llm.fake_ollama import FakeOllamaServer
 from rag_experiments.llm.ollama import OllamaChat
 from rag_experiments.llm.usage import UsageMeter
 from rag_experiments.runner import evaluate

@@ -9,7 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from rag_experiments.app import build
+from rag_experiments.common.http import RetryPolicy
 from rag_experiments.errors import ConfigError
+from rag_experiments.fakes.ollama_server import FakeOllamaServer
 from rag_experiments.llm import factory
 from rag_experiments.llm.context import estimate_tokens, fit_contexts
 from rag_experiments.llm.errors import (
@@ -19,8 +21,6 @@ from rag_experiments.llm.errors import (
     ModelNotFoundError,
     is_retryable,
 )
-from rag_experiments.llm.fake_ollama import FakeOllamaServer
-from rag_experiments.llm.retry import RetryPolicy
 
 
 def test_estimate_tokens_by_hand():

@@ -1,5 +1,5 @@
 """OllamaChat and OllamaEmbedder against a fake Ollama speaking real HTTP on 127.0.0.1
-(:class:`~rag_experiments.llm.fake_ollama.FakeOllamaServer`)."""
+(:class:`~rag_experiments.fakes.ollama_server.FakeOllamaServer`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from rag_experiments.embedding.hash import HashEmbedder
 from rag_experiments.embedding.ollama import OllamaEmbedder
+from rag_experiments.fakes.ollama_server import FakeOllamaServer
 from rag_experiments.llm.errors import (
     ContextOverflowError,
     LLMParseError,
@@ -22,7 +23,6 @@ from rag_experiments.llm.errors import (
     LLMUnreachableError,
     ModelNotFoundError,
 )
-from rag_experiments.llm.fake_ollama import FakeOllamaServer
 from rag_experiments.llm.ollama import OllamaChat, canonical_model_name
 
 

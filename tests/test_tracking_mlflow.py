@@ -24,9 +24,9 @@ from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 from mlflow_server import mlflow_server  # noqa: F401  (module-scoped fixture)
 from omegaconf import OmegaConf
 
+from rag_experiments.common.redact import REDACTED
 from rag_experiments.errors import TrackingError
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
-from rag_experiments.tracking.names import REDACTED
 from rag_experiments.tracking.sweep import (
     PARENT_RUN_ID_FILE,
     MlflowSweepCallback,

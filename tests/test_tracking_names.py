@@ -12,13 +12,11 @@ from mlflow.utils.validation import (
     _validate_param,
 )
 
+from rag_experiments.common.redact import REDACTED, is_secret_key, redact
 from rag_experiments.errors import TrackingError
 from rag_experiments.tracking.mlflow_tracker import redact_yaml
 from rag_experiments.tracking.names import (
-    REDACTED,
     hash_suffixed,
-    is_secret_key,
-    redact,
     sanitize_metric_name,
     sanitize_metric_names,
 )

@@ -3,11 +3,12 @@ with embeddings on, LM Studio, Ollama's ``/v1``)."""
 
 from __future__ import annotations
 
+from rag_experiments.common.http import bearer_headers
 from rag_experiments.embedding.remote import RemoteEmbedder
 from rag_experiments.errors import LLMError
 from rag_experiments.llm.errors import LLMHTTPError, ModelNotFoundError
 from rag_experiments.llm.openai_compat import check_listed_model
-from rag_experiments.llm.transport import JsonHttp, bearer_headers
+from rag_experiments.llm.transport import JsonHttp
 
 
 class OpenAICompatEmbedder(RemoteEmbedder):

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rag_experiments.common.http import RetryPolicy
 from rag_experiments.errors import ConfigError, LLMError
-from rag_experiments.llm.retry import RetryPolicy
 
 
 class RemoteEmbedder:

@@ -26,9 +26,9 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 from omegaconf import DictConfig, OmegaConf
 
+from rag_experiments.common.redact import REDACTED
 from rag_experiments.errors import ConfigError, DatasetError, TrackingError
 from rag_experiments.tracking.mlflow_tracker import read_table
-from rag_experiments.tracking.names import REDACTED
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,14 @@ class                         ``reason``          retried    typical fix
 ============================  ==================  =========  ================================
 
 (``parse_error`` is retried ``parse_retries`` times by asking the model to repair its reply;
-the others marked "yes" are retried ``max_retries`` times with exponential backoff and jitter.)
+the others marked "yes" say ``retryable`` and are retried ``max_retries`` times with exponential
+backoff and jitter: :class:`~rag_experiments.common.http.RetryPolicy`,
+:func:`~rag_experiments.common.http.is_retryable`.)
 """
 
 from __future__ import annotations
 
+from rag_experiments.common.http import RETRYABLE_STATUS, is_retryable
 from rag_experiments.errors import LLMError
 from rag_experiments.llm.parsing import LLMParseError, LLMTruncatedError
 
@@ -37,9 +40,6 @@ __all__ = [
     "is_retryable",
 ]
 
-RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
-"""HTTP statuses worth another attempt: rate limited, or a server error that may pass."""
-
 BODY_SNIPPET_CHARS = 300
 """How much of an error response body an :class:`LLMHTTPError` message quotes."""
 
@@ -48,12 +48,14 @@ class LLMTimeoutError(LLMError):
     """The call took longer than ``timeout_s``."""
 
     reason = "timeout"
+    retryable = True
 
 
 class LLMUnreachableError(LLMError):
     """No connection to the model server (refused, reset, DNS failure)."""
 
     reason = "unreachable"
+    retryable = True
 
 
 class ModelNotFoundError(LLMError):
@@ -79,6 +81,7 @@ class LLMHTTPError(LLMError):
         self, message: str, *, status: int, body: str = "", retry_after_s: float | None = None
     ) -> None:
         self.status = status
+        self.retryable = status in RETRYABLE_STATUS
         self.body = body
         self.retry_after_s = retry_after_s
         snippet = " ".join(body.split())[:BODY_SNIPPET_CHARS]
@@ -118,19 +121,3 @@ JUDGE_ERROR_REASONS = SERVICE_ERROR_REASONS | {
     "llm_error",
 }
 """Every reason a judge call can fail with (counted per run as ``judge.errors.<reason>``)."""
-
-
-def is_retryable(exc: BaseException) -> bool:
-    """True for errors another attempt may cure: timeouts, no connection, HTTP 429 and 5xx.
-
-    Args:
-        exc: The error raised by one attempt.
-
-    Returns:
-        Whether to retry (after a backoff).
-    """
-    if not getattr(exc, "retryable", True):  # e.g. an open endpoint breaker (llm.gate)
-        return False
-    if isinstance(exc, (LLMTimeoutError, LLMUnreachableError)):
-        return True
-    return isinstance(exc, LLMHTTPError) and exc.status in RETRYABLE_STATUS

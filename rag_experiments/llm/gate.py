@@ -46,7 +46,7 @@ BACKPRESSURE_STATUS = frozenset({429, 503})
 class EndpointDownError(LLMUnreachableError):
     """The endpoint failed to connect ``trip_after`` times in a row; calls fail at once until
     the next probe. Reason ``unreachable``; never retried (see
-    :func:`~rag_experiments.llm.errors.is_retryable`)."""
+    :func:`~rag_experiments.common.http.is_retryable`)."""
 
     retryable = False
 

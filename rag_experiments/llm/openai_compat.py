@@ -19,11 +19,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rag_experiments.common.http import bearer_headers
 from rag_experiments.errors import LLMError
 from rag_experiments.llm.base import Message, Usage
 from rag_experiments.llm.errors import ContextOverflowError, LLMHTTPError, ModelNotFoundError
 from rag_experiments.llm.remote import RemoteChat, Reply
-from rag_experiments.llm.transport import JsonHttp, bearer_headers
+from rag_experiments.llm.transport import JsonHttp
 
 log = logging.getLogger(__name__)
 

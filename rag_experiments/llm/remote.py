@@ -15,13 +15,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rag_experiments.common.http import RetryPolicy
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import Completion, Message, Usage
 from rag_experiments.llm.context import estimate_tokens
 from rag_experiments.llm.errors import ContextOverflowError
 from rag_experiments.llm.gate import EndpointGate
 from rag_experiments.llm.parsing import LLMParseError, LLMTruncatedError, parse_structured
-from rag_experiments.llm.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 

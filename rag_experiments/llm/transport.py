@@ -1,51 +1,25 @@
 """JSON over HTTP for the model servers, with every transport failure turned into a typed
-:class:`~rag_experiments.errors.LLMError` (httpx underneath)."""
+:class:`~rag_experiments.errors.LLMError` (the shared
+:class:`~rag_experiments.common.http.HttpTransport` underneath)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import httpx
 
-from rag_experiments.errors import ConfigError
+from rag_experiments.common.http import HttpTransport, retry_after_s
 from rag_experiments.llm.errors import LLMHTTPError, LLMTimeoutError, LLMUnreachableError
-from rag_experiments.net import retry_after_s
 
 CHECK_TIMEOUT_S = 10.0
 """Seconds a model check (``check()``, run once before a job answers anything) waits for one
 answer of a server; a refused connection fails at once."""
 
 
-def bearer_headers(
-    api_key_env: str | None, where: str, field: str = "api_key_env"
-) -> dict[str, str]:
-    """``{"Authorization": "Bearer <key>"}`` with the key read from environment variable
-    ``api_key_env``; ``{}`` when no variable is named (a server without a key).
+class JsonHttp(HttpTransport):
+    """A small JSON client for one model server.
 
-    Args:
-        api_key_env: Name of the variable holding the key, or None.
-        where: Names the model or server in the message.
-        field: The config key that named the variable (for the message).
-
-    Raises:
-        ConfigError: The variable is named but not set (or empty).
-    """
-    if not api_key_env:
-        return {}
-    key = os.environ.get(api_key_env)
-    if not key:
-        raise ConfigError(
-            f"{where}: the environment variable {api_key_env} ({field}) is not "
-            f"set; export it or set {field}: null for a server without a key"
-        )
-    return {"Authorization": f"Bearer {key}"}
-
-
-class JsonHttp:
-    """A small JSON client for one server.
-
-    One ``httpx.Client`` (thread-safe, keeps connections alive) is shared by all threads. It
+    One pooled transport (thread-safe, keeps connections alive) is shared by all threads. It
     ignores proxy settings from the environment, so a request goes only to ``base_url``.
 
     Args:
@@ -68,21 +42,11 @@ class JsonHttp:
         headers: dict[str, str] | None = None,
         max_connections: int = 64,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout_s = timeout_s
+        super().__init__(
+            base_url, timeout_s=timeout_s, headers=headers, max_connections=max_connections
+        )
         self.where = where
         self.unreachable_hint = unreachable_hint
-        self._client = httpx.Client(
-            base_url=self.base_url,
-            timeout=httpx.Timeout(timeout_s),
-            headers=headers or {},
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
-            # No HTTP(S)_PROXY / .netrc from the environment: requests go to base_url and
-            # nowhere else (a proxy is another machine).
-            trust_env=False,
-        )
 
     def request(
         self,
@@ -109,9 +73,7 @@ class JsonHttp:
         """
         limit = self.timeout_s if timeout_s is None else timeout_s
         try:
-            response = self._client.request(
-                method, path, json=payload, timeout=httpx.Timeout(limit)
-            )
+            response = self.send(method, path, json=payload, timeout_s=limit)
         except httpx.TimeoutException as exc:
             raise LLMTimeoutError(
                 f"{self.where}: no answer to {path} within timeout_s={limit:g} s "
@@ -163,7 +125,3 @@ class JsonHttp:
                 f"cannot reach {url} (no answer within {CHECK_TIMEOUT_S:g} s) for {self.where}; "
                 f"{self.unreachable_hint}"
             ) from exc.__cause__
-
-    def close(self) -> None:
-        """Close the pooled connections."""
-        self._client.close()

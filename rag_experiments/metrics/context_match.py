@@ -37,57 +37,13 @@ should be read with that in mind:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from rag_experiments.errors import ConfigError
-from rag_experiments.text.normalize import word_tokens
+from rag_experiments.text.overlap import NormalisedText, check_overlap
 
-
-@dataclass(frozen=True)
-class _Normalised:
-    """A text as the matching rule sees it.
-
-    Attributes:
-        tokens: Distinct word tokens.
-        padded: Tokens in order, joined by single spaces, with one space on each side (so that
-            substring tests match whole words only).
-    """
-
-    tokens: frozenset[str]
-    padded: str
-
-    @classmethod
-    def of(cls, text: str) -> _Normalised:
-        words = word_tokens(text)
-        return cls(frozenset(words), f" {' '.join(words)} ")
-
-    @property
-    def empty(self) -> bool:
-        return not self.tokens
+__all__ = ["check_overlap", "context_matches", "has_words", "match_contexts"]
 
 
-def check_overlap(
-    min_overlap: float,
-    key: str = "min_overlap",
-    meaning: str = "share of a reference context's distinct words that a retrieved context "
-    "must hold",
-) -> float:
-    """``min_overlap`` as a float, checked to lie in (0, 1].
-
-    Args:
-        min_overlap: The value to check.
-        key: The config key named in the message.
-        meaning: What the share is, for the message.
-
-    Raises:
-        ConfigError: The value is outside (0, 1].
-    """
-    if not 0.0 < min_overlap <= 1.0:
-        raise ConfigError(f"{key} must be in (0, 1] ({meaning}), got {min_overlap}")
-    return float(min_overlap)
-
-
-def _covers(reference: _Normalised, context: _Normalised, min_overlap: float) -> bool:
+def _covers(reference: NormalisedText, context: NormalisedText, min_overlap: float) -> bool:
     if reference.empty or context.empty:
         return False
     shared = len(reference.tokens & context.tokens)
@@ -113,7 +69,7 @@ def context_matches(reference: str, context: str, min_overlap: float = 0.7) -> b
         ConfigError: ``min_overlap`` outside (0, 1].
     """
     min_overlap = check_overlap(min_overlap)
-    return _covers(_Normalised.of(reference), _Normalised.of(context), min_overlap)
+    return _covers(NormalisedText.of(reference), NormalisedText.of(context), min_overlap)
 
 
 def match_contexts(
@@ -135,11 +91,11 @@ def match_contexts(
         ConfigError: ``min_overlap`` outside (0, 1].
     """
     min_overlap = check_overlap(min_overlap)
-    refs = [_Normalised.of(r) for r in references]
+    refs = [NormalisedText.of(r) for r in references]
     found: set[int] = set()
     out: list[int | None] = []
     for text in contexts:
-        ctx = _Normalised.of(text)
+        ctx = NormalisedText.of(text)
         hit = next(
             (j for j, ref in enumerate(refs) if j not in found and _covers(ref, ctx, min_overlap)),
             None,
@@ -159,4 +115,4 @@ def has_words(text: str) -> bool:
     Returns:
         True when NFKC + casefold + ``\\w+`` finds a token.
     """
-    return not _Normalised.of(text).empty
+    return not NormalisedText.of(text).empty

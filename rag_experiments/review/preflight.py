@@ -16,8 +16,8 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from rag_experiments.app import target_class
+from rag_experiments.common.http import bearer_headers
 from rag_experiments.errors import RagExpError, ReviewError
-from rag_experiments.llm.transport import bearer_headers
 
 
 def check_model(node: Any, role: str = "generator") -> None:

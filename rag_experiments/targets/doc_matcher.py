@@ -3,7 +3,7 @@
 Doc-level retrieval metrics (``Hit@k``, ``MRR@k`` …) rank document ids. An endpoint that returns
 only context texts gives none, so :class:`~rag_experiments.targets.http.HttpTarget` maps each
 context to a corpus document by text, with the normalisation of the chunk-level matching rule
-(:mod:`rag_experiments.metrics.context_match`: NFKC, case-folded, ``\\w+`` word tokens):
+(:mod:`rag_experiments.text.overlap`: NFKC, case-folded, ``\\w+`` word tokens):
 
 1. A context **belongs to** the first document, in corpus order, whose normalised text
    contains the context's normalised text as a run of whole words (a verbatim chunk of it,
@@ -35,9 +35,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-# The chunk-level rule's normalisation, reused so that both matchers see the same words.
-from rag_experiments.metrics.context_match import _Normalised, check_overlap
 from rag_experiments.records import Document
+
+# The chunk-level rule's normalisation, reused so that both matchers see the same words.
+from rag_experiments.text.overlap import NormalisedText, check_overlap
 
 UNMATCHED_PREFIX = "unmatched:"
 """Prefix of the placeholder id of a context that belongs to no document."""
@@ -64,7 +65,7 @@ class CorpusDocMatcher:
             "share of a context's words its document must hold",
         )
         self.doc_ids = [d.id for d in corpus]
-        self._docs = [_Normalised.of(d.text) for d in corpus]
+        self._docs = [NormalisedText.of(d.text) for d in corpus]
         postings: dict[str, list[int]] = {}
         for i, doc in enumerate(self._docs):
             for token in doc.tokens:
@@ -81,7 +82,7 @@ class CorpusDocMatcher:
             A corpus document id, or None when no document contains the context and none
             holds ``min_overlap`` of its words.
         """
-        ctx = _Normalised.of(context)
+        ctx = NormalisedText.of(context)
         if ctx.empty or not self._docs:
             return None
         lists = [self._postings[t] for t in ctx.tokens if t in self._postings]

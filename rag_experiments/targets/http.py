@@ -22,11 +22,11 @@ reason                        when
 ``mapping_invalid``           a mapped value has the wrong shape
 ============================  ================================================================
 
-**Retries** (tenacity): timeouts, connection errors and the statuses in ``retry_statuses``
-(default 429, 500, 502, 503, 504) are retried ``retries`` times with exponential backoff
-(``backoff_s``, doubling, at most ``backoff_max_s``; a ``Retry-After`` header in seconds is
-honoured up to that maximum). Other statuses, non-JSON bodies and mapping errors are not
-retried: the same request would fail the same way.
+**Retries** (the shared :class:`~rag_experiments.common.http.RetryPolicy`, no jitter):
+timeouts, connection errors and the statuses in ``retry_statuses`` (default 429, 500, 502, 503,
+504) are retried ``retries`` times with exponential backoff (``backoff_s``, doubling, at most
+``backoff_max_s``; a ``Retry-After`` header is honoured up to that maximum). Other statuses,
+non-JSON bodies and mapping errors are not retried: the same request would fail the same way.
 
 **Latency** (``latency_ms``) is the wall time of the whole answer, retries and backoff included,
 measured in the worker that sends it (queueing for a worker is not counted). It is recorded on
@@ -55,26 +55,19 @@ import logging
 import re
 import ssl
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import httpx
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
 
+from rag_experiments.common.http import HttpTransport, RetryableStatusError, RetryPolicy
+from rag_experiments.common.redact import public_url
 from rag_experiments.errors import ConfigError, TargetError
-from rag_experiments.net import retry_after_s
 from rag_experiments.records import RagResponse, Sample
 from rag_experiments.targets.doc_matcher import CorpusDocMatcher
 from rag_experiments.targets.request_template import RequestTemplate
 from rag_experiments.targets.response_mapping import ResponseMapping
-from rag_experiments.tracking.names import REDACTED
 
 if TYPE_CHECKING:
     from rag_experiments.data.base import EvalDataset
@@ -88,7 +81,6 @@ SNIPPET_CHARS = 200
 """How much of a response body an error message quotes."""
 
 _METHODS = ("POST", "GET", "PUT")
-_RETRYABLE_TRANSPORT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 
 
 class HttpStatusError(TargetError):
@@ -99,29 +91,9 @@ class HttpStatusError(TargetError):
         super().__init__(reason, message)
 
 
-class _RetryableStatusError(TargetError):
-    """A status worth retrying (429, 5xx); raised inside the retry loop only."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        self.response = response
-        self.retry_after = retry_after_s(response.headers)
-        super().__init__(f"http_{response.status_code}", f"HTTP {response.status_code}")
-
-
 def _snippet(text: str) -> str:
     text = re.sub(r"\s+", " ", text).strip()
     return text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 1] + "…"
-
-
-def public_url(url: str) -> str:
-    """``url`` with a password in its user-info part replaced by ``***REDACTED***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username}:{REDACTED}@{parts.hostname}"
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 class HttpTarget:
@@ -226,16 +198,16 @@ class HttpTarget:
         verify: bool | ssl.SSLContext = bool(verify_tls)
         if verify_tls and ca_bundle:
             verify = ssl.create_default_context(cafile=ca_bundle)
-        self._client = httpx.Client(
+        self._http = HttpTransport(
+            timeout_s=self.timeout_s,
             headers=self.template.headers,
-            timeout=httpx.Timeout(self.timeout_s),
-            limits=httpx.Limits(
-                max_connections=max(10, self.max_concurrency),
-                max_keepalive_connections=self.max_concurrency,
-            ),
+            max_connections=max(10, self.max_concurrency),
+            max_keepalive=self.max_concurrency,
             follow_redirects=True,
             verify=verify,
+            trust_env=True,
         )
+        self._retry = RetryPolicy(self.retries, self.backoff_s, self.backoff_max_s, jitter=False)
 
     # --- Target protocol --------------------------------------------------------------------
     def check(self) -> None:
@@ -330,60 +302,38 @@ class HttpTarget:
 
     def close(self) -> None:
         """Close the connection pool."""
-        self._client.close()
+        self._http.close()
 
     # --- internals --------------------------------------------------------------------------
-    def _retrying(self, what: str, attempts: list[int]) -> Retrying:
-        backoff = wait_exponential(multiplier=self.backoff_s, max=self.backoff_max_s)
+    def _with_retries(
+        self, what: str, attempts: list[int], fn: Callable[[], httpx.Response]
+    ) -> httpx.Response:
+        """``fn()`` under the retry policy; ``attempts[0]`` counts the attempts made."""
 
-        def wait(state: RetryCallState) -> float:
-            base = float(backoff(state))
-            exc = state.outcome.exception() if state.outcome else None
-            if isinstance(exc, _RetryableStatusError) and exc.retry_after is not None:
-                return min(max(base, exc.retry_after), self.backoff_max_s)
-            return base
-
-        def before_sleep(state: RetryCallState) -> None:
-            exc = state.outcome.exception() if state.outcome else None
-            log.warning(
-                "%s: attempt %d/%d failed (%s); retrying in %.2f s",
-                what,
-                state.attempt_number,
-                self.retries + 1,
-                self.template.scrub(_describe_exc(exc)),
-                state.next_action.sleep if state.next_action else 0.0,
-            )
-
-        def count(_: RetryCallState) -> None:
+        def count() -> None:
             attempts[0] += 1
 
-        return Retrying(
-            stop=stop_after_attempt(self.retries + 1),
-            wait=wait,
-            retry=retry_if_exception(
-                lambda e: isinstance(e, (_RetryableStatusError, *_RETRYABLE_TRANSPORT))
-            ),
-            before=count,
-            before_sleep=before_sleep,
-            reraise=True,
+        return self._retry.call(
+            fn,
+            what,
+            on_attempt=count,
+            describe=lambda exc: self.template.scrub(_describe_exc(exc)),
         )
 
     def _request(self, sample: Sample) -> httpx.Response:
         body = self.template.render(sample)
         if self.method == "GET":
-            reply = self._client.get(self.url, params=body)
-        else:
-            reply = self._client.request(self.method, self.url, json=body)
-        if reply.status_code in self.retry_statuses:
-            raise _RetryableStatusError(reply)
-        return reply
+            return self._http.send("GET", self.url, params=body, retry_statuses=self.retry_statuses)
+        return self._http.send(self.method, self.url, json=body, retry_statuses=self.retry_statuses)
 
     def _send(self, sample: Sample, attempts: list[int]) -> httpx.Response:
         """The request with retries; transport errors become :class:`TargetError`."""
         where = f"{self.method} {public_url(self.url)}"
         try:
-            return self._retrying(f"question {sample.id}: {where}", attempts)(self._request, sample)
-        except _RetryableStatusError as exc:
+            return self._with_retries(
+                f"question {sample.id}: {where}", attempts, lambda: self._request(sample)
+            )
+        except RetryableStatusError as exc:
             raise self._status_error(exc.response, attempts[0]) from None
         except httpx.TimeoutException as exc:
             raise TargetError(
@@ -446,14 +396,11 @@ class HttpTarget:
         where = f"GET {public_url(url)}"
 
         def get() -> httpx.Response:
-            reply = self._client.get(url)
-            if reply.status_code in self.retry_statuses:
-                raise _RetryableStatusError(reply)
-            return reply
+            return self._http.send("GET", url, retry_statuses=self.retry_statuses)
 
         try:
-            reply = self._retrying(f"health check {where}", attempts)(get)
-        except (httpx.HTTPError, _RetryableStatusError) as exc:
+            reply = self._with_retries(f"health check {where}", attempts, get)
+        except (httpx.HTTPError, RetryableStatusError) as exc:
             raise TargetError(
                 "endpoint_unavailable",
                 self.template.scrub(
@@ -473,6 +420,6 @@ class HttpTarget:
 def _describe_exc(exc: BaseException | None) -> str:
     if exc is None:
         return "unknown error"
-    if isinstance(exc, _RetryableStatusError):
+    if isinstance(exc, RetryableStatusError):
         return f"HTTP {exc.response.status_code}"
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

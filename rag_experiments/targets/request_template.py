@@ -31,9 +31,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from rag_experiments.common.redact import REDACTED, is_secret_key, redact
 from rag_experiments.errors import ConfigError
 from rag_experiments.records import Sample
-from rag_experiments.tracking.names import REDACTED, is_secret_key, redact
 
 BODY_FIELDS: tuple[str, ...] = ("user_input", "id", "question_type")
 """Placeholders a body template may use."""

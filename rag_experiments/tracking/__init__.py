@@ -5,14 +5,9 @@ MLflow's telemetry is switched off by :mod:`rag_experiments.offline` when the pa
 
 from __future__ import annotations
 
+from rag_experiments.common.redact import REDACTED, is_secret_key, redact
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
-from rag_experiments.tracking.names import (
-    REDACTED,
-    is_secret_key,
-    redact,
-    sanitize_metric_name,
-    sanitize_metric_names,
-)
+from rag_experiments.tracking.names import sanitize_metric_name, sanitize_metric_names
 from rag_experiments.tracking.params import flatten_params
 from rag_experiments.tracking.sweep import (
     MlflowSweepCallback,

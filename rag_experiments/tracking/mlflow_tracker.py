@@ -51,12 +51,10 @@ from mlflow.utils.validation import (
 )
 from sqlalchemy.engine import make_url
 
+from rag_experiments.common.redact import REDACTED, is_secret_key, redact
 from rag_experiments.errors import TrackingError
 from rag_experiments.tracking.names import (
-    REDACTED,
     hash_suffixed,
-    is_secret_key,
-    redact,
     sanitize_metric_name,
     sanitize_metric_names,
 )

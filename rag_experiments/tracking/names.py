@@ -1,4 +1,4 @@
-"""Names MLflow accepts, and secrets it must never see.
+"""Names MLflow accepts.
 
 MLflow keys (metric names, param keys, tag keys) may only hold alphanumerics, ``_ - . /``, spaces
 and, outside Windows, ``:`` (``mlflow.utils.validation.validate_param_and_metric_name``); they must
@@ -7,8 +7,8 @@ segment, no trailing ``/``) and hold at most ``MAX_ENTITY_KEY_LENGTH`` (250) cha
 canonical metric names carry parameters (``nDCG@10``), so they are mapped to keys by
 :func:`sanitize_metric_name`, and the mapping is logged with the run.
 
-Secrets are removed by :func:`redact` before anything (params, tags, the config artifact) is
-logged.
+Secrets are removed by :func:`rag_experiments.common.redact.redact` before anything (params,
+tags, the config artifact) is logged.
 """
 
 from __future__ import annotations
@@ -17,36 +17,14 @@ import hashlib
 import posixpath
 import re
 from collections.abc import Iterable
-from typing import Any
 
 from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH
 
 from rag_experiments.errors import TrackingError
 
-REDACTED = "***REDACTED***"
-"""What replaces a secret value."""
-
 _INVALID_KEY_CHAR = re.compile(r"[^A-Za-z0-9_\-. /]")
 """Characters MLflow refuses in a key, plus ``:`` (refused on Windows) and any non-ASCII
 character (MLflow's ``\\w`` admits Unicode letters, but other stores and tools may not)."""
-
-_SECRET_WORDS: tuple[tuple[str, ...], ...] = (
-    ("api", "key"),
-    ("apikey",),
-    ("token",),
-    ("secret",),
-    ("password",),
-    ("passwd",),
-    ("authorization",),
-)
-"""Word sequences that mark a key as secret (matched on whole word parts, see
-:func:`is_secret_key`)."""
-
-_BEARER = re.compile(r"\bBearer\s+\S+", re.IGNORECASE)
-"""A bearer credential inside a string value (``Authorization: Bearer abc…``)."""
-
-_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+")
 
 
 def hash_suffixed(text: str, limit: int, *, key_safe: bool = False) -> str:
@@ -137,56 +115,6 @@ def sanitize_metric_names(names: Iterable[str]) -> dict[str, str]:
         owner[key] = name
         mapping[name] = key
     return mapping
-
-
-def is_secret_key(key: str) -> bool:
-    """Tell whether a mapping key names a secret.
-
-    The key is split into lower-case word parts at non-alphanumerics and camelCase boundaries
-    (``openaiApiKey`` → ``openai, api, key``; ``X-Auth-Token`` → ``x, auth, token``). It is
-    secret when the parts contain ``api key``, ``apikey``, ``token``, ``secret``, ``password``,
-    ``passwd`` or ``authorization`` as whole consecutive parts. Whole parts keep ordinary keys
-    such as ``max_tokens`` or ``tokenizer`` public.
-
-    Args:
-        key: A mapping key (a non-string key is converted with ``str``).
-
-    Returns:
-        True when the key's value must be redacted.
-    """
-    parts = [p.lower() for p in _WORD_SPLIT.split(_CAMEL_BOUNDARY.sub("_", str(key))) if p]
-    for words in _SECRET_WORDS:
-        n = len(words)
-        if any(tuple(parts[i : i + n]) == words for i in range(len(parts) - n + 1)):
-            return True
-    return False
-
-
-def redact(obj: Any) -> Any:
-    """Return a copy of ``obj`` with every secret replaced by :data:`REDACTED`.
-
-    Walks nested dicts, lists and tuples. The whole value of a secret key (see
-    :func:`is_secret_key`) is replaced, whatever its type; in every string, each
-    ``Bearer <credential>`` is replaced too (``"Authorization: Bearer abc"`` →
-    ``"Authorization: ***REDACTED***"``). Other values are returned as they are; so is a secret
-    key whose value is None (nothing to hide, and ``rag-exp rerun`` can reuse the config).
-
-    Args:
-        obj: A config-like structure (dicts, lists, scalars).
-
-    Returns:
-        The redacted copy (dicts and lists are new objects; tuples become lists).
-    """
-    if isinstance(obj, dict):
-        return {
-            k: (REDACTED if is_secret_key(k) and v is not None else redact(v))
-            for k, v in obj.items()
-        }
-    if isinstance(obj, (list, tuple)):
-        return [redact(v) for v in obj]
-    if isinstance(obj, str):
-        return _BEARER.sub(REDACTED, obj)
-    return obj
 
 
 def _changes_as_path(key: str) -> bool:

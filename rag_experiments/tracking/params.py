@@ -15,8 +15,9 @@ from typing import Any
 
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
+from rag_experiments.common.redact import redact
 from rag_experiments.errors import TrackingError
-from rag_experiments.tracking.names import hash_suffixed, redact, sanitize_metric_name
+from rag_experiments.tracking.names import hash_suffixed, sanitize_metric_name
 
 
 def flatten_params(cfg: Mapping[str, Any]) -> dict[str, str]:

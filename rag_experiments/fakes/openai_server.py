@@ -12,7 +12,7 @@ beyond that waits for a free slot, as a server's queue does) and answers:
 - otherwise the text ``ok``.
 
 ``GET /v1/models`` lists ``model``; ``GET /stats`` returns ``{"requests", "faults",
-"peak_in_flight"}``. ``python -m rag_experiments.llm.fake_openai --latency 0.2 --slots 8``
+"peak_in_flight"}``. ``python -m rag_experiments.fakes.openai_server --latency 0.2 --slots 8``
 serves it in its own process (so a benchmark's client does not share a GIL with it) and prints
 its URL on the first line. Faults are injected on a deterministic share of the chat
 requests (request ``n`` is faulted when ``floor((n + 1) * share) > floor(n * share)``):
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from rag_experiments.llm.fake_server import LocalServer
+from rag_experiments.fakes.local_server import LocalServer
 
 FAULTS = ("429", "500", "garbage", "drop")
 """Fault kinds :class:`FakeOpenAIServer` can inject."""
@@ -265,7 +265,7 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
 
 
 def main() -> None:
-    """``python -m rag_experiments.llm.fake_openai``: serve until killed; print the URL."""
+    """``python -m rag_experiments.fakes.openai_server``: serve until killed; print the URL."""
     import argparse
 
     parser = argparse.ArgumentParser(description="A fake OpenAI-compatible chat server.")

@@ -33,7 +33,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from rag_experiments.embedding.hash import HashEmbedder
-from rag_experiments.llm.fake_server import LocalServer
+from rag_experiments.fakes.local_server import LocalServer
 from rag_experiments.llm.ollama import canonical_model_name
 
 DEFAULT_MODELS: dict[str, str] = {

@@ -1,0 +1,329 @@
+"""HTTP for every client of the package: model servers (:mod:`rag_experiments.llm`), embedding
+servers (:mod:`rag_experiments.embedding`) and RAG endpoints (:mod:`rag_experiments.targets`).
+
+- :class:`HttpTransport`: one pooled, thread-safe ``httpx.Client`` to one server; one attempt
+  per :meth:`~HttpTransport.send`, transport failures raised as httpx raises them (each caller
+  turns them into its own typed errors and reasons).
+- :class:`RetryPolicy`: attempts with exponential backoff (tenacity), only for failures the
+  package calls retryable (:func:`is_retryable`); a :class:`RetryableStatusError` carrying
+  ``Retry-After`` waits at least that long (up to ``backoff_max_s``).
+- :func:`retry_after_s`, :func:`bearer_headers`: the ``Retry-After`` header and bearer keys.
+
+The module knows nothing of models, metrics or targets (it imports only
+:mod:`rag_experiments.errors`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any, TypeVar
+
+import httpx
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    before_nothing,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+    wait_random_exponential,
+)
+
+from rag_experiments.errors import ConfigError, RagExpError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+"""HTTP statuses worth another attempt: rate limited, or a server error that may pass."""
+
+RETRYABLE_TRANSPORT: tuple[type[Exception], ...] = (
+    httpx.TimeoutException,
+    httpx.NetworkError,
+    httpx.RemoteProtocolError,
+)
+"""httpx failures worth another attempt: a timeout, a refused/reset/dropped connection."""
+
+
+def retry_after_s(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """Seconds a server asks the client to wait, from its ``Retry-After`` header.
+
+    The header is either a number of seconds or an HTTP date (RFC 9110, section 10.2.3).
+
+    Args:
+        headers: Response headers (case-insensitive mapping, as httpx gives them; a plain
+            dict is looked up as ``retry-after`` and ``Retry-After``).
+        now: The current Unix time for an HTTP date (default: the clock).
+
+    Returns:
+        The wait in seconds (>= 0), or None when the header is absent or unreadable.
+    """
+    value = (headers.get("retry-after") or headers.get("Retry-After") or "").strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when - (time.time() if now is None else now))
+
+
+def bearer_headers(
+    api_key_env: str | None, where: str, field: str = "api_key_env"
+) -> dict[str, str]:
+    """``{"Authorization": "Bearer <key>"}`` with the key read from environment variable
+    ``api_key_env``; ``{}`` when no variable is named (a server without a key).
+
+    Args:
+        api_key_env: Name of the variable holding the key, or None.
+        where: Names the model or server in the message.
+        field: The config key that named the variable (for the message).
+
+    Raises:
+        ConfigError: The variable is named but not set (or empty).
+    """
+    if not api_key_env:
+        return {}
+    key = os.environ.get(api_key_env)
+    if not key:
+        raise ConfigError(
+            f"{where}: the environment variable {api_key_env} ({field}) is not "
+            f"set; export it or set {field}: null for a server without a key"
+        )
+    return {"Authorization": f"Bearer {key}"}
+
+
+class RetryableStatusError(RagExpError):
+    """A reply whose status is worth another attempt (429, 5xx); raised by
+    :meth:`HttpTransport.send` when the caller names ``retry_statuses``.
+
+    Attributes:
+        response: The reply.
+        retry_after_s: The server's ``Retry-After`` in seconds, or None.
+    """
+
+    retryable = True
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self.retry_after_s = retry_after_s(response.headers)
+        super().__init__(f"HTTP {response.status_code}")
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """True for errors another attempt may cure: a package error that says so
+    (:attr:`RagExpError.retryable <rag_experiments.errors.RagExpError.retryable>`: a timeout,
+    no connection, HTTP 429/5xx …) or a retryable httpx failure (:data:`RETRYABLE_TRANSPORT`).
+
+    Args:
+        exc: The error raised by one attempt.
+
+    Returns:
+        Whether to retry (after a backoff).
+    """
+    if isinstance(exc, RagExpError):
+        return exc.retryable
+    return isinstance(exc, RETRYABLE_TRANSPORT)
+
+
+class HttpTransport:
+    """One pooled ``httpx.Client`` to one server (thread-safe, keeps connections alive).
+
+    Args:
+        base_url: Server root that relative paths are joined to (``""``: absolute URLs).
+        timeout_s: Limit in seconds for connecting, and for each read or write of one request
+            (a non-streamed answer arrives in one read, so this bounds the whole call).
+        headers: Headers sent with every request (e.g. ``Authorization``); never logged.
+        max_connections: Connection pool size (at least the number of concurrent callers).
+        max_keepalive: Idle connections kept open (None = ``max_connections``).
+        follow_redirects: Follow 3xx answers.
+        verify: Check TLS certificates (True), skip the check (False), or an ``ssl`` context
+            (an internal CA).
+        trust_env: Read ``HTTP(S)_PROXY`` / ``.netrc`` from the environment. False sends
+            requests to the named server only (a proxy is another machine).
+    """
+
+    def __init__(
+        self,
+        base_url: str = "",
+        *,
+        timeout_s: float,
+        headers: Mapping[str, str] | None = None,
+        max_connections: int = 64,
+        max_keepalive: int | None = None,
+        follow_redirects: bool = False,
+        verify: bool | ssl.SSLContext = True,
+        trust_env: bool = False,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._client = httpx.Client(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(timeout_s),
+            headers=dict(headers or {}),
+            limits=httpx.Limits(
+                max_connections=max_connections,
+                max_keepalive_connections=(
+                    max_connections if max_keepalive is None else max_keepalive
+                ),
+            ),
+            follow_redirects=follow_redirects,
+            verify=verify,
+            trust_env=trust_env,
+        )
+
+    def send(
+        self,
+        method: str,
+        url: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        timeout_s: float | None = None,
+        retry_statuses: frozenset[int] = frozenset(),
+    ) -> httpx.Response:
+        """Send one request (one attempt, no retry).
+
+        Args:
+            method: ``GET``, ``POST`` or ``PUT``.
+            url: A path under ``base_url`` or an absolute URL.
+            json: JSON body (None = no body).
+            params: Query parameters.
+            timeout_s: Limit of this request (None = the transport's ``timeout_s``).
+            retry_statuses: Statuses raised as :class:`RetryableStatusError` (for a
+                :class:`RetryPolicy` to retry); any other status is returned.
+
+        Returns:
+            The reply, whatever its status outside ``retry_statuses``.
+
+        Raises:
+            RetryableStatusError: The status is in ``retry_statuses``.
+            httpx.TimeoutException: No complete answer within the limit.
+            httpx.TransportError: Connection refused, reset or name not resolved.
+        """
+        limit = httpx.Timeout(self.timeout_s if timeout_s is None else timeout_s)
+        reply = self._client.request(method, url, json=json, params=params, timeout=limit)
+        if reply.status_code in retry_statuses:
+            raise RetryableStatusError(reply)
+        return reply
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self._client.close()
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how long to retry a failed call.
+
+    Attempt ``n`` (1-based) that fails with a retryable error (:func:`is_retryable`: timeout,
+    no connection, HTTP 429/5xx) is followed, after a
+    wait, by attempt ``n + 1``, up to ``max_retries + 1`` attempts; any other error is raised
+    at once, and so is the last attempt's error. The wait after attempt ``n``:
+
+    - ``jitter=True`` ("full jitter", Brooker 2015, *Exponential Backoff And Jitter*, AWS
+      Architecture Blog; tenacity's ``wait_random_exponential``): drawn uniformly from
+      ``[0, min(backoff_max_s, backoff_s * 2**(n-1))]``;
+    - ``jitter=False`` (tenacity's ``wait_exponential``):
+      ``min(backoff_max_s, backoff_s * 2**(n-1))``;
+    - either way, after a :class:`RetryableStatusError` with ``Retry-After``, at least that
+      many seconds, capped at ``backoff_max_s``.
+
+    So one call takes at most ``(max_retries + 1) * timeout_s`` plus the waits, and the waits
+    without ``Retry-After`` add up to at most :meth:`max_total_wait_s`.
+
+    Attributes:
+        max_retries: Extra attempts after the first (0 = no retry).
+        backoff_s: Scale of the first wait in seconds.
+        backoff_max_s: Cap of any single wait in seconds.
+        jitter: Draw each wait at random below its exponential bound.
+
+    Raises:
+        ConfigError: A negative setting.
+    """
+
+    max_retries: int = 2
+    backoff_s: float = 0.5
+    backoff_max_s: float = 8.0
+    jitter: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ConfigError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.backoff_s < 0 or self.backoff_max_s < 0:
+            raise ConfigError(
+                f"backoff_s and backoff_max_s must be >= 0, got {self.backoff_s}, "
+                f"{self.backoff_max_s}"
+            )
+
+    def max_total_wait_s(self) -> float:
+        """Upper bound of the summed backoff waits of one call (no ``Retry-After``), in s."""
+        return sum(min(self.backoff_max_s, self.backoff_s * 2**k) for k in range(self.max_retries))
+
+    def call(
+        self,
+        fn: Callable[[], T],
+        what: str = "call",
+        *,
+        on_attempt: Callable[[], None] | None = None,
+        describe: Callable[[BaseException | None], str] = str,
+    ) -> T:
+        """Run ``fn`` with retries.
+
+        Args:
+            fn: One attempt.
+            what: Names the call in the retry log lines
+                (``"<what>: attempt 1/3 failed (<error>); retrying in 0.50 s"``).
+            on_attempt: Called before each attempt (e.g. to count them).
+            describe: Renders a failed attempt's error for the log line (e.g. to hide
+                secrets).
+
+        Returns:
+            ``fn()``'s result from the first attempt that succeeded.
+
+        Raises:
+            Exception: The last attempt's error, or the first one that is not retryable.
+        """
+        if self.jitter:
+            backoff = wait_random_exponential(multiplier=self.backoff_s, max=self.backoff_max_s)
+        else:
+            backoff = wait_exponential(multiplier=self.backoff_s, max=self.backoff_max_s)
+
+        def wait(state: RetryCallState) -> float:
+            base = float(backoff(state))
+            exc = state.outcome.exception() if state.outcome else None
+            if isinstance(exc, RetryableStatusError) and exc.retry_after_s is not None:
+                return min(max(base, exc.retry_after_s), self.backoff_max_s)
+            return base
+
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            log.warning(
+                "%s: attempt %d/%d failed (%s); retrying in %.2f s",
+                what,
+                state.attempt_number,
+                self.max_retries + 1,
+                describe(exc),
+                state.next_action.sleep if state.next_action else 0.0,
+            )
+
+        retrying = Retrying(
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=wait,
+            retry=retry_if_exception(is_retryable),
+            before=(lambda _state: on_attempt()) if on_attempt is not None else before_nothing,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        return retrying(fn)

@@ -1,0 +1,96 @@
+"""The shared HTTP retry policy (rag_experiments.common.http): which errors are retried, how
+long each wait is (exponential, capped, Retry-After honoured), and the Retry-After header."""
+
+from __future__ import annotations
+
+import calendar
+import logging
+import re
+
+import httpx
+import pytest
+
+from rag_experiments.common.http import (
+    RetryableStatusError,
+    RetryPolicy,
+    is_retryable,
+    retry_after_s,
+)
+from rag_experiments.errors import ConfigError, TargetError
+
+
+def _status(code: int, retry_after: str | None = None) -> RetryableStatusError:
+    headers = {"Retry-After": retry_after} if retry_after is not None else {}
+    return RetryableStatusError(httpx.Response(code, headers=headers))
+
+
+def _waits(caplog: pytest.LogCaptureFixture) -> list[float]:
+    return [float(w) for w in re.findall(r"retrying in ([0-9.]+) s", caplog.text)]
+
+
+def test_retry_after_header_in_seconds_or_as_an_http_date() -> None:
+    assert retry_after_s({"Retry-After": "3"}) == 3.0
+    assert retry_after_s({"retry-after": "-5"}) == 0.0
+    assert retry_after_s({}) is None and retry_after_s({"Retry-After": "soon"}) is None
+    when = calendar.timegm((2015, 10, 21, 7, 28, 0))  # RFC 9110's example date
+    assert retry_after_s({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, now=when - 120) == 120.0
+
+
+def test_what_is_retried() -> None:
+    assert is_retryable(_status(503)) and is_retryable(httpx.ConnectError("refused"))
+    assert is_retryable(httpx.ReadTimeout("slow")) and is_retryable(httpx.RemoteProtocolError("x"))
+    assert not is_retryable(TargetError("non_json", "x")) and not is_retryable(ValueError("x"))
+
+
+def test_waits_double_up_to_the_cap_and_honour_retry_after(caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="rag_experiments.common.http")
+    errors = [_status(503), _status(503), _status(503), _status(503)]
+    attempts: list[int] = []
+
+    def fail() -> str:
+        attempts.append(1)
+        raise errors[len(attempts) - 1]
+
+    policy = RetryPolicy(max_retries=3, backoff_s=0.01, backoff_max_s=0.03, jitter=False)
+    with pytest.raises(RetryableStatusError):
+        policy.call(fail, "q1")
+    assert len(attempts) == 4
+    assert _waits(caplog) == [0.01, 0.02, 0.03]  # min(0.03, 0.01 * 2**k), k = 0, 1, 2
+    assert "q1: attempt 1/4 failed (HTTP 503)" in caplog.text
+
+    caplog.clear()
+    errors[:] = [_status(429, "0.04"), _status(429, "60"), _status(429)]
+    attempts.clear()
+    counted: list[int] = []
+    with pytest.raises(RetryableStatusError):
+        RetryPolicy(2, 0.01, 0.05, jitter=False).call(fail, on_attempt=lambda: counted.append(1))
+    # max(backoff, Retry-After) capped at backoff_max_s: max(0.01, 0.04), min(max(0.02, 60), 0.05)
+    assert _waits(caplog) == [0.04, 0.05] and len(counted) == 3
+
+
+def test_a_non_retryable_error_is_raised_at_once_and_jitter_stays_below_the_bound(caplog) -> None:
+    calls: list[int] = []
+
+    def bad() -> None:
+        calls.append(1)
+        raise TargetError("mapping_empty", "x")
+
+    with pytest.raises(TargetError):
+        RetryPolicy(max_retries=5, backoff_s=0.0).call(bad)
+    assert calls == [1]
+
+    caplog.set_level(logging.WARNING, logger="rag_experiments.common.http")
+    flaky = iter([httpx.ConnectError("refused")] * 3)
+
+    def once_ok() -> str:
+        exc = next(flaky, None)
+        if exc is not None:
+            raise exc
+        return "ok"
+
+    assert RetryPolicy(max_retries=3, backoff_s=0.004, backoff_max_s=0.01).call(once_ok) == "ok"
+    bounds = [0.004, 0.008, 0.01]
+    assert len(_waits(caplog)) == 3
+    assert all(0.0 <= w <= b + 0.005 for w, b in zip(_waits(caplog), bounds, strict=True))
+    with pytest.raises(ConfigError, match="max_retries must be >= 0"):
+        RetryPolicy(max_retries=-1)
