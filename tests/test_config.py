@@ -6,9 +6,12 @@ from __future__ import annotations
 import pickle
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pytest
+from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.plugins import Plugins
 from hydra.errors import ConfigCompositionException
 from hydra.plugins.config_source import ConfigLoadError
@@ -17,7 +20,13 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError
 
 from rag_experiments.app import CONF_DIR
-from rag_experiments.config.schema import CHAT_MODELS, SCHEMAS, JudgeRoleConf
+from rag_experiments.config.schema import (
+    CHAT_MODELS,
+    SCHEMAS,
+    GenerationConf,
+    JudgeRoleConf,
+    register_configs,
+)
 from rag_experiments.generate.config import register_generate_config
 from rag_experiments.metrics.judge_config import JUDGE_ONLY_KEYS, judge_model_node
 from rag_experiments.qualify.config import register_judge_check_config
@@ -194,3 +203,55 @@ def test_a_composed_judge_config_pickles(compose_cfg):
     back = pickle.loads(pickle.dumps(cfg))
     assert back.judge.model == "qwen2.5:7b"
     assert OmegaConf.get_type(back.judge) is SCHEMAS["judge"]["ollama"]
+
+
+class EchoChat:
+    """The chat-model module of the provider added by the test below (what
+    ``rag_experiments/llm/<name>.py`` would hold)."""
+
+    def __init__(
+        self, reply: str = "echo", max_tokens: int = 512, temperature: float = 0.0, seed: int = 0
+    ) -> None:
+        self.reply, self.max_tokens = reply, max_tokens
+
+
+@dataclass
+class EchoLLMConf(GenerationConf):
+    """The provider's schema (what ``rag_experiments/config/schema.py`` would hold)."""
+
+    _target_: str = f"{__name__}.EchoChat"
+    reply: str = "echo"
+
+
+def test_a_new_chat_provider_is_one_module_one_schema_entry_one_yaml(tmp_path, monkeypatch):
+    monkeypatch.setitem(CHAT_MODELS, "echo", EchoLLMConf)  # the one line in CHAT_MODELS
+    monkeypatch.setitem(SCHEMAS, "judge", dict(SCHEMAS["judge"]))  # restored after the test
+    register_configs()
+    overlay = tmp_path / "conf"
+    for group, extra in (("llm", "reply: hello\n"), ("judge", "max_tokens: 1024\n")):
+        (overlay / group).mkdir(parents=True)
+        (overlay / group / "echo.yaml").write_text(
+            f"defaults:\n  - /schema/{group}/echo@_here_\n  - _self_\n{extra}"
+        )
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(
+                config_name="config",
+                overrides=[f"hydra.searchpath=[file://{overlay}]", "llm=echo", "judge=echo"],
+            )
+    finally:
+        GlobalHydra.instance().clear()
+    generator = instantiate(cfg.llm)
+    judge = instantiate(judge_model_node(cfg.judge))
+    assert (type(generator), generator.reply, generator.max_tokens) == (EchoChat, "hello", 512)
+    assert (type(judge), judge.reply, judge.max_tokens) == (EchoChat, "echo", 1024)
+    assert cfg.judge.require_distinct is False  # the judge-role keys come with the schema
+    with pytest.raises(ConfigCompositionException) as info:  # typed: a typo fails
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            compose(
+                config_name="config",
+                overrides=[f"hydra.searchpath=[file://{overlay}]", "llm=echo", "llm.rely=x"],
+            )
+    GlobalHydra.instance().clear()
+    assert "rely" in str(info.value.__cause__)
