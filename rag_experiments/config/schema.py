@@ -7,13 +7,23 @@ before any work starts::
     $ rag-exp run chunker.sise=256
     Could not override 'chunker.sise'. ... Key 'sise' not in 'SemanticChunkerConf'
 
-Defaults lists stay in YAML (``conf/``); these dataclasses only declare fields, types and
-defaults. ``MISSING`` marks a required field.
+Defaults lists stay in YAML (``conf/``); these dataclasses declare fields, types and
+defaults, and a YAML option carries only what differs from its schema (a test checks it).
+``MISSING`` marks a required field. Fields shared by several providers live once, in a base:
+:class:`RemoteConf` (model, server, timeout, retries), :class:`OllamaServerConf` /
+:class:`OpenAIServerConf` (each server kind's URL and keys, for chat models and embedders),
+:class:`GenerationConf` / :class:`RemoteChatConf` (chat models), :class:`BatchEmbedderConf` /
+:class:`RemoteEmbedderConf` (embedders), :class:`DocMatchConf` (targets),
+:class:`FileDatasetConf` / :class:`RowFileDatasetConf` (datasets).
+
+A new chat provider needs one dataclass here (extending :class:`RemoteChatConf` and a server
+base, or :class:`GenerationConf`) and one entry in :data:`CHAT_MODELS`; its judge schema is
+derived (:func:`judge_schema`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -34,14 +44,81 @@ class PathsConf:
     llm_cache: str | None = "${paths.cache_dir}/llm.sqlite"
 
 
+# --- shared bases ----------------------------------------------------------------------------
+@dataclass
+class ComponentConf:
+    """A node Hydra instantiates: ``_target_`` names its class (first key of every component)."""
+
+    _target_: str = MISSING
+
+
+@dataclass
+class BackoffConf(ComponentConf):
+    """Waits between attempts of an HTTP call: ``backoff_s`` first, doubled per attempt up to
+    ``backoff_max_s`` (seconds)."""
+
+    backoff_s: float = 0.5
+    backoff_max_s: float = 8.0
+
+
+@dataclass
+class RemoteConf(BackoffConf):
+    """A model served over HTTP: its name on the server, where the server is, and how calls are
+    bounded and retried (timeouts, connection errors, HTTP 429/5xx; exponential backoff with
+    jitter)."""
+
+    model: str = MISSING
+    base_url: str = MISSING
+    timeout_s: float = 120.0
+    """Per call, seconds."""
+    max_retries: int = 2
+    """Extra attempts after a failed call."""
+
+
+@dataclass
+class OllamaServerConf(RemoteConf):
+    """An Ollama server (native API): a model stays loaded ``keep_alive`` after its last call."""
+
+    base_url: str = "http://127.0.0.1:11434"
+    keep_alive: str = "5m"
+
+
+@dataclass
+class OpenAIServerConf(RemoteConf):
+    """An OpenAI-compatible server (vLLM, llama.cpp server, LM Studio, Ollama's ``/v1``).
+    ``api_key_env`` names the environment variable holding the key (the key is never logged)."""
+
+    model: str = "default"
+    base_url: str = "http://127.0.0.1:8080/v1"
+    api_key_env: str | None = None
+
+
+@dataclass
+class DocMatchConf(ComponentConf):
+    """A target whose answers may come without document ids: ``doc_ids_from_text`` matches
+    each context to the corpus document that contains it (or holds ``doc_min_overlap`` of its
+    words)."""
+
+    doc_ids_from_text: bool = True
+    doc_min_overlap: float = 0.7
+
+
 # --- dataset ---------------------------------------------------------------------------------
 @dataclass
-class RowFileDatasetConf:
-    """Fields of every loader that reads question rows from one file (``RowDataset``)."""
+class FileDatasetConf(ComponentConf):
+    """Fields of every loader that reads one file or folder (``path`` is required)."""
 
     path: str = MISSING
-    corpus: str | None = None
     name: str | None = None
+
+
+@dataclass
+class RowFileDatasetConf(FileDatasetConf):
+    """Fields of every loader that reads question rows from one file (``RowDataset``):
+    ``corpus`` = documents the contexts come from (needed for doc-level retrieval metrics),
+    ``password`` = of encrypted PDFs in it."""
+
+    corpus: str | None = None
     password: str | None = None
 
 
@@ -51,11 +128,11 @@ class JsonlDatasetConf(RowFileDatasetConf):
 
 
 @dataclass
-class BeirDatasetConf:
+class BeirDatasetConf(FileDatasetConf):
+    """A BEIR folder; ``max_queries``: a seeded subset of N queries (null = all)."""
+
     _target_: str = "rag_experiments.data.beir.BeirDataset"
-    path: str = MISSING
     split: str = "test"
-    name: str | None = None
     max_queries: int | None = None
     seed: int = 0
 
@@ -92,23 +169,28 @@ class HnswConf:
 
 # --- target ----------------------------------------------------------------------------------
 @dataclass
-class BaselineTargetConf:
+class BaselineTargetConf(ComponentConf):
     """The built-in baseline: chunker → embedder → Chroma → top-k → generator (``llm``)."""
 
     _target_: str = "rag_experiments.targets.baseline.BaselineTarget"
     embed_title: bool = True
+    """Embed ``title + ' ' + text`` when a document has a title (as BEIR/MTEB do)."""
     hnsw: HnswConf = field(default_factory=lambda: HnswConf())
     system_prompt: str = (
         "You answer questions using only the numbered context passages. "
         "If the passages do not contain the answer, reply exactly: I don't know."
     )
     truncate_contexts: bool = False
+    """True = trim contexts to fit the generator's window (row flagged) instead of failing it."""
 
 
 @dataclass
 class HttpResponseConf:
     """JMESPath mapping of an endpoint's JSON (see ``rag_experiments.targets.response_mapping``).
-    ``null`` = not mapped; ``required`` fields must be found on every answer."""
+    ``null`` = not mapped; ``required`` fields must be found on every answer (a missing one
+    fails the row as ``mapping_empty``). ``contexts`` is a list of strings or of objects
+    (``context_text``, ``context_id``, ``context_doc_id`` inside each); ``context_ids`` and
+    ``doc_ids`` are separate ranked lists."""
 
     answer: str | None = "answer"
     contexts: str | None = "contexts"
@@ -121,9 +203,14 @@ class HttpResponseConf:
 
 
 @dataclass
-class HttpTargetConf:
+class HttpTargetConf(DocMatchConf, BackoffConf):
     """Any RAG service over HTTP (``rag_experiments.targets.http.HttpTarget``). ``body``: a JSON
-    object (or a JSON string) with ``{user_input}``; header values may hold ``{env:NAME}``."""
+    object (or a JSON string) with ``{user_input}``, ``{id}``, ``{question_type}``; null = the
+    seed tool's ``{"question": "{user_input}"}``. ``method``: POST or PUT send a JSON body,
+    GET sends it as query parameters. Header values may hold ``{env:NAME}`` (read from the
+    environment, never logged). ``retries``: extra attempts on timeouts, connection errors and
+    ``retry_statuses``. ``health_url``: checked once before the run. ``ca_bundle``: PEM file of
+    an internal CA for https endpoints."""
 
     _target_: str = "rag_experiments.targets.http.HttpTarget"
     _convert_: str = "all"
@@ -133,42 +220,42 @@ class HttpTargetConf:
     body: Any = None
     response: HttpResponseConf = field(default_factory=lambda: HttpResponseConf())
     timeout_s: float = 60.0
+    """Per connect / per read, seconds."""
     retries: int = 2
-    backoff_s: float = 0.5
-    backoff_max_s: float = 8.0
     retry_statuses: list[int] = field(default_factory=lambda: [429, 500, 502, 503, 504])
     max_concurrency: int = 4
+    """Requests in flight at once."""
     health_url: str | None = None
-    doc_ids_from_text: bool = True
-    doc_min_overlap: float = 0.7
     verify_tls: bool = True
     ca_bundle: str | None = None
 
 
 @dataclass
-class RecordedTargetConf:
+class RecordedTargetConf(DocMatchConf):
     """Answers read from the dataset rows (``rag_experiments.targets.recorded.RecordedTarget``)."""
 
     _target_: str = "rag_experiments.targets.recorded.RecordedTarget"
-    doc_ids_from_text: bool = True
-    doc_min_overlap: float = 0.7
 
 
 # --- chunker ---------------------------------------------------------------------------------
 @dataclass
-class NoChunkerConf:
+class NoChunkerConf(ComponentConf):
     _target_: str = "rag_experiments.chunking.none.NoChunker"
 
 
 @dataclass
-class FixedChunkerConf:
+class FixedChunkerConf(ComponentConf):
+    """Windows of ``size`` characters; neighbours share ``overlap`` characters."""
+
     _target_: str = "rag_experiments.chunking.fixed.FixedChunker"
     size: int = 512
     overlap: int = 64
 
 
 @dataclass
-class SemanticChunkerConf:
+class SemanticChunkerConf(ComponentConf):
+    """Paragraph- and heading-aware chunks of ``min_size`` to ``size`` characters."""
+
     _target_: str = "rag_experiments.chunking.semantic.SemanticChunker"
     size: int = 800
     min_size: int = 200
@@ -176,11 +263,20 @@ class SemanticChunkerConf:
 
 # --- embedder --------------------------------------------------------------------------------
 @dataclass
-class SentenceTransformerEmbedderConf:
-    _target_: str = "rag_experiments.embedding.sentence_transformers.SentenceTransformerEmbedder"
-    model: str = "minilm"
+class BatchEmbedderConf(ComponentConf):
+    """Fields of every model embedder: texts per call and unit-length vectors."""
+
     batch_size: int = 32
     normalize: bool = True
+
+
+@dataclass
+class SentenceTransformerEmbedderConf(BatchEmbedderConf):
+    """A sentence-transformers model in-process. ``model``: ``minilm`` = the bundled
+    all-MiniLM-L6-v2, or a local path."""
+
+    _target_: str = "rag_experiments.embedding.sentence_transformers.SentenceTransformerEmbedder"
+    model: str = "minilm"
     device: str = "cpu"
     max_seq_length: int | None = None
     show_progress: bool = True
@@ -189,54 +285,43 @@ class SentenceTransformerEmbedderConf:
 
 
 @dataclass
-class HashEmbedderConf:
+class HashEmbedderConf(ComponentConf):
     _target_: str = "rag_experiments.embedding.hash.HashEmbedder"
     dim: int = 256
 
 
 @dataclass
-class OllamaEmbedderConf:
+class RemoteEmbedderConf(RemoteConf, BatchEmbedderConf):
+    """Fields of every embedder served over HTTP. ``query_prefix`` / ``document_prefix`` are
+    prepended to queries / documents (``search_query: `` for nomic-embed-text); ``dim``: the
+    expected vector size (null = whatever the server returns)."""
+
+    query_prefix: str = ""
+    document_prefix: str = ""
+    dim: int | None = None
+
+
+@dataclass
+class OllamaEmbedderConf(OllamaServerConf, RemoteEmbedderConf):
     """Ollama ``/api/embed``; the id holds the model's digest."""
 
     _target_: str = "rag_experiments.embedding.ollama.OllamaEmbedder"
     model: str = "bge-m3"
-    base_url: str = "http://127.0.0.1:11434"
-    batch_size: int = 32
-    normalize: bool = True
     truncate: bool = True
-    keep_alive: str = "5m"
-    query_prefix: str = ""
-    document_prefix: str = ""
-    dim: int | None = None
-    timeout_s: float = 120.0
-    max_retries: int = 2
-    backoff_s: float = 0.5
-    backoff_max_s: float = 8.0
 
 
 @dataclass
-class OpenAIEmbedderConf:
-    """OpenAI-compatible ``/v1/embeddings``; ``api_key_env`` names the key's variable."""
+class OpenAIEmbedderConf(OpenAIServerConf, RemoteEmbedderConf):
+    """OpenAI-compatible ``/v1/embeddings``; ``dimensions`` is sent to models that can shorten
+    their vectors."""
 
     _target_: str = "rag_experiments.embedding.openai_compat.OpenAICompatEmbedder"
-    model: str = "default"
-    base_url: str = "http://127.0.0.1:8080/v1"
-    api_key_env: str | None = None
     dimensions: int | None = None
-    batch_size: int = 32
-    normalize: bool = True
-    query_prefix: str = ""
-    document_prefix: str = ""
-    dim: int | None = None
-    timeout_s: float = 120.0
-    max_retries: int = 2
-    backoff_s: float = 0.5
-    backoff_max_s: float = 8.0
 
 
 # --- retriever -------------------------------------------------------------------------------
 @dataclass
-class RetrieverConf:
+class RetrieverConf(ComponentConf):
     """``top_k`` contexts go to the generator; retrieval metrics see a ranking ``depth`` deep
     (``null`` = the deepest cutoff of the retrieval metrics, at least ``top_k``)."""
 
@@ -247,7 +332,26 @@ class RetrieverConf:
 
 # --- llm / judge -----------------------------------------------------------------------------
 @dataclass
-class EmbeddedLLMConf:
+class GenerationConf(ComponentConf):
+    """Fields of every real chat model: completion limit (tokens), temperature and seed."""
+
+    max_tokens: int = 512
+    temperature: float = 0.0
+    seed: int = 0
+
+
+@dataclass
+class RemoteChatConf(RemoteConf, GenerationConf):
+    """Fields of every chat model served over HTTP. ``parse_retries``: repair requests after a
+    structured reply that does not validate."""
+
+    parse_retries: int = 2
+    max_concurrency: int = 8
+    """Most requests in flight to the server at once (lowered under HTTP 429/503)."""
+
+
+@dataclass
+class EmbeddedLLMConf(GenerationConf):
     """llama-cpp-python in-process; ``model_path: null`` = the bundled SmolLM2-135M GGUF."""
 
     _target_: str = "rag_experiments.llm.embedded.EmbeddedChat"
@@ -255,13 +359,12 @@ class EmbeddedLLMConf:
     n_ctx: int = 4096
     n_threads: int | None = None
     max_tokens: int = 256
-    temperature: float = 0.0
-    seed: int = 0
     timeout_s: float = 120.0
+    """Wall clock of one call, seconds."""
 
 
 @dataclass
-class FakeLLMConf:
+class FakeLLMConf(ComponentConf):
     """Deterministic fake model (tests, dry runs): no model call."""
 
     _target_: str = "rag_experiments.llm.fake.FakeChat"
@@ -275,47 +378,24 @@ class FakeLLMConf:
 
 
 @dataclass
-class OllamaLLMConf:
+class OllamaLLMConf(OllamaServerConf, RemoteChatConf):
     """Ollama's native ``/api/chat``; ``max_tokens`` is sent as ``num_predict`` and ``num_ctx``
-    with every request."""
+    with every request (Ollama's own default window is small and it silently cuts longer
+    prompts). ``options``: further Ollama model options."""
 
     _target_: str = "rag_experiments.llm.ollama.OllamaChat"
     model: str = "llama3.1:8b"
-    base_url: str = "http://127.0.0.1:11434"
     num_ctx: int = 8192
-    max_tokens: int = 512
-    temperature: float = 0.0
-    seed: int = 0
-    keep_alive: str = "5m"
-    timeout_s: float = 120.0
-    max_retries: int = 2
-    backoff_s: float = 0.5
-    backoff_max_s: float = 8.0
-    parse_retries: int = 2
-    max_concurrency: int = 8
-    """Most requests in flight to the server at once (lowered under HTTP 429/503)."""
     options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class OpenAILLMConf:
-    """OpenAI-compatible ``/v1/chat/completions`` (vLLM, llama.cpp server, LM Studio)."""
+class OpenAILLMConf(OpenAIServerConf, RemoteChatConf):
+    """OpenAI-compatible ``/v1/chat/completions`` (vLLM, llama.cpp server, LM Studio).
+    ``context_window`` (tokens): set it to refuse over-long prompts before the call."""
 
     _target_: str = "rag_experiments.llm.openai_compat.OpenAICompatChat"
-    model: str = "default"
-    base_url: str = "http://127.0.0.1:8080/v1"
-    api_key_env: str | None = None
     context_window: int | None = None
-    max_tokens: int = 512
-    temperature: float = 0.0
-    seed: int = 0
-    timeout_s: float = 120.0
-    max_retries: int = 2
-    backoff_s: float = 0.5
-    backoff_max_s: float = 8.0
-    parse_retries: int = 2
-    max_concurrency: int = 8
-    """Most requests in flight to the server at once (lowered under HTTP 429/503)."""
 
 
 @dataclass
@@ -342,26 +422,6 @@ class JudgeRoleConf:
     require_qualified: bool = False
 
 
-@dataclass
-class EmbeddedJudgeConf(EmbeddedLLMConf, JudgeRoleConf):
-    """The embedded model as judge (role keys: :class:`JudgeRoleConf`)."""
-
-
-@dataclass
-class FakeJudgeConf(FakeLLMConf, JudgeRoleConf):
-    """The fake model as judge (tests; role keys: :class:`JudgeRoleConf`)."""
-
-
-@dataclass
-class OllamaJudgeConf(OllamaLLMConf, JudgeRoleConf):
-    """An Ollama model as judge (role keys: :class:`JudgeRoleConf`)."""
-
-
-@dataclass
-class OpenAIJudgeConf(OpenAILLMConf, JudgeRoleConf):
-    """An OpenAI-compatible server as judge (role keys: :class:`JudgeRoleConf`)."""
-
-
 # --- metrics ---------------------------------------------------------------------------------
 @dataclass
 class MetricsConf:
@@ -376,7 +436,7 @@ class MetricsConf:
 
 # --- tracking --------------------------------------------------------------------------------
 @dataclass
-class TrackingConf:
+class TrackingConf(ComponentConf):
     """MLflow location. ``uri``: ``sqlite:///mlruns.db`` (a file in the working directory) or
     ``http://127.0.0.1:5000`` (a tracking server)."""
 
@@ -419,6 +479,39 @@ class RootConf:
     """Value returned to a sweeper: a metric (``nDCG@10``) or ``0.7*nDCG@10+0.3*faithfulness``."""
 
 
+CHAT_MODELS: dict[str, type] = {
+    "embedded": EmbeddedLLMConf,
+    "fake": FakeLLMConf,
+    "ollama": OllamaLLMConf,
+    "openai": OpenAILLMConf,
+}
+"""Chat-model providers: option name → schema. One entry here gives ``/schema/llm/<name>``
+and the derived ``/schema/judge/<name>`` (:func:`judge_schema`)."""
+
+
+def judge_schema(chat: type) -> type:
+    """The judge schema of chat-model schema ``chat``: its fields plus :class:`JudgeRoleConf`'s,
+    named ``<Provider>JudgeConf`` (``OllamaLLMConf`` → ``OllamaJudgeConf``).
+
+    The class is made once and kept as an attribute of this module, so configs typed with it
+    pickle (multirun launchers send them to other processes).
+
+    Args:
+        chat: A dataclass of :data:`CHAT_MODELS`, named ``<Provider>LLMConf``.
+
+    Returns:
+        The judge dataclass.
+    """
+    name = chat.__name__.removesuffix("LLMConf") + "JudgeConf"
+    made = globals().get(name)
+    if made is None:
+        made = make_dataclass(name, [], bases=(chat, JudgeRoleConf))
+        made.__module__ = __name__
+        made.__doc__ = f"{chat.__name__} as judge (role keys: :class:`JudgeRoleConf`)."
+        globals()[name] = made
+    return made
+
+
 SCHEMAS: dict[str, dict[str, type]] = {
     "paths": {"paths": PathsConf},
     "dataset": {
@@ -446,26 +539,22 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "openai": OpenAIEmbedderConf,
     },
     "retriever": {"retriever": RetrieverConf},
-    "llm": {
-        "embedded": EmbeddedLLMConf,
-        "fake": FakeLLMConf,
-        "ollama": OllamaLLMConf,
-        "openai": OpenAILLMConf,
-    },
-    "judge": {
-        "embedded": EmbeddedJudgeConf,
-        "fake": FakeJudgeConf,
-        "ollama": OllamaJudgeConf,
-        "openai": OpenAIJudgeConf,
-    },
+    "llm": CHAT_MODELS,
+    "judge": {name: judge_schema(chat) for name, chat in CHAT_MODELS.items()},
     "metrics": {"metrics": MetricsConf},
     "tracking": {"mlflow": TrackingConf},
 }
-"""``{group: {schema name: dataclass}}``; YAML files name them as ``/schema/<group>/<name>``."""
+"""``{group: {schema name: dataclass}}``; YAML files name them as ``/schema/<group>/<name>``.
+Add a schema with one entry here (a chat model: one entry in :data:`CHAT_MODELS`)."""
 
 
 def register_configs() -> None:
-    """Store every schema in Hydra's ConfigStore (idempotent). Call before composing."""
+    """Store every schema in Hydra's ConfigStore (idempotent). Call before composing.
+
+    The ``judge`` schemas are derived again from :data:`CHAT_MODELS` (:func:`judge_schema`), so
+    a chat model added to the table after import (a plugin, a test) can serve as judge too.
+    """
+    SCHEMAS["judge"].update({name: judge_schema(chat) for name, chat in CHAT_MODELS.items()})
     cs = ConfigStore.instance()
     cs.store(name="root_schema", node=RootConf)
     for group, schemas in SCHEMAS.items():
