@@ -13,7 +13,7 @@ from omegaconf.errors import ConfigKeyError
 
 from rag_experiments.app import CONF_DIR
 from rag_experiments.config.schema import SCHEMAS
-from rag_experiments.metrics.judge_config import judge_model_node
+from rag_experiments.llm.roles import judge_model_node
 
 GROUPS = sorted(
     p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name not in ("experiment", "hydra")

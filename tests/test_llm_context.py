@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rag_experiments.app import build
+from rag_experiments.build import build
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm import factory
 from rag_experiments.llm.context import estimate_tokens, fit_contexts

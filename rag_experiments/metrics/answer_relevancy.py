@@ -27,7 +27,7 @@ definition above; refusals are judged by ``correct_refusal_rate``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -63,6 +63,7 @@ class AnswerRelevancy(JudgedMetric):
     """
 
     name = "answer_relevancy"
+    requires: ClassVar[frozenset[str]] = frozenset({"judge", "embedder"})
     columns = ("answer_relevancy",)
 
     def __init__(

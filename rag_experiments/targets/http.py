@@ -70,6 +70,7 @@ from tenacity import (
 
 from rag_experiments.errors import ConfigError, TargetError
 from rag_experiments.net import retry_after_s
+from rag_experiments.protocols import TargetBase
 from rag_experiments.records import RagResponse, Sample
 from rag_experiments.targets.doc_matcher import CorpusDocMatcher
 from rag_experiments.targets.request_template import RequestTemplate
@@ -124,7 +125,7 @@ def public_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-class HttpTarget:
+class HttpTarget(TargetBase):
     """A RAG system behind an HTTP JSON API (see the module docstring).
 
     Args:
