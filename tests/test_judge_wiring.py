@@ -1,5 +1,5 @@
 """Bootstrap confidence intervals, the judge ≠ generator check, and the judged metrics wired
-through app.build and the runner into MLflow (judge audit, judge usage)."""
+through build.build and the runner into MLflow (judge audit, judge usage)."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ class AnswerRelevancy(JudgedMetric):
 
     Args:
         judge: The judge chat model.
-        embedder: The configured embedder (``app.build`` injects the baseline's).
+        embedder: The configured embedder (``build.build`` injects the baseline's).
         n_questions: N, questions generated per response (1..10).
         max_retries: Retries of an invalid judge output.
         max_tokens: Completion limit per judge call.

@@ -184,7 +184,7 @@ class JudgedMetric(JudgedRowMetric):
     :mod:`~rag_experiments.metrics.definitions`) and implements :meth:`_score`.
 
     Args:
-        judge: The judge chat model (``app.build`` injects it; a metric built without one can
+        judge: The judge chat model (``build.build`` injects it; a metric built without one can
             declare its specs but raises :class:`ConfigError` when evaluating).
         max_retries: Retries of a judgement whose output is invalid.
         max_tokens: Completion limit per judge call (keeps small models from rambling).
