@@ -24,7 +24,6 @@ anything is built: the run opens first, the review form composes first).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,8 +39,6 @@ from rag_experiments.llm.base import ChatModelBase
 from rag_experiments.llm.factory import build_chat, configure_from_config
 from rag_experiments.llm.roles import check_judge_distinct, judge_model_node
 from rag_experiments.protocols import MetricBase, TargetBase
-
-log = logging.getLogger("rag_experiments")
 
 T = TypeVar("T")
 
@@ -60,9 +57,7 @@ def part_class(node: Any, base: type[T]) -> type[T]:
         ConfigError: The node has no ``_target_``, it names no importable class, or the class
             does not subclass ``base``.
     """
-    target = OmegaConf.select(node, "_target_") if isinstance(node, DictConfig) else None
-    if target is None and isinstance(node, Mapping):
-        target = node.get("_target_")
+    target = node.get("_target_") if isinstance(node, Mapping) else None
     if not target:
         raise ConfigError(f"a config node has no _target_ (got {node!r}); name a class")
     try:
