@@ -1,20 +1,20 @@
-"""Hydra entry point of ``rag-exp run``: compose the config, build the parts, hand them to the
-runner. This is the only module of the run path that imports Hydra."""
+"""Hydra entry point of ``rag-exp run``: compose the config, have the composition root
+(:mod:`rag_experiments.build`) build the parts, check them, hand them to the runner.
+
+The runner never imports Hydra; every "config node → object" decision is in
+:mod:`rag_experiments.build`."""
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import hydra
-from hydra.errors import InstantiationException
-from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from rag_experiments.build import build, build_tracker, run_caveat
 from rag_experiments.config.reporting import reported
 from rag_experiments.config.resolvers import register_resolvers
 from rag_experiments.config.schema import register_configs
@@ -26,32 +26,10 @@ from rag_experiments.errors import (
     RagExpError,
     TargetError,
 )
-from rag_experiments.llm.factory import (
-    build_chat,
-    configure_from_config,
-    identity_by_role,
-    usage_by_role,
-)
+from rag_experiments.llm.factory import identity_by_role, usage_by_role
 from rag_experiments.locations import CONF_DIR, PROJECT_ROOT
 
 log = logging.getLogger("rag_experiments")
-
-SMALL_MODEL_NOTE = (
-    "Answers and judgements come from the embedded SmolLM2-135M model: fine for plumbing and "
-    "demos, not trustworthy for decisions. Use llm=ollama/openai (or judge=…) with a real model."
-)
-
-
-def target_class(node: Any) -> str:
-    """The class name of a config node's ``_target_`` (``BaselineTarget``, ``EmbeddedChat``),
-    ``""`` when it has none."""
-    return str(OmegaConf.select(node, "_target_") or "").rsplit(".", 1)[-1]
-
-
-def is_embedded_model(node: Any) -> bool:
-    """True when chat-model config ``node`` is the in-process embedded model (whose scores
-    come with :data:`SMALL_MODEL_NOTE`)."""
-    return "EmbeddedChat" in target_class(node)
 
 
 def _register() -> None:
@@ -62,22 +40,6 @@ def _register() -> None:
 
 
 _register()
-
-
-@dataclass
-class Experiment:
-    """The built parts of one job (the tracker is made apart: the run opens before building).
-
-    ``checks`` maps each role to the part :func:`preflight` checks: the baseline's
-    ``generator`` and ``embedder``, another ``target`` itself (its ``health_url``), the
-    ``judge`` and the metrics' ``embedder`` when metrics use them.
-    """
-
-    dataset: EvalDataset
-    target: Any
-    metrics: list[Any]
-    generate: bool
-    checks: dict[str, Any] = field(default_factory=dict)
 
 
 def preflight(checks: dict[str, Any]) -> None:
@@ -110,136 +72,6 @@ def preflight(checks: dict[str, Any]) -> None:
                 role, reason, f"preflight: the {role} cannot be used, so nothing was run: {exc}"
             ) from exc
         log.info("preflight: %s ready (%.2f s)", role, time.perf_counter() - started)
-
-
-def build(cfg: DictConfig) -> Experiment:
-    """Instantiate every part but the tracker from a composed config and load the dataset.
-
-    Our own errors raised inside a constructor reach the caller as they are, not wrapped in
-    Hydra's ``InstantiationException`` (whose first line does not say what failed).
-
-    Args:
-        cfg: The composed root config.
-
-    Returns:
-        The built :class:`Experiment`.
-
-    Raises:
-        RagExpError: A part refused its config (e.g. ``ConfigError`` for ``retriever.top_k=0``)
-            or the dataset could not be loaded.
-    """
-    configure_from_config(cfg)  # LLM response cache + fresh per-role usage meters
-    try:
-        shared = _SharedParts(cfg)
-        metrics = [_build_metric(node, shared) for node in cfg.metrics.suite.values()]
-        generate = bool(cfg.metrics.generate)
-        dataset = load_dataset(cfg)
-        checks: dict[str, Any] = {}
-        if target_class(cfg.target) == "BaselineTarget":
-            target = _build_baseline(cfg, metrics, generate, shared)
-        else:
-            target = instantiate(cfg.target)
-            checks["target"] = target
-    except InstantiationException as e:
-        if isinstance(e.__cause__, RagExpError):
-            raise e.__cause__ from None
-        raise
-    return Experiment(dataset, target, metrics, generate, {**shared.built, **checks})
-
-
-def load_dataset(cfg: DictConfig) -> Any:
-    """The dataset a job evaluates: ``cfg.dataset`` loaded, then the seeded ``max_samples``
-    subset when one is set (its digest is the one the run logs).
-
-    Raises:
-        RagExpError: The dataset cannot be loaded.
-        InstantiationException: ``cfg.dataset`` does not instantiate.
-    """
-    dataset = instantiate(cfg.dataset).load()
-    if cfg.get("max_samples") is not None:
-        dataset = dataset.subset(int(cfg.max_samples), seed=int(cfg.seed))
-    return dataset
-
-
-class _SharedParts:
-    """Parts built at most once per job and shared: the judge (for every metric that takes
-    ``judge``) and the embedder (the baseline's, also handed to metrics that take
-    ``embedder``)."""
-
-    def __init__(self, cfg: DictConfig) -> None:
-        self.cfg = cfg
-        self._judge: Any = None
-        self._embedder: Any = None
-        self.built: dict[str, Any] = {}
-        """Role → model built so far (``generator``, ``embedder``, ``judge``), in build order."""
-
-    def judge(self) -> Any:
-        from rag_experiments.metrics.judge_config import check_judge_distinct, judge_model_node
-
-        if self._judge is None:
-            baseline = target_class(self.cfg.target) == "BaselineTarget"
-            if self.cfg.metrics.generate and baseline:  # the generator is cfg.llm
-                check_judge_distinct(self.cfg.llm, self.cfg.judge)
-            self._judge = self.built["judge"] = build_chat(
-                judge_model_node(self.cfg.judge), "judge"
-            )
-        return self._judge
-
-    def embedder(self) -> Any:
-        if self._embedder is None:
-            self._embedder = self.built["embedder"] = build_embedder(self.cfg)
-        return self._embedder
-
-
-def build_embedder(cfg: DictConfig) -> Any:
-    """The configured embedder (``cfg.embedder``), behind the shared embedding cache
-    (``paths.embedding_cache``) when one is set."""
-    embedder = instantiate(cfg.embedder)
-    if cfg.paths.embedding_cache:
-        from rag_experiments.embedding.cache import CachedEmbedder
-
-        embedder = CachedEmbedder(embedder, path=cfg.paths.embedding_cache)
-    return embedder
-
-
-def _build_metric(node: DictConfig, shared: _SharedParts) -> Any:
-    """Instantiate one ``metrics.suite`` entry, passing ``judge=`` / ``embedder=`` when its
-    class's ``__init__`` takes them."""
-    params = inspect.signature(get_class(node._target_).__init__).parameters
-    extra = {}
-    if "judge" in params:
-        extra["judge"] = shared.judge()
-    if "embedder" in params:
-        extra["embedder"] = shared.embedder()
-    return instantiate(node, **extra)
-
-
-def _build_baseline(
-    cfg: DictConfig, metrics: list[Any], generate: bool, shared: _SharedParts | None = None
-) -> Any:
-    from rag_experiments.index.chroma import ChromaIndex
-
-    shared = shared or _SharedParts(cfg)
-    embedder = shared.embedder()
-    depth = max([m.depth for m in metrics if hasattr(m, "depth")], default=0)
-    retriever_cfg = OmegaConf.to_container(cfg.retriever, resolve=True)
-    if retriever_cfg.get("depth") is None:
-        retriever_cfg["depth"] = max(depth, int(retriever_cfg["top_k"]))
-    retriever = instantiate(retriever_cfg)
-    generator = build_chat(cfg.llm, "generator") if generate else None
-    if generator is not None:
-        shared.built["generator"] = generator
-    target_cfg = OmegaConf.to_container(cfg.target, resolve=True)
-    hnsw = target_cfg.pop("hnsw", {})
-    return instantiate(
-        target_cfg,
-        chunker=instantiate(cfg.chunker),
-        embedder=embedder,
-        retriever=retriever,
-        index=ChromaIndex(path=cfg.paths.chroma_dir, **hnsw),
-        generator=generator,
-        generate=generate,
-    )
 
 
 def log_dropped(dataset: EvalDataset, tracker: Any) -> None:
@@ -296,14 +128,12 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     params = OmegaConf.to_container(cfg, resolve=True)
     params.pop("resume", None)  # a resumed run must log the params it started with
     tags = {"metrics.backend": str(cfg.metrics.name), **(extra_tags or {})}
-    uses_embedded = bool(cfg.metrics.generate) and any(
-        is_embedded_model(node) for node in (cfg.llm, cfg.judge)
-    )
-    if uses_embedded:
-        tags["mlflow.note.content"] = SMALL_MODEL_NOTE
+    caveat = run_caveat(cfg.llm, cfg.judge) if cfg.metrics.generate else ""
+    if caveat:
+        tags["mlflow.note.content"] = caveat
     # Until the dataset is loaded, a dataset config without `name` is called "dataset".
     provisional = _default_run_name(cfg, str(cfg.dataset.get("name") or "dataset"))
-    tracker = instantiate(cfg.tracking, run_name=cfg.run_name or provisional)
+    tracker = build_tracker(cfg, run_name=cfg.run_name or provisional)
     job = job_checkpoint(cfg, tracker.uri)
     with tracker.start_run(
         params=params,
@@ -367,8 +197,8 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
             f"  judge calls per question {summary['judge_calls_per_question']:.2f} "
             f"(max {int(summary['judge_calls_per_question_max'])}), judge tokens {int(tokens)}"
         )
-    if uses_embedded:
-        print(f"  NOTE: {SMALL_MODEL_NOTE}")
+    if caveat:
+        print(f"  NOTE: {caveat}")
     return objective
 
 

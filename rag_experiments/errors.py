@@ -49,6 +49,11 @@ class RowProblem:
         return f"{where}: {self.message}"
 
 
+class SettingMissingError(ConfigError):
+    """A setting a user must fill in is blank (a model name, a server URL); the message names
+    it and how to set it."""
+
+
 class DatasetError(RagExpError):
     """A dataset or corpus cannot be read.
 

@@ -1,11 +1,18 @@
 """Protocols of the swappable parts. Each implementation is a small class chosen in ``conf/``
 by ``_target_``; the runner only sees these interfaces.
+
+A part also *declares* what the composition root (:mod:`rag_experiments.build`) needs to know
+to build and wire it: a metric its ``requires`` (the shared parts it is given), ``depth`` and
+``audit()``; a target whether the harness assembles it from the config's parts
+(``assembled``). :class:`MetricBase` and :class:`TargetBase` hold the defaults, so an
+implementation states only what differs. (The chat-model protocol is
+:class:`rag_experiments.llm.base.ChatModel`.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -80,8 +87,14 @@ class Target(Protocol):
     ``max_concurrency`` declares how many questions it takes at once (the runner answers that
     many from threads unless the run sets ``max_concurrency``); with more than 1, ``answer``
     must be thread-safe.
+
+    ``assembled`` (a class attribute) declares that the harness builds the target from the
+    config's parts: its ``__init__`` takes the ``chunker``, ``embedder``, ``retriever``,
+    ``index`` and ``generator`` built from those groups (the baseline; also what
+    ``rag-exp serve`` can serve). False: the target is built from its own node alone.
     """
 
+    assembled: ClassVar[bool]
     max_concurrency: int
 
     def prepare(self, dataset: EvalDataset) -> None:
@@ -113,10 +126,46 @@ class Metric(Protocol):
 
     ``evaluate`` returns one dict per row, keyed by :attr:`MetricSpec.name`; a value that
     cannot be computed for a row is ``MetricValue.nan(reason)``, never a silent 0.
+
+    Declared for the composition root:
+
+    - ``requires`` (class attribute): the shared parts its ``__init__`` takes as keyword
+      arguments of the same name: ``"judge"`` (the judge chat model), ``"embedder"`` (the
+      job's embedder); empty for a metric that needs neither.
+    - ``depth``: ranks of retrieval it scores (the retriever returns at least the deepest
+      ``depth`` of the suite); 0 when it scores no ranking.
+    - ``audit()``: per-row records of the last ``evaluate`` (judged metrics:
+      ``judge_audit.jsonl``); empty for the others.
     """
+
+    requires: ClassVar[frozenset[str]]
+
+    @property
+    def depth(self) -> int: ...
+
+    def audit(self) -> list[dict[str, Any]]: ...
 
     def specs(self) -> list[MetricSpec]: ...
 
     def evaluate(
         self, samples: Sequence[Sample], responses: Sequence[RagResponse]
     ) -> list[dict[str, MetricValue]]: ...
+
+
+class MetricBase:
+    """Defaults of :class:`Metric`'s declarations: requires nothing, scores no ranking
+    (``depth`` 0) and keeps no audit. A metric overrides what differs."""
+
+    requires: ClassVar[frozenset[str]] = frozenset()
+    depth: int = 0
+
+    def audit(self) -> list[dict[str, Any]]:
+        """No per-row records (``[]``)."""
+        return []
+
+
+class TargetBase:
+    """Defaults of :class:`Target`'s declarations: built from its own config node alone
+    (``assembled`` False)."""
+
+    assembled: ClassVar[bool] = False

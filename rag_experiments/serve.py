@@ -20,25 +20,26 @@ import threading
 from collections.abc import Sequence
 
 import hydra
-from hydra.utils import get_class
 from omegaconf import DictConfig, open_dict
 
-from rag_experiments.app import SMALL_MODEL_NOTE, build, is_embedded_model, target_class
+from rag_experiments.build import build, chat_class, is_assembled, part_class, run_caveat
 from rag_experiments.errors import ConfigError
 from rag_experiments.locations import CONF_DIR
+from rag_experiments.protocols import MetricBase, TargetBase
 from rag_experiments.targets.http_server import TargetServer
 
 log = logging.getLogger("rag_experiments")
 
 
 def _serving_config(cfg: DictConfig) -> DictConfig:
-    """``cfg`` with only the metrics that set the retrieval depth (a ``depth`` attribute, e.g.
-    ``RetrievalMetrics``): the server scores nothing, so no judge model is built."""
+    """``cfg`` with only the metrics that require no shared part (no judge, no embedder; e.g.
+    ``RetrievalMetrics``, whose declared ``depth`` sets the retrieval depth): the server
+    scores nothing, so no judge model is built."""
     out = cfg.copy()
     suite = {
         key: node
         for key, node in cfg.metrics.suite.items()
-        if hasattr(get_class(str(node._target_)), "depth")
+        if not part_class(node, MetricBase).requires
     }
     with open_dict(out):
         out.metrics.suite = suite
@@ -58,11 +59,12 @@ def serve_job(
         stop: Event that ends serving; None = wait for a signal.
 
     Raises:
-        ConfigError: ``target`` is not the baseline, or the address cannot be bound.
+        ConfigError: ``target`` is not assembled from the config's parts (the baseline), or
+            the address cannot be bound.
         RagExpError: Building the baseline or its index failed.
     """
-    kind = target_class(cfg.target)
-    if kind != "BaselineTarget":
+    if not is_assembled(cfg.target):
+        kind = part_class(cfg.target, TargetBase).__name__
         raise ConfigError(
             f"rag-exp serve runs the built-in baseline; target={kind} cannot be served. "
             "Drop the target override (target=baseline)"
@@ -82,7 +84,7 @@ def serve_job(
             host,
         )
     mode = (
-        "answers with " + target_class(cfg.llm)
+        "answers with " + chat_class(cfg.llm).__name__
         if exp.generate
         else ("retrieval only (metrics.generate is false)")
     )
@@ -91,8 +93,9 @@ def serve_job(
         "Ctrl-C to stop",
         flush=True,
     )
-    if exp.generate and is_embedded_model(cfg.llm):
-        print(f"  NOTE: {SMALL_MODEL_NOTE}", flush=True)
+    caveat = run_caveat(cfg.llm) if exp.generate else ""
+    if caveat:
+        print(f"  NOTE: {caveat}", flush=True)
     try:
         while not stop.wait(0.5):
             pass

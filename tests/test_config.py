@@ -27,8 +27,8 @@ from rag_experiments.config.schema import (
     register_configs,
 )
 from rag_experiments.generate.config import register_generate_config
+from rag_experiments.llm.roles import JUDGE_ONLY_KEYS, judge_model_node
 from rag_experiments.locations import CONF_DIR
-from rag_experiments.metrics.judge_config import JUDGE_ONLY_KEYS, judge_model_node
 from rag_experiments.qualify.config import register_judge_check_config
 
 GROUPS = sorted(

@@ -389,7 +389,7 @@ def test_no_network_at_import_or_in_measure(tmp_path) -> None:
 
 # --- metrics=both: one run, responses generated once, both backends side by side ---------------
 def test_metrics_both_runs_both_backends_on_the_same_responses(compose_cfg) -> None:
-    from rag_experiments.app import build
+    from rag_experiments.build import build
     from rag_experiments.runner import evaluate
 
     v5 = ",".join(["{verdict:yes,reason:r}"] * 3 + ["{verdict:no,reason:r}"] * 2)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
-from rag_experiments.app import build
+from rag_experiments.build import build
 from rag_experiments.embedding.onnx_runtime import ONNX_FILES, ensure_export
 from rag_experiments.embedding.sentence_transformers import SentenceTransformerEmbedder
 from rag_experiments.errors import ConfigError

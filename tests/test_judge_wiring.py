@@ -1,5 +1,5 @@
 """Bootstrap confidence intervals, the judge ≠ generator check, and the judged metrics wired
-through app.build and the runner into MLflow (judge audit, judge usage)."""
+through build.build and the runner into MLflow (judge audit, judge usage)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rag_experiments.aggregate import aggregate, bootstrap_ci, to_metrics
-from rag_experiments.app import build
+from rag_experiments.build import build
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm.fake import FakeChat
+from rag_experiments.llm.roles import check_judge_distinct, judge_model_node
 from rag_experiments.metrics.answer_relevancy import AnswerRelevancy
 from rag_experiments.metrics.context_precision import ContextPrecision
 from rag_experiments.metrics.faithfulness import Faithfulness
-from rag_experiments.metrics.judge_config import check_judge_distinct, judge_model_node
 from rag_experiments.metrics.refusal import Refusal
 from rag_experiments.records import Document, MetricValue, RagResponse, Sample
 from rag_experiments.runner import run_experiment

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rag_experiments.app import build
+from rag_experiments.build import build
 from rag_experiments.common.http import RetryPolicy
 from rag_experiments.errors import ConfigError
 from rag_experiments.fakes.ollama_server import FakeOllamaServer

@@ -409,7 +409,7 @@ class CacheConf:
 @dataclass
 class JudgeRoleConf:
     """Keys of every judge option that configure the judge's role, not the chat model
-    (:data:`~rag_experiments.metrics.judge_config.JUDGE_ONLY_KEYS`).
+    (:data:`~rag_experiments.llm.roles.JUDGE_ONLY_KEYS`).
 
     ``require_distinct: true`` refuses a run whose judge is the generator's model (otherwise it
     only warns). ``min_kappa``: below this faithfulness kappa of the judge's latest

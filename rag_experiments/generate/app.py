@@ -10,13 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rag_experiments.app import SMALL_MODEL_NOTE, build_embedder, is_embedded_model
+from rag_experiments.build import build_generation, build_tracker, run_caveat
 from rag_experiments.data.base import samples_digest
-from rag_experiments.errors import ConfigError, RagExpError
+from rag_experiments.errors import ConfigError
 from rag_experiments.generate.checkpoint import Checkpoint
 from rag_experiments.generate.config import register_generate_config
 from rag_experiments.generate.docs import load_docs
@@ -28,14 +26,8 @@ from rag_experiments.generate.generator import (
 )
 from rag_experiments.generate.summary import GenerationSummary
 from rag_experiments.generate.template import TemplateSettings, generate_from_template
-from rag_experiments.llm.factory import (
-    build_chat,
-    configure_from_config,
-    identity_by_role,
-    usage_by_role,
-)
+from rag_experiments.llm.factory import configure_from_config, identity_by_role, usage_by_role
 from rag_experiments.locations import CONF_DIR
-from rag_experiments.metrics.judge_config import check_judge_distinct, judge_model_node
 
 log = logging.getLogger("rag_experiments")
 
@@ -105,24 +97,13 @@ def generate_dataset(
 
     configure_from_config(cfg)  # LLM response cache + fresh per-role usage meters
     settings = settings_from_config(cfg)
-    try:
-        chat = build_chat(judge_model_node(cfg.llm), "dataset_generator")
-        judge = None
-        if settings.n_unanswerable:
-            check_judge_distinct(cfg.llm, cfg.judge)  # warns, or refuses with require_distinct
-            judge = build_chat(judge_model_node(cfg.judge), "judge")
-        chunker = instantiate(cfg.chunker)
-        embedder = build_embedder(cfg)
-    except InstantiationException as exc:
-        if isinstance(exc.__cause__, RagExpError):
-            raise exc.__cause__ from None
-        raise
+    parts = build_generation(cfg, with_judge=bool(settings.n_unanswerable))
     source = load_docs(_docs_value(cfg), password=cfg.docs_password)
     generator = DatasetGenerator(
-        chat,
-        embedder=embedder,
-        chunker=chunker,
-        judge=judge,
+        parts.chat,
+        embedder=parts.embedder,
+        chunker=parts.chunker,
+        judge=parts.judge,
         settings=settings,
         progress=bool(cfg.progress),
     )
@@ -166,12 +147,12 @@ def run_generate(
         raise ConfigError("docs is required: rag-exp generate docs=<folder or [files]> out=…")
     out = Path(str(cfg.out)).expanduser()
     name = cfg.run_name or out.name or "dataset"
-    uses_embedded = cfg.mode == "llm" and is_embedded_model(cfg.llm)
+    caveat = run_caveat(cfg.llm) if cfg.mode == "llm" else ""
     tags = {"generate.mode": str(cfg.mode), "generate.out": str(out)}
-    if uses_embedded:
-        tags["mlflow.note.content"] = SMALL_MODEL_NOTE
+    if caveat:
+        tags["mlflow.note.content"] = caveat
     if tracker is None:
-        tracker = instantiate(cfg.tracking, run_name=name)
+        tracker = build_tracker(cfg, run_name=name)
     with tracker.start_run(
         params=OmegaConf.to_container(cfg, resolve=True),
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
@@ -186,8 +167,8 @@ def run_generate(
         _log_summary(tracker, summary, name)
         print(summary.format())
         print(tracker.describe_location())
-        if uses_embedded:
-            print(f"NOTE: {SMALL_MODEL_NOTE}")
+        if caveat:
+            print(f"NOTE: {caveat}")
         if summary.interrupted:
             raise GenerationInterrupted
     return summary

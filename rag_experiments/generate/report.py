@@ -429,13 +429,12 @@ def report_command(args: argparse.Namespace, overrides: list[str]) -> int:
         RagExpError: Unreadable dataset or corpus, bad overrides, a judge that cannot load.
     """
     import mlflow
-    from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
+    from rag_experiments.build import build_chunker, build_role_chat, build_tracker
     from rag_experiments.config.compose import compose_config
     from rag_experiments.data.jsonl import JsonlDataset, load_corpus
-    from rag_experiments.llm.factory import build_chat, configure_from_config
-    from rag_experiments.metrics.judge_config import judge_model_node
+    from rag_experiments.llm.factory import configure_from_config
 
     stats = dataset_stats(args.path)  # resolves a generation folder, checks the file
     samples = JsonlDataset(stats.path).load().samples
@@ -443,10 +442,10 @@ def report_command(args: argparse.Namespace, overrides: list[str]) -> int:
     documents = chunker = judge = None
     if args.corpus:
         documents, _ = load_corpus(args.corpus)
-        chunker = instantiate(cfg.chunker)
+        chunker = build_chunker(cfg)
     if args.judge:
         configure_from_config(cfg)
-        judge = build_chat(judge_model_node(cfg.judge), "judge")
+        judge = build_role_chat(cfg.judge, "judge")
     report = build_report(
         samples,
         stats.path,
@@ -459,8 +458,8 @@ def report_command(args: argparse.Namespace, overrides: list[str]) -> int:
     if out is not None:
         write_report(report, out)
     if args.log:
-        tracker = instantiate(
-            cfg.tracking,
+        tracker = build_tracker(
+            cfg,
             experiment=DATASETS_EXPERIMENT,
             run_name=f"report-{Path(stats.path).parent.name or 'dataset'}",
         )

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from rag_experiments.errors import ConfigError
-from rag_experiments.llm.base import ChatModel, Completion, Message, Usage
+from rag_experiments.llm.base import ChatModel, ChatModelBase, Completion, Message, Usage
 from rag_experiments.llm.parsing import LLMParseError, parse_structured
 from rag_experiments.llm.usage import UsageMeter
 from rag_experiments.sqlite_store import connect, init_store, write
@@ -142,12 +142,13 @@ class ResponseCache:
             return int(conn.execute("SELECT COUNT(*) FROM llm_responses").fetchone()[0])
 
 
-class CachedChat:
+class CachedChat(ChatModelBase):
     """Wraps a chat model with the response cache and a usage meter (what
     :func:`~rag_experiments.llm.factory.build_chat` returns for every role).
 
     Models that declare ``cacheable = False`` (the fake model: free, and its tests count its
-    calls) skip the cache but are still metered.
+    calls) skip the cache but are still metered. Every other declaration of the
+    :class:`~rag_experiments.llm.base.ChatModel` protocol is the inner model's.
 
     Args:
         inner: The model.
@@ -171,17 +172,17 @@ class CachedChat:
         self.inner = inner
         self.meter = meter
         self.mode = mode
-        self.cache = cache if mode != "off" and getattr(inner, "cacheable", True) else None
+        self.cache = cache if mode != "off" and inner.cacheable else None
 
     @property
     def provider(self) -> str:
         """The inner model's provider."""
-        return str(getattr(self.inner, "provider", type(self.inner).__name__))
+        return str(self.inner.provider)
 
     @property
     def model(self) -> str:
         """The inner model's name."""
-        return str(getattr(self.inner, "model", ""))
+        return str(self.inner.model)
 
     def complete(
         self, messages: list[Message], schema: type[BaseModel] | None = None, **options: Any
@@ -244,18 +245,12 @@ class CachedChat:
     @property
     def context_window(self) -> int | None:
         """The inner model's context window, when it has one."""
-        return getattr(self.inner, "context_window", None)
+        return self.inner.context_window
 
     def count_prompt_tokens(self, messages: list[Message]) -> int:
         """The inner model's prompt token count (its tokenizer, or an estimate)."""
-        counter = getattr(self.inner, "count_prompt_tokens", None)
-        if counter is None:
-            from rag_experiments.llm.context import estimate_tokens
-
-            return estimate_tokens(messages)
-        return int(counter(messages))
+        return int(self.inner.count_prompt_tokens(messages))
 
     def prompt_budget(self, **options: Any) -> int | None:
-        """Tokens a prompt may use (window minus ``max_tokens``), None when unknown."""
-        budget = getattr(self.inner, "prompt_budget", None)
-        return None if budget is None else budget(**options)
+        """The inner model's prompt budget (window minus ``max_tokens``), None when unknown."""
+        return self.inner.prompt_budget(**options)

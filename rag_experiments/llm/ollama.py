@@ -126,6 +126,7 @@ class OllamaChat(RemoteChat):
     """
 
     provider = "ollama"
+    model_hint = "e.g. llama3.1:8b"
 
     def __init__(
         self,

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from rag_experiments.common.http import RetryPolicy
-from rag_experiments.errors import ConfigError
-from rag_experiments.llm.base import Completion, Message, Usage
-from rag_experiments.llm.context import estimate_tokens
+from rag_experiments.common.http import RetryPolicy, bearer_headers
+from rag_experiments.errors import ConfigError, SettingMissingError
+from rag_experiments.llm.base import ChatModelBase, Completion, Message, Usage
 from rag_experiments.llm.errors import ContextOverflowError
 from rag_experiments.llm.gate import EndpointGate
 from rag_experiments.llm.parsing import LLMParseError, LLMTruncatedError, parse_structured
@@ -51,7 +51,7 @@ class Reply:
     model: str
 
 
-class RemoteChat:
+class RemoteChat(ChatModelBase):
     """Base of the HTTP chat providers.
 
     Args:
@@ -74,6 +74,39 @@ class RemoteChat:
     """
 
     provider = "remote"
+    form_fields: ClassVar[tuple[str, ...]] = ("model", "base_url")
+    model_hint: ClassVar[str] = "as the server lists it"
+    """How to find the model name (in the message when none is set)."""
+
+    @classmethod
+    def check_settings(cls, settings: Mapping[str, Any], role: str) -> None:
+        """A model name and a base URL are set, and the API-key variable, when one is
+        named (``api_key_env``), is set; no request is made.
+
+        Args:
+            settings: The model's config node.
+            role: ``generator``, ``judge`` … (named in the message).
+
+        Raises:
+            SettingMissingError: No model name or no base URL.
+            ConfigError: ``api_key_env`` names an environment variable that is not set.
+        """
+        model = str(settings.get("model") or "").strip()
+        url = str(settings.get("base_url") or "").strip().rstrip("/")
+        if not model:
+            raise SettingMissingError(
+                f"no {role} model name is set: enter the model to use ({cls.model_hint})"
+            )
+        if not url:
+            raise SettingMissingError(
+                f"no base URL is set for the {role} model {model!r}: enter the server's URL"
+            )
+        api_key_env = settings.get("api_key_env")
+        bearer_headers(
+            str(api_key_env) if api_key_env else None,
+            f"the {role} model at {url}",
+            "llm.api_key_env",
+        )
 
     def __init__(
         self,
@@ -133,18 +166,6 @@ class RemoteChat:
     def where(self) -> str:
         """``"<provider> <model> at <base_url>"`` for messages."""
         return f"{self.provider} {self.model} at {self.base_url}"
-
-    def count_prompt_tokens(self, messages: list[Message]) -> int:
-        """Estimated prompt tokens (:func:`~rag_experiments.llm.context.estimate_tokens`)."""
-        return estimate_tokens(messages)
-
-    def prompt_budget(self, **options: Any) -> int | None:
-        """Tokens a prompt may use: the context window minus the completion's ``max_tokens``
-        (None when the window is unknown)."""
-        window = self.context_window
-        if window is None:
-            return None
-        return max(0, window - int(options.get("max_tokens", self.max_tokens)))
 
     def _options(self, options: dict[str, Any]) -> dict[str, Any]:
         opts = {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed}

@@ -27,7 +27,7 @@ definition above; refusals are judged by ``correct_refusal_rate``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -51,7 +51,7 @@ class AnswerRelevancy(JudgedMetric):
 
     Args:
         judge: The judge chat model.
-        embedder: The configured embedder (``app.build`` injects the baseline's).
+        embedder: The configured embedder (``build.build`` injects the baseline's).
         n_questions: N, questions generated per response (1..10).
         max_retries: Retries of an invalid judge output.
         max_tokens: Completion limit per judge call.
@@ -63,6 +63,7 @@ class AnswerRelevancy(JudgedMetric):
     """
 
     name = "answer_relevancy"
+    requires: ClassVar[frozenset[str]] = frozenset({"judge", "embedder"})
     columns = ("answer_relevancy",)
 
     def __init__(

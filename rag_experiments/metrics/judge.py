@@ -1,6 +1,6 @@
 """Asking the LLM judge: one place for retries on invalid output, call and token counting, and
 the audit record of every judgement; and the base class of the custom backend's judged metrics
-(the judge's config role is in :mod:`~rag_experiments.metrics.judge_config`).
+(the judge's config role is in :mod:`~rag_experiments.llm.roles`).
 
 A judgement is one question to the judge. It costs one call, plus one more per retry: when the
 output does not parse, or parses but does not fit the question (a verdict count that differs
@@ -184,7 +184,7 @@ class JudgedMetric(JudgedRowMetric):
     :mod:`~rag_experiments.metrics.definitions`) and implements :meth:`_score`.
 
     Args:
-        judge: The judge chat model (``app.build`` injects it; a metric built without one can
+        judge: The judge chat model (``build.build`` injects it; a metric built without one can
             declare its specs but raises :class:`ConfigError` when evaluating).
         max_retries: Retries of a judgement whose output is invalid.
         max_tokens: Completion limit per judge call (keeps small models from rambling).

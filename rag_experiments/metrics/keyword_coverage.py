@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from rag_experiments.protocols import MetricBase
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 
 _WS = re.compile(r"\s+")
@@ -21,7 +22,7 @@ def _norm(text: str) -> str:
     return _WS.sub(" ", text).strip().casefold()
 
 
-class KeywordCoverage:
+class KeywordCoverage(MetricBase):
     """Share of a sample's keywords found in its retrieved contexts."""
 
     name = "keyword_coverage"

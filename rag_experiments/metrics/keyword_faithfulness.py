@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from rag_experiments.metrics.definitions import spec
 from rag_experiments.metrics.judge import has_context
 from rag_experiments.metrics.refusal import compile_patterns, is_refusal
+from rag_experiments.protocols import MetricBase
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 from rag_experiments.text.normalize import word_tokens
 
@@ -45,7 +46,7 @@ def content_words(text: str, stop_words: frozenset[str]) -> set[str]:
     }
 
 
-class KeywordFaithfulness:
+class KeywordFaithfulness(MetricBase):
     """Share of the response's content words found in its retrieved contexts.
 
     Args:

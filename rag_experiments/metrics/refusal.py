@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 from rag_experiments.errors import ConfigError
 from rag_experiments.metrics.definitions import spec
+from rag_experiments.protocols import MetricBase
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 
 DEFAULT_REFUSAL_PATTERNS: tuple[str, ...] = (
@@ -93,7 +94,7 @@ def is_refusal(text: str, patterns: Sequence[re.Pattern[str]] | None = None) -> 
 _DEFAULT = compile_patterns()
 
 
-class Refusal:
+class Refusal(MetricBase):
     """Refusal flag per row and refusal rates over unanswerable / answerable samples.
 
     Args:

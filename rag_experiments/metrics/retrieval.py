@@ -49,6 +49,7 @@ from ir_measures import AP, RR, P, R, Success, nDCG
 
 from rag_experiments.errors import ConfigError
 from rag_experiments.metrics.context_match import check_overlap, has_words, match_contexts
+from rag_experiments.protocols import MetricBase
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 
 _MEASURES = {
@@ -83,7 +84,7 @@ def _provider() -> object:
     return provider
 
 
-class RetrievalMetrics:
+class RetrievalMetrics(MetricBase):
     """Doc-level (and chunk-level) retrieval metrics for every cutoff in ``cutoffs``.
 
     Args:

@@ -33,18 +33,19 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 from rag_experiments.errors import LLMError, RagExpError
 from rag_experiments.llm.base import ChatModel
 from rag_experiments.metrics.audit import USAGE_KEYS
 from rag_experiments.progress import Progress
+from rag_experiments.protocols import MetricBase
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 
 log = logging.getLogger(__name__)
 
 
-class JudgedRowMetric:
+class JudgedRowMetric(MetricBase):
     """Base of metrics scored one row at a time by an LLM judge (both backends).
 
     A subclass sets :attr:`name`, may set :attr:`shows_contexts`, and implements
@@ -56,9 +57,11 @@ class JudgedRowMetric:
     """
 
     name = "judged"
+    requires: ClassVar[frozenset[str]] = frozenset({"judge"})
     shows_contexts = False
     """True when the prompt starts with the numbered contexts (scheduled first in a row)."""
     judge: ChatModel | None = None
+    _last_audit: Sequence[dict[str, Any]] = ()
 
     def specs(self) -> list[MetricSpec]:
         """The metric's (prefixed) columns."""
@@ -101,7 +104,7 @@ class JudgedRowMetric:
 
     def audit(self) -> list[dict[str, Any]]:
         """One audit record per row of the last :meth:`evaluate` (``[]`` before any)."""
-        return list(getattr(self, "_last_audit", []))
+        return list(self._last_audit)
 
 
 @dataclass

@@ -9,16 +9,13 @@ import json
 import sys
 from typing import Any
 
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from rag_experiments.app import build_embedder
+from rag_experiments.build import build_embedder, build_role_chat, build_tracker
 from rag_experiments.config.compose import compose_config
-from rag_experiments.errors import ConfigError, RagExpError
+from rag_experiments.errors import ConfigError
 from rag_experiments.llm.factory import build_chat, configure_from_config, identity_by_role
 from rag_experiments.metrics.audit import nan_to_none
-from rag_experiments.metrics.judge_config import judge_model_node
 from rag_experiments.qualify.check import JudgeCheck
 from rag_experiments.qualify.config import register_judge_check_config
 from rag_experiments.qualify.pairs import balanced_subset, load_pairs
@@ -65,13 +62,8 @@ def run_judge_check(
     data_name = str(settings.data) if settings.data else "bundled"
     configure_from_config(cfg)
     probes = list(settings.probes)
-    try:
-        model = build_chat(judge if judge is not None else judge_model_node(cfg.judge), "judge")
-        embedder = build_embedder(cfg) if "answer_relevancy" in probes else None
-    except InstantiationException as exc:
-        if isinstance(exc.__cause__, RagExpError):
-            raise exc.__cause__ from None
-        raise
+    model = build_chat(judge, "judge") if judge is not None else build_role_chat(cfg.judge, "judge")
+    embedder = build_embedder(cfg) if "answer_relevancy" in probes else None
     check = JudgeCheck(
         model,
         embedder,
@@ -88,8 +80,8 @@ def run_judge_check(
         )
     run_id = None
     if bool(settings.log):
-        tracker = instantiate(
-            cfg.tracking,
+        tracker = build_tracker(
+            cfg,
             experiment=JUDGES_EXPERIMENT,
             run_name=f"judge-check-{identity.get('judge.model')}",
         )

@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from rag_experiments.build import build_tracker
 from rag_experiments.errors import RagExpError, ReviewError
 from rag_experiments.generate.app import GenerationInterrupted, run_generate
 from rag_experiments.generate.checkpoint import Checkpoint, CheckpointState
@@ -141,7 +141,7 @@ class GenerationJob:
     def _run(self) -> None:
         state, error = "done", None
         try:
-            self._tracker = instantiate(self.cfg.tracking, run_name=str(self.cfg.run_name))
+            self._tracker = build_tracker(self.cfg, run_name=str(self.cfg.run_name))
             run_generate(
                 self.cfg, tracker=self._tracker, on_progress=self._progress, cancel=self._cancel
             )

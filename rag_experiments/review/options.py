@@ -32,7 +32,8 @@ from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rag_experiments.app import target_class  # (importing app registers the config schemas)
+import rag_experiments.app  # noqa: F401  (registers the config schemas)
+from rag_experiments.build import chat_class
 from rag_experiments.errors import ConfigError, ReviewError
 from rag_experiments.records import QUESTION_TYPES
 from rag_experiments.review.workspace import Workspace
@@ -41,17 +42,13 @@ _HYDRA_LOCK = threading.Lock()
 """Hydra's compose API keeps global state: one composition at a time."""
 
 _GROUP_CHOICE = re.compile(r"^(llm|judge)=([\w-]+)$")
-FORM_FIELDS: dict[str, tuple[str, ...]] = {
-    "OllamaChat": ("model", "base_url"),
-    "OpenAICompatChat": ("model", "base_url"),
-    "EmbeddedChat": ("model_path",),
-}
-"""Per chat-model class, the keys the form sets (other classes: none)."""
 
 
 def form_fields(node: Any) -> tuple[str, ...]:
-    """The keys of chat-model config ``node`` that the form sets."""
-    return FORM_FIELDS.get(target_class(node), ())
+    """The keys of chat-model config ``node`` that the form sets: what its class declares
+    (``form_fields``: ``model``/``base_url`` for a server, ``model_path`` for the embedded
+    model, none for the fake)."""
+    return chat_class(node).form_fields
 
 
 class GenerateRequest(BaseModel):
@@ -217,9 +214,9 @@ def compose_generate_config(
     if (options.judge or request.llm) == request.llm:  # the judge is the same kind of model
         for key in form_fields(cfg.judge):
             cfg.judge[key] = cfg.llm[key]
-    if _is_fake(cfg.llm):
+    if chat_class(cfg.llm).scripted:
         cfg.llm.extractive = True
-    if _is_fake(cfg.judge) and "AnswerCheck" not in cfg.judge.responses:
+    if chat_class(cfg.judge).scripted and "AnswerCheck" not in cfg.judge.responses:
         with open_dict(cfg.judge.responses):
             cfg.judge.responses["AnswerCheck"] = {"answered": False}
     cfg.docs = str(workspace.uploads_dir)
@@ -233,7 +230,3 @@ def compose_generate_config(
     if not cfg.run_name:
         cfg.run_name = f"review-{workspace.root.name}"
     return cfg
-
-
-def _is_fake(node: Any) -> bool:
-    return target_class(node) == "FakeChat"

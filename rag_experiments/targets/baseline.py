@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from rag_experiments.errors import RagExpError
 from rag_experiments.index.naming import index_key
-from rag_experiments.llm.context import estimate_tokens, fit_contexts
+from rag_experiments.llm.context import fit_contexts
+from rag_experiments.protocols import TargetBase
 from rag_experiments.records import RagResponse, Sample
 from rag_experiments.targets.prompts import ANSWER_PROMPT_VERSION, answer_messages
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class BaselineTarget:
+class BaselineTarget(TargetBase):
     """Retrieve the ``top_k`` chunks for a question and, unless retrieval-only, generate an
     answer from them with the configured chat model.
 
@@ -43,6 +44,9 @@ class BaselineTarget:
             full retrieval, so retrieval metrics are unaffected. False = such a row fails
             with ``context_overflow``.
     """
+
+    assembled = True
+    """Built by the harness from the config's chunker, embedder, retriever and llm."""
 
     def __init__(
         self,
@@ -142,15 +146,13 @@ class BaselineTarget:
 
     def _fit(self, question: str, contexts: list[str], response: RagResponse) -> list[str]:
         """Trim ``contexts`` to the generator's prompt budget; flag ``response`` if trimmed."""
-        budget_of = getattr(self.generator, "prompt_budget", None)
-        budget = budget_of() if budget_of is not None else None
+        budget = self.generator.prompt_budget()
         if budget is None:
             return contexts
-        count = getattr(self.generator, "count_prompt_tokens", None) or estimate_tokens
         kept, report = fit_contexts(
             contexts,
             lambda cs: answer_messages(self.system_prompt, question, cs),
-            count,
+            self.generator.count_prompt_tokens,
             budget,
         )
         if report.trimmed:

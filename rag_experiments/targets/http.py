@@ -64,6 +64,7 @@ import httpx
 from rag_experiments.common.http import HttpTransport, RetryableStatusError, RetryPolicy
 from rag_experiments.common.redact import public_url
 from rag_experiments.errors import ConfigError, TargetError
+from rag_experiments.protocols import TargetBase
 from rag_experiments.records import RagResponse, Sample
 from rag_experiments.targets.doc_matcher import CorpusDocMatcher
 from rag_experiments.targets.request_template import RequestTemplate
@@ -96,7 +97,7 @@ def _snippet(text: str) -> str:
     return text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 1] + "…"
 
 
-class HttpTarget:
+class HttpTarget(TargetBase):
     """A RAG system behind an HTTP JSON API (see the module docstring).
 
     Args:

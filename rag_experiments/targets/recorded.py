@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from rag_experiments.protocols import TargetBase
 from rag_experiments.records import RagResponse, RecordedAnswer, Sample
 from rag_experiments.targets.doc_matcher import CorpusDocMatcher
 
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class RecordedTarget:
+class RecordedTarget(TargetBase):
     """Answer each sample with the answer recorded in its row (see the module docstring).
 
     Args:

@@ -71,7 +71,7 @@ class DeepEvalMetric(JudgedRowMetric):
     :meth:`_adjust`.
 
     Args:
-        judge: The judge chat model (``app.build`` injects it).
+        judge: The judge chat model (``build.build`` injects it).
         threshold: DeepEval's pass threshold (its ``success`` flag, kept in the audit; 1.0
             with ``strict_mode``).
         include_reason: Ask DeepEval for its explanation (one more judge call per row).

@@ -36,7 +36,7 @@ class DeepEvalFaithfulness(DeepEvalMetric):
     Args:
         truths_extraction_limit: At most this many truths taken from the contexts (None = all).
         penalize_ambiguous_claims: Count "borderline" verdicts as unfaithful.
-        judge: The judge chat model (``app.build`` injects it; the parameter is named so).
+        judge: The judge chat model (``build.build`` injects it; the parameter is named so).
         **kwargs: The other arguments of :class:`DeepEvalMetric`.
 
     Raises:

@@ -1,5 +1,6 @@
-"""The judge's config role: the chat-model node without the judge's role keys, and the
-judge ≠ generator check (a model grading its own answers is biased toward them)."""
+"""Chat-model roles in the config: the judge's node without its role keys (what the model is
+built from), and the judge ≠ generator check (a model grading its own answers is biased toward
+them). Used by the composition root (:mod:`rag_experiments.build`)."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def check_judge_distinct(llm_node: Any, judge_node: Any) -> bool:
     target, *rest = model_identity(judge_node)
     named = [v for v in rest if v is not None] or "(default model)"
     what = f"{str(target).rsplit('.', 1)[-1]} {named}"
-    require = bool(getattr(judge_node, "get", lambda *_: False)("require_distinct", False))
+    require = bool(judge_node.get("require_distinct", False))
     if require:
         raise ConfigError(
             f"the judge is the generator's model ({what}) and judge.require_distinct=true: "

@@ -1,0 +1,344 @@
+"""The composition root: every "config node → object" decision of the harness is made here.
+
+Every command that builds parts from a composed config goes through this module: ``rag-exp
+run`` (:mod:`rag_experiments.app`), ``serve``, ``generate``, ``review`` (its model check and
+form), ``rerun``, ``judge-check`` and ``dataset report``. The runner receives what is built
+here and never imports Hydra.
+
+Decisions follow what each part *declares* on its protocol (:mod:`rag_experiments.protocols`,
+:class:`rag_experiments.llm.base.ChatModel`), never class names, constructor signatures or
+probing:
+
+- a metric gets the shared parts named in its class's ``requires`` (``judge``, ``embedder``);
+  the retriever returns ``max(top_k, deepest metric depth)`` ranks unless
+  ``retriever.depth`` is set;
+- a target whose class declares ``assembled`` (the baseline) is built from the config's
+  chunker, embedder, retriever, index and generator; any other from its own node;
+- a chat-model class declares its ``caveat`` (the note of a run that uses it), the keys the
+  review form sets (``form_fields``), whether it is ``scripted``, and
+  ``check_settings()`` for values a user must fill in.
+
+Declarations on a class are read from the class named by a node's ``_target_`` (before
+anything is built: the run opens first, the review form composes first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from hydra.errors import InstantiationException
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from rag_experiments.data.base import EvalDataset
+from rag_experiments.errors import ConfigError, RagExpError
+from rag_experiments.llm.base import ChatModelBase
+from rag_experiments.llm.factory import build_chat, configure_from_config
+from rag_experiments.llm.roles import check_judge_distinct, judge_model_node
+from rag_experiments.protocols import MetricBase, TargetBase
+
+T = TypeVar("T")
+
+SHARED_PARTS = ("judge", "embedder")
+"""What a metric may declare in ``requires``: the job's judge model and its embedder."""
+
+
+# --- declarations read from a config node ---------------------------------------------------
+def part_class(node: Any, base: type[T]) -> type[T]:
+    """The class a config node's ``_target_`` names, which declares its capabilities by
+    subclassing ``base`` (:class:`~rag_experiments.protocols.MetricBase`,
+    :class:`~rag_experiments.protocols.TargetBase`,
+    :class:`~rag_experiments.llm.base.ChatModelBase`).
+
+    Raises:
+        ConfigError: The node has no ``_target_``, it names no importable class, or the class
+            does not subclass ``base``.
+    """
+    target = node.get("_target_") if isinstance(node, Mapping) else None
+    if not target:
+        raise ConfigError(f"a config node has no _target_ (got {node!r}); name a class")
+    try:
+        cls = get_class(str(target))
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(f"_target_={target} is not an importable class: {exc}") from exc
+    if not issubclass(cls, base):
+        raise ConfigError(
+            f"_target_={target} does not declare what a {base.__name__.removesuffix('Base')} "
+            f"declares: subclass {base.__module__}.{base.__name__}"
+        )
+    return cls
+
+
+def chat_class(node: Any) -> type[ChatModelBase]:
+    """The chat-model class of config node ``node`` (``cfg.llm``, ``cfg.judge``)."""
+    return part_class(node, ChatModelBase)
+
+
+def is_assembled(target_node: Any) -> bool:
+    """True when the target is built from the config's parts (its class declares
+    ``assembled``: the baseline)."""
+    return part_class(target_node, TargetBase).assembled
+
+
+def run_caveat(*chat_nodes: Any) -> str:
+    """The first non-empty ``caveat`` the classes of ``chat_nodes`` declare (the embedded
+    model's :data:`~rag_experiments.llm.embedded.SMALL_MODEL_NOTE`); ``""`` for none."""
+    return next((c for c in (chat_class(n).caveat for n in chat_nodes) if c), "")
+
+
+@contextmanager
+def own_errors() -> Iterator[None]:
+    """Let our own errors raised inside a constructor leave as they are, not wrapped in
+    Hydra's ``InstantiationException`` (whose first line does not say what failed)."""
+    try:
+        yield
+    except InstantiationException as exc:
+        if isinstance(exc.__cause__, RagExpError):
+            raise exc.__cause__ from None
+        raise
+
+
+# --- single parts ---------------------------------------------------------------------------
+def build_chat_model(node: Any) -> Any:
+    """The bare chat model of ``node`` (no cache, no meter): what a check asks.
+
+    Raises:
+        RagExpError: The model refused its config.
+    """
+    with own_errors():
+        return instantiate(node)
+
+
+def build_role_chat(node: Any, role: str) -> Any:
+    """The chat model of a role node (``cfg.judge``, or ``cfg.llm`` of ``generate``) without
+    its role keys (:func:`~rag_experiments.llm.roles.judge_model_node`), behind the response
+    cache and the role's usage meter."""
+    with own_errors():
+        return build_chat(judge_model_node(node), role)
+
+
+def build_embedder(cfg: DictConfig) -> Any:
+    """The configured embedder (``cfg.embedder``), behind the shared embedding cache
+    (``paths.embedding_cache``) when one is set."""
+    with own_errors():
+        embedder = instantiate(cfg.embedder)
+    if cfg.paths.embedding_cache:
+        from rag_experiments.embedding.cache import CachedEmbedder
+
+        embedder = CachedEmbedder(embedder, path=cfg.paths.embedding_cache)
+    return embedder
+
+
+def build_chunker(cfg: DictConfig) -> Any:
+    """The configured chunker (``cfg.chunker``)."""
+    with own_errors():
+        return instantiate(cfg.chunker)
+
+
+def build_tracker(cfg: DictConfig, **options: Any) -> Any:
+    """The configured tracker (``cfg.tracking``) with ``options`` (``run_name``,
+    ``experiment``)."""
+    return instantiate(cfg.tracking, **options)
+
+
+def load_dataset(cfg: DictConfig) -> EvalDataset:
+    """The dataset a job evaluates: ``cfg.dataset`` loaded, then the seeded ``max_samples``
+    subset when one is set (its digest is the one the run logs).
+
+    Raises:
+        RagExpError: The dataset cannot be loaded.
+        InstantiationException: ``cfg.dataset`` does not instantiate.
+    """
+    dataset = instantiate(cfg.dataset).load()
+    if cfg.get("max_samples") is not None:
+        dataset = dataset.subset(int(cfg.max_samples), seed=int(cfg.seed))
+    return dataset
+
+
+class SharedParts:
+    """Parts built at most once per job and shared: the judge (for every metric that
+    requires ``judge``) and the embedder (the baseline's, also handed to metrics that require
+    ``embedder``).
+
+    Attributes:
+        built: Role → model built so far (``generator``, ``embedder``, ``judge``), in build
+            order: what the job's preflight checks.
+    """
+
+    def __init__(self, cfg: DictConfig) -> None:
+        self.cfg = cfg
+        self._judge: Any = None
+        self._embedder: Any = None
+        self.built: dict[str, Any] = {}
+
+    def judge(self) -> Any:
+        """The judge model (built on first use; warns or refuses when it is the generator's
+        model, see :func:`~rag_experiments.llm.roles.check_judge_distinct`)."""
+        if self._judge is None:
+            if self.cfg.metrics.generate and is_assembled(self.cfg.target):
+                check_judge_distinct(self.cfg.llm, self.cfg.judge)  # the generator is cfg.llm
+            self._judge = self.built["judge"] = build_role_chat(self.cfg.judge, "judge")
+        return self._judge
+
+    def embedder(self) -> Any:
+        """The job's embedder (built on first use)."""
+        if self._embedder is None:
+            self._embedder = self.built["embedder"] = build_embedder(self.cfg)
+        return self._embedder
+
+    def get(self, name: str) -> Any:
+        """The shared part ``name`` (one of :data:`SHARED_PARTS`).
+
+        Raises:
+            ConfigError: ``name`` is not a shared part.
+        """
+        if name == "judge":
+            return self.judge()
+        if name == "embedder":
+            return self.embedder()
+        raise ConfigError(
+            f"a metric requires {name!r}, which is not a shared part; "
+            f"metrics may require {', '.join(SHARED_PARTS)}"
+        )
+
+
+def build_metric(node: DictConfig, shared: SharedParts) -> Any:
+    """One ``metrics.suite`` entry, given the shared parts its class ``requires`` (as keyword
+    arguments of the same names).
+
+    Raises:
+        ConfigError: It requires a part that is not shared, or its class does not subclass
+            :class:`~rag_experiments.protocols.MetricBase`.
+        RagExpError: The metric refused its config.
+    """
+    requires = part_class(node, MetricBase).requires
+    extra = {name: shared.get(name) for name in sorted(requires)}
+    with own_errors():
+        return instantiate(node, **extra)
+
+
+def retriever_depth(metrics: list[Any], top_k: int) -> int:
+    """Ranks the retriever returns: ``max(top_k, deepest depth the metrics declare)``."""
+    return max([int(m.depth) for m in metrics] + [int(top_k)])
+
+
+def build_baseline(
+    cfg: DictConfig, metrics: list[Any], generate: bool, shared: SharedParts | None = None
+) -> Any:
+    """The assembled target (``cfg.target``, the baseline) from the config's chunker,
+    embedder (shared), retriever (its depth from :func:`retriever_depth` unless
+    ``retriever.depth`` is set), ChromaDB index (``paths.chroma_dir``, ``target.hnsw``) and,
+    when answers are generated, the generator ``cfg.llm`` (role ``generator``)."""
+    from rag_experiments.index.chroma import ChromaIndex
+
+    shared = shared or SharedParts(cfg)
+    embedder = shared.embedder()
+    retriever_cfg = OmegaConf.to_container(cfg.retriever, resolve=True)
+    if retriever_cfg.get("depth") is None:
+        retriever_cfg["depth"] = retriever_depth(metrics, int(retriever_cfg["top_k"]))
+    with own_errors():
+        retriever = instantiate(retriever_cfg)
+        generator = build_chat(cfg.llm, "generator") if generate else None
+    if generator is not None:
+        shared.built["generator"] = generator
+    target_cfg = OmegaConf.to_container(cfg.target, resolve=True)
+    hnsw = target_cfg.pop("hnsw", {})
+    with own_errors():
+        return instantiate(
+            target_cfg,
+            chunker=instantiate(cfg.chunker),
+            embedder=embedder,
+            retriever=retriever,
+            index=ChromaIndex(path=cfg.paths.chroma_dir, **hnsw),
+            generator=generator,
+            generate=generate,
+        )
+
+
+# --- a job ----------------------------------------------------------------------------------
+@dataclass
+class Experiment:
+    """The built parts of one job (the tracker is made apart: the run opens before building).
+
+    ``checks`` maps each role to the part the job's preflight checks: the baseline's
+    ``generator`` and ``embedder``, another ``target`` itself (its ``health_url``), the
+    ``judge`` and the metrics' ``embedder`` when metrics use them.
+    """
+
+    dataset: EvalDataset
+    target: Any
+    metrics: list[Any]
+    generate: bool
+    checks: dict[str, Any] = field(default_factory=dict)
+
+
+def build(cfg: DictConfig) -> Experiment:
+    """Instantiate every part but the tracker from a composed root config and load the
+    dataset.
+
+    Our own errors raised inside a constructor reach the caller as they are, not wrapped in
+    Hydra's ``InstantiationException``.
+
+    Args:
+        cfg: The composed root config.
+
+    Returns:
+        The built :class:`Experiment`.
+
+    Raises:
+        RagExpError: A part refused its config (e.g. ``ConfigError`` for ``retriever.top_k=0``)
+            or the dataset could not be loaded.
+    """
+    configure_from_config(cfg)  # LLM response cache + fresh per-role usage meters
+    with own_errors():
+        shared = SharedParts(cfg)
+        metrics = [build_metric(node, shared) for node in cfg.metrics.suite.values()]
+        generate = bool(cfg.metrics.generate)
+        dataset = load_dataset(cfg)
+        checks: dict[str, Any] = {}
+        if is_assembled(cfg.target):
+            target = build_baseline(cfg, metrics, generate, shared)
+        else:
+            target = instantiate(cfg.target)
+            checks["target"] = target
+    return Experiment(dataset, target, metrics, generate, {**shared.built, **checks})
+
+
+# --- a generation ---------------------------------------------------------------------------
+@dataclass
+class GenerationParts:
+    """The parts of an LLM-mode ``rag-exp generate``.
+
+    Attributes:
+        chat: The question writer (``cfg.llm``, role ``dataset_generator``).
+        judge: The judge of unanswerable questions (``cfg.judge``), None when none are asked.
+        chunker: Splits the documents.
+        embedder: Embeds chunks (dedup, retrieval check).
+    """
+
+    chat: Any
+    judge: Any
+    chunker: Any
+    embedder: Any
+
+
+def build_generation(cfg: DictConfig, *, with_judge: bool) -> GenerationParts:
+    """The parts of a composed ``generate`` config (after :func:`configure_from_config`).
+
+    Args:
+        cfg: The composed ``generate`` config.
+        with_judge: Build the judge (unanswerable questions are asked); warns, or refuses
+            with ``judge.require_distinct``, when it is the question writer's model.
+
+    Raises:
+        RagExpError: A part refused its config.
+    """
+    chat = build_role_chat(cfg.llm, "dataset_generator")
+    judge = None
+    if with_judge:
+        check_judge_distinct(cfg.llm, cfg.judge)
+        judge = build_role_chat(cfg.judge, "judge")
+    return GenerationParts(chat, judge, build_chunker(cfg), build_embedder(cfg))

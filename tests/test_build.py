@@ -1,0 +1,121 @@
+"""The composition root (rag_experiments.build): parts are wired by what they declare on their
+protocol (a metric's ``requires`` and ``depth``, a target's ``assembled``, a chat model's
+``caveat`` and ``check_settings``), never by class names or probing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+
+from rag_experiments.build import (
+    build,
+    build_metric,
+    is_assembled,
+    part_class,
+    retriever_depth,
+    run_caveat,
+)
+from rag_experiments.embedding.hash import HashEmbedder
+from rag_experiments.errors import ConfigError, SettingMissingError
+from rag_experiments.llm.base import ChatModelBase
+from rag_experiments.llm.embedded import SMALL_MODEL_NOTE
+from rag_experiments.llm.fake import FakeChat
+from rag_experiments.llm.ollama import OllamaChat
+from rag_experiments.llm.openai_compat import OpenAICompatChat
+from rag_experiments.metrics.keyword_coverage import KeywordCoverage
+from rag_experiments.metrics.retrieval import RetrievalMetrics
+from rag_experiments.protocols import MetricBase
+
+
+class RecordingParts:
+    """Stands in for SharedParts: hands out one judge and one embedder and records what was
+    asked for."""
+
+    def __init__(self) -> None:
+        self.judge = FakeChat()
+        self.embedder = HashEmbedder()
+        self.asked: list[str] = []
+
+    def get(self, name: str) -> Any:
+        self.asked.append(name)
+        return {"judge": self.judge, "embedder": self.embedder}[name]
+
+
+def _node(target: str, **values: Any) -> Any:
+    return OmegaConf.create({"_target_": f"rag_experiments.{target}", **values})
+
+
+def test_a_metric_gets_exactly_the_shared_parts_it_requires():
+    parts = RecordingParts()
+    judged = build_metric(_node("metrics.faithfulness.Faithfulness"), parts)
+    assert parts.asked == ["judge"] and judged.judge is parts.judge
+
+    parts = RecordingParts()
+    both = build_metric(_node("metrics.answer_relevancy.AnswerRelevancy"), parts)
+    assert sorted(parts.asked) == ["embedder", "judge"]
+    assert both.judge is parts.judge and both.embedder is parts.embedder
+
+    parts = RecordingParts()  # requires nothing: built from its node alone
+    plain = build_metric(_node("metrics.keyword_coverage.KeywordCoverage"), parts)
+    assert parts.asked == [] and isinstance(plain, KeywordCoverage)
+
+
+def test_a_class_that_declares_nothing_is_refused_with_the_base_to_subclass():
+    with pytest.raises(ConfigError, match=r"subclass rag_experiments\.protocols\.MetricBase"):
+        build_metric(OmegaConf.create({"_target_": "collections.OrderedDict"}), RecordingParts())
+    with pytest.raises(ConfigError, match="has no _target_"):
+        part_class(OmegaConf.create({"top_k": 3}), MetricBase)
+
+
+def test_retriever_depth_is_the_deepest_declared_depth_or_top_k():
+    deep = RetrievalMetrics(cutoffs=[1, 20])  # depth 20
+    shallow = RetrievalMetrics(cutoffs=[3])  # depth 3
+    keywords = KeywordCoverage()  # depth 0 (MetricBase's default)
+    assert (deep.depth, shallow.depth, keywords.depth) == (20, 3, 0)
+    assert retriever_depth([deep, shallow, keywords], top_k=5) == 20
+    assert retriever_depth([shallow, keywords], top_k=5) == 5
+    assert retriever_depth([deep], top_k=30) == 30
+    assert retriever_depth([], top_k=4) == 4
+
+
+def test_the_built_baseline_retrieves_as_deep_as_its_metrics_need(compose_cfg):
+    fast = ("embedder=hash", "metrics=retrieval", "llm=fake")
+    exp = build(compose_cfg(*fast, "metrics.suite.retrieval.cutoffs=[1,3,20]"))
+    assert (exp.target.retriever.top_k, exp.target.retriever.depth) == (5, 20)
+    exp = build(compose_cfg(*fast, "metrics.suite.retrieval.cutoffs=[2]", "retriever.top_k=4"))
+    assert exp.target.retriever.depth == 4
+    exp = build(compose_cfg(*fast, "retriever.depth=7"))  # a set depth is kept
+    assert exp.target.retriever.depth == 7
+
+
+def test_targets_and_chat_models_are_told_apart_by_what_their_classes_declare(compose_cfg):
+    assert is_assembled(compose_cfg("target=baseline").target)
+    assert not is_assembled(compose_cfg("target=http", "target.url=http://x/ask").target)
+    embedded = _node("llm.embedded.EmbeddedChat")
+    fake = _node("llm.fake.FakeChat")
+    assert run_caveat(fake, embedded) == SMALL_MODEL_NOTE
+    assert run_caveat(fake) == ""
+
+
+def test_a_providers_check_settings_names_the_blank_field():
+    with pytest.raises(SettingMissingError, match=r"no judge model name .*\(e\.g\. llama3\.1:8b\)"):
+        OllamaChat.check_settings({"model": " ", "base_url": "http://h"}, "judge")
+    with pytest.raises(SettingMissingError, match=r"\(as the server lists it\)"):
+        OpenAICompatChat.check_settings({"model": "", "base_url": "http://h"}, "generator")
+    with pytest.raises(SettingMissingError, match="no base URL is set for the judge model 'm'"):
+        OllamaChat.check_settings({"model": "m", "base_url": ""}, "judge")
+    OllamaChat.check_settings({"model": "m", "base_url": "http://h"}, "judge")  # complete
+    FakeChat.check_settings({}, "judge")  # nothing to fill in
+
+
+def test_the_prompt_budget_is_the_window_minus_the_completion_limit():
+    class Windowed(ChatModelBase):
+        context_window = 100
+        max_tokens = 30
+
+    assert Windowed().prompt_budget() == 70  # 100 - 30
+    assert Windowed().prompt_budget(max_tokens=60) == 40  # 100 - 60
+    assert Windowed().prompt_budget(max_tokens=120) == 0  # never negative
+    assert FakeChat().prompt_budget() is None  # no window known
