@@ -27,6 +27,7 @@ from rag_experiments.errors import (
     RagExpError,
     TargetError,
 )
+from rag_experiments.lifecycle.shard import select_shard
 from rag_experiments.llm.factory import (
     build_chat,
     configure_from_config,
@@ -152,7 +153,8 @@ def build(cfg: DictConfig) -> Experiment:
 
 def load_dataset(cfg: DictConfig) -> Any:
     """The dataset a job evaluates: ``cfg.dataset`` loaded, then the seeded ``max_samples``
-    subset when one is set (its digest is the one the run logs).
+    subset when one is set, then shard ``shard.index`` of ``shard.count``
+    (:mod:`rag_experiments.lifecycle.shard`); its digest is the one the run logs.
 
     Raises:
         RagExpError: The dataset cannot be loaded.
@@ -161,7 +163,7 @@ def load_dataset(cfg: DictConfig) -> Any:
     dataset = instantiate(cfg.dataset).load()
     if cfg.get("max_samples") is not None:
         dataset = dataset.subset(int(cfg.max_samples), seed=int(cfg.seed))
-    return dataset
+    return select_shard(dataset, **cfg.get("shard", {}))  # no shard key or count 1: all
 
 
 class _SharedParts:
