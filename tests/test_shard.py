@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mlflow import MlflowClient
@@ -93,8 +94,10 @@ def _rag_exp(cwd: Path, uri: str, *args: str) -> subprocess.CompletedProcess[str
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
     env.pop("HYDRA_FULL_ERROR", None)
     cmd = [sys.executable, "-m", "rag_experiments", *args]
-    if args[0] == "run":
-        cmd += [*FAST, f"tracking.uri={uri}", f"paths.cache_dir={cwd / 'cache'}"]
+    if args[0] == "run":  # the fast defaults first: the test's own overrides win
+        base = [*FAST, f"tracking.uri={uri}", f"paths.cache_dir={cwd / 'cache'}"]
+        flags = [a for a in args[1:] if a.startswith("-")]  # -m before the overrides
+        cmd = [*cmd[:4], *flags, *base, *(a for a in args[1:] if not a.startswith("-"))]
     done = subprocess.run(
         cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
     )
@@ -102,40 +105,56 @@ def _rag_exp(cwd: Path, uri: str, *args: str) -> subprocess.CompletedProcess[str
     return done
 
 
-@pytest.mark.slow
-def test_merged_shards_equal_the_unsharded_run(tmp_path: Path) -> None:
+def _whole_and_merged(tmp_path: Path, count: int, *overrides: str) -> tuple[Any, ...]:
+    """Run the unsharded evaluation (``run_name=whole``) and a sweep over ``count`` shards with
+    the same ``overrides``, merge it; return ``(client, uri, whole, parent, shards in index
+    order, merged run)``."""
     uri = f"sqlite:///{tmp_path}/mlruns.db"
-    _rag_exp(tmp_path, uri, "run", "run_name=whole")
-    _rag_exp(tmp_path, uri, "run", "-m", "shard.count=3", "shard.index=0,1,2")
+    _rag_exp(tmp_path, uri, "run", "run_name=whole", *overrides)
+    indices = ",".join(map(str, range(count)))
+    _rag_exp(
+        tmp_path, uri, "run", "-m", f"shard.count={count}", f"shard.index={indices}", *overrides
+    )
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("rag-experiments").experiment_id
     runs = client.search_runs([exp])
     (whole,) = [r for r in runs if r.info.run_name == "whole"]
     shards = [r for r in runs if MLFLOW_PARENT_RUN_ID in r.data.tags]
+    shards.sort(key=lambda r: int(r.data.params["shard.index"]))
     (parent,) = [r for r in runs if r.info.run_id == shards[0].data.tags[MLFLOW_PARENT_RUN_ID]]
-    assert sorted(int(r.data.params["shard.index"]) for r in shards) == [0, 1, 2]
-    n = whole.data.metrics["n_samples"]
-    assert sum(r.data.metrics["n_samples"] for r in shards) == n == 69  # the bundled sample
-
+    assert [int(r.data.params["shard.index"]) for r in shards] == list(range(count))
     done = _rag_exp(tmp_path, uri, "merge", parent.info.run_id, "--tracking-uri", uri)
-    merged_id = done.stdout.split("into run ")[1].split()[0]
-    merged = client.get_run(merged_id)
+    merged = client.get_run(done.stdout.split("into run ")[1].split()[0])
+    return client, uri, whole, parent, shards, merged
+
+
+def _comparable(metrics: dict[str, float]) -> dict[str, float]:
+    """Every metric but timings and LLM usage counters (per process by nature) and the
+    merge's own ``shards.*``."""
+    return {
+        k: v
+        for k, v in metrics.items()
+        if not k.endswith(_VOLATILE_SUFFIXES) and not k.startswith("shards.")
+    }
+
+
+@pytest.mark.slow
+def test_merged_shards_equal_the_unsharded_run(tmp_path: Path) -> None:
+    client, uri, whole, parent, by_index, merged = _whole_and_merged(tmp_path, 3)
+    merged_id = merged.info.run_id
+    n = whole.data.metrics["n_samples"]
+    assert sum(r.data.metrics["n_samples"] for r in by_index) == n == 69  # the bundled sample
     assert MLFLOW_PARENT_RUN_ID not in merged.data.tags
-    by_index = sorted(shards, key=lambda r: int(r.data.params["shard.index"]))
     assert merged.data.tags[MERGED_FROM_TAG] == ",".join(r.info.run_id for r in by_index)
     assert merged.data.tags["shard.count"] == "3"
 
     # every metric but the timings and LLM usage counters (per process by nature) is equal
-    expected = {k: v for k, v in whole.data.metrics.items() if not k.endswith(_VOLATILE_SUFFIXES)}
-    got = {
-        k: v
-        for k, v in merged.data.metrics.items()
-        if not k.endswith(_VOLATILE_SUFFIXES) and not k.startswith("shards.")
-    }
+    expected = _comparable(whole.data.metrics)
+    got = _comparable(merged.data.metrics)
     assert got == expected
     assert any(k.startswith("by_type/") and k.endswith("_ci_low") for k in got)
     # a shard's own mean differs from the whole's: the merge did not just copy one shard
-    assert any(r.data.metrics["nDCG_at_10"] != expected["nDCG_at_10"] for r in shards)
+    assert any(r.data.metrics["nDCG_at_10"] != expected["nDCG_at_10"] for r in by_index)
 
     # the same dataset input and per-query table, in the same order
     for tag in ("dataset.digest", "dataset.name", "dataset.source"):
@@ -157,3 +176,20 @@ def test_merged_shards_equal_the_unsharded_run(tmp_path: Path) -> None:
         merge(parent.info.run_id, uri)
     with pytest.raises(ShardMergeError, match="has no child runs"):
         merge(whole.info.run_id, uri)
+
+
+@pytest.mark.slow
+def test_merged_judged_shards_equal_the_unsharded_run(tmp_path: Path) -> None:
+    """The judged metrics (fake judge) of 2 shards: the same scores, judge usage and audit."""
+    judged = ("metrics=custom", "judge=fake", "max_samples=24")
+    client, _, whole, _, shards, merged = _whole_and_merged(tmp_path, 2, *judged)
+    expected = _comparable(whole.data.metrics)
+    assert _comparable(merged.data.metrics) == expected
+    assert expected["n_samples"] == 24 and expected["judge_calls_per_question"] > 0
+    assert "faithfulness" in expected or "faithfulness_n_valid" in expected
+    assert sum(r.data.metrics["judge_calls"] for r in shards) == expected["judge_calls"]
+    audit = {}
+    for run in (whole, merged):
+        path = client.download_artifacts(run.info.run_id, "judge_audit.jsonl")
+        audit[run.info.run_id] = Path(path).read_text(encoding="utf-8")
+    assert audit[whole.info.run_id] == audit[merged.info.run_id]
