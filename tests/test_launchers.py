@@ -12,13 +12,16 @@ from pathlib import Path
 
 import pytest
 from hydra import compose
+from hydra._internal.callbacks import Callbacks
+from hydra.types import HydraContext
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from omegaconf import DictConfig
 from test_sweep import RUN_TIMEOUT_S
 
+from rag_experiments.config.reporting import ReportedError
 from rag_experiments.errors import ConfigError
-from rag_experiments.lifecycle.launchers import check_multi_node
+from rag_experiments.lifecycle.launchers import check_jobs, check_multi_node
 from rag_experiments.tracking.sweep import PARENT_RUN_ID_FILE
 
 FAST = ["llm=fake", "embedder=hash", "metrics=retrieval", "progress=false"]
@@ -86,6 +89,24 @@ def test_multi_node_check_accepts_a_server_and_absolute_paths(
     assert cfg.paths.llm_cache == "/shared/c/llm.sqlite"
 
 
+def test_jobs_that_change_tracking_or_paths_are_checked_one_by_one(
+    compose_cfg: Callable[..., DictConfig],
+) -> None:
+    """A sweep over ``paths.cache_dir`` passes the sweep-level check and is refused per job
+    (a job's overrides are all of the sweep's, with the swept values, as Hydra passes them)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    ok = [SERVER, "tracking.uri=http://mlflow.lab:5000"]
+    cfg = compose(
+        config_name="config", overrides=[*ok, "paths.cache_dir=/shared/c"], return_hydra_config=True
+    )
+    context = HydraContext(GlobalHydra.instance().config_loader(), Callbacks())
+    jobs = [[*ok, "paths.cache_dir=/shared/c"], [*ok, "paths.cache_dir=/shared/d"]]
+    check_jobs("slurm", context, cfg, jobs)
+    with pytest.raises(ReportedError, match="the relative paths.cache_dir=rel"):
+        check_jobs("slurm", context, cfg, [*jobs, [*ok, "paths.cache_dir=rel"]])
+
+
 def _rag_exp(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
     env.pop("HYDRA_FULL_ERROR", None)
@@ -106,6 +127,10 @@ def test_multi_node_launchers_refuse_before_submitting(tmp_path: Path, option: s
         "write to the node-local tracking store tracking.uri=sqlite:///mlruns.db"
     ) in done.stderr
     assert "Traceback" not in done.stderr
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
+    (parent,) = client.search_runs([client.get_experiment_by_name("rag-experiments").experiment_id])
+    assert parent.info.status == "FAILED"  # the sweep's parent (opened first), no child
+    assert parent.data.metrics["sweep.children.total"] == 0
     assert not list(tmp_path.glob("multirun/*/*/0"))  # no job ran
     assert not list(tmp_path.glob("multirun/*/*/.submitit"))  # nothing was submitted
 

@@ -120,22 +120,35 @@ def _touches(overrides: Sequence[str], prefixes: tuple[str, ...]) -> bool:
     return any(o.lstrip("+~").startswith(prefixes) for o in overrides)
 
 
+def check_sweep(launcher: str, config: DictConfig) -> None:
+    """:func:`check_multi_node` on the sweep's config, from a launcher's ``setup`` (before any
+    job config is composed or submitted; the sweep's parent run, opened by the callback before
+    Hydra sets up the launcher, ends FAILED without children).
+
+    Raises:
+        ReportedError: The config fails the check (printed as one line).
+    """
+    with reported():
+        check_multi_node(config, launcher)
+
+
 def check_jobs(
     launcher: str,
     hydra_context: HydraContext,
     config: DictConfig,
     job_overrides: Sequence[Sequence[str]],
 ) -> None:
-    """:func:`check_multi_node` on the sweep's config and on every job whose overrides change
-    ``tracking`` or ``paths`` (the others share the sweep's values).
+    """:func:`check_multi_node` on every job that sweeps ``tracking`` or ``paths`` (a job
+    override of those not among the sweep's own overrides); the others share the sweep's
+    values, checked by :func:`check_sweep`.
 
     Raises:
         ReportedError: A job's config fails the check (printed as one line).
     """
+    shared = set(OmegaConf.to_container(config.hydra.overrides.task))  # type: ignore[arg-type]
     with reported():
-        check_multi_node(config, launcher)
         for overrides in job_overrides:
-            if _touches(overrides, ("tracking", "paths")):
+            if _touches([o for o in overrides if o not in shared], ("tracking", "paths")):
                 job_cfg = hydra_context.config_loader.load_sweep_config(config, list(overrides))
                 check_multi_node(job_cfg, launcher)
 
@@ -173,7 +186,14 @@ class RayLauncher(Launcher):
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
-        """Keep what :meth:`launch` needs (Hydra's launcher contract)."""
+        """Keep what :meth:`launch` needs (Hydra's launcher contract); with ``multi_node``,
+        :func:`check_sweep` first.
+
+        Raises:
+            ReportedError: The multi-node check failed.
+        """
+        if self.multi_node:
+            check_sweep("ray_cluster", config)
         self.config = config
         self.task_function = task_function
         self.hydra_context = hydra_context
@@ -310,6 +330,8 @@ class SubmititLauncher(Launcher):
                 ) from exc
         cls = submitit_launcher.SlurmLauncher if self.executor == "slurm" else None
         cls = cls or submitit_launcher.LocalLauncher
+        if self.executor == "slurm":
+            check_sweep("slurm", config)
         self._inner = cls(**self.params)
         self._inner.setup(hydra_context=hydra_context, task_function=task_function, config=config)
         self.config = config
