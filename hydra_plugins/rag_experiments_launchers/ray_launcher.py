@@ -29,7 +29,7 @@ class RagRayLauncherConf:
     address: str = "local"
     multi_node: bool = False
     init: dict[str, Any] = field(default_factory=dict)
-    remote: dict[str, Any] = field(default_factory=lambda: {"num_cpus": 1})
+    remote: dict[str, Any] = field(default_factory=lambda: {"num_cpus": 1, "max_retries": 0})
 
 
 ConfigStore.instance().store(

@@ -41,7 +41,7 @@ import mlflow
 from mlflow.exceptions import MlflowException
 from omegaconf import OmegaConf
 
-from rag_experiments.errors import DatasetError, TrackingError
+from rag_experiments.errors import ConfigError, DatasetError, TrackingError
 from rag_experiments.lifecycle.shard import select_shard, shard_of
 from rag_experiments.metrics.audit import USAGE_KEYS, collect_audit
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
@@ -151,12 +151,14 @@ def _config_params(run: Any) -> dict[str, str]:
     return {k: v for k, v in run.data.params.items() if k not in _SHARD_KEYS}
 
 
-def merge(parent_id: str, tracking_uri: str) -> str:
+def merge(parent_id: str, tracking_uri: str, overrides: list[str] | None = None) -> str:
     """Merge the shard runs under ``parent_id`` into one new run (see the module docstring).
 
     Args:
         parent_id: The sweep's parent run id.
         tracking_uri: The tracking store of the sweep (the merged run goes there too).
+        overrides: ``key=value`` changes to the shards' logged config, e.g. a secret that was
+            redacted when logged and is needed to load the dataset (``dataset.password``).
 
     Returns:
         The merged run's id.
@@ -173,7 +175,7 @@ def merge(parent_id: str, tracking_uri: str) -> str:
     client = open_client(uri)
     shards = shard_runs(client, parent_id)
     n = len(shards)
-    cfg = load_run_config(client, shards[0].info.run_id)
+    cfg = load_run_config(client, shards[0].info.run_id, overrides)
     cfg.tracking.uri = uri
     cfg.shard = {"count": 1, "index": 0}
     dataset = load_dataset(cfg)  # the whole (max_samples) dataset, in dataset order
@@ -280,7 +282,12 @@ def _result(
     aggs, counts = summarise(samples, responses, values, specs, seed=seed)
     audit: list[dict[str, Any]] = []
     run_values: dict[str, float] = {}
-    if all(a is not None for a in audits) and any(audits):
+    if any(audits) and not all(audits):
+        log.warning(
+            "only some shards logged judge_audit.jsonl: the merged run has no judge audit and "
+            "no judge usage metrics"
+        )
+    if all(audits):
         joined = _interleave(order, audits, samples)  # type: ignore[arg-type]
         names = [k for k in joined[0] if k not in ("id", "question_type", *USAGE_KEYS)]
         audit, run_values = collect_audit({k: [r[k] for r in joined] for k in names}, samples)
@@ -370,9 +377,15 @@ def merge_command(argv: list[str]) -> int:
         default="sqlite:///mlruns.db",
         help="tracking store of the sweep (default sqlite:///mlruns.db)",
     )
+    parser.add_argument(
+        "overrides", nargs="*", help="key=value changes to the logged config (a redacted secret)"
+    )
     opts = parser.parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    merge(opts.parent_run_id, opts.tracking_uri)
+    bad = [o for o in opts.overrides if "=" not in o]
+    if bad:
+        raise ConfigError(f"overrides must be key=value, got {bad}")
+    merge(opts.parent_run_id, opts.tracking_uri, opts.overrides)
     return 0
 
 
