@@ -25,6 +25,8 @@ Subcommands::
                                        paired comparison (diff, CI, p, flipped questions)
     rag-exp report <parent_run_id | experiment>
                                        sweep report (table, best configs, plots) on the parent
+    rag-exp merge <parent_run_id> [--tracking-uri URI]
+                                       join a sweep's shard runs into one run
     rag-exp export <run_id> --format ragas|deepeval|jsonl --out FILE [--tracking-uri URI]
                                        a run's answers as a dataset file (target=recorded)
     rag-exp init [--dir DIR] [--force]  a starter conf/ overlay (experiment, HTTP target)
@@ -135,6 +137,12 @@ def _init(argv: list[str]) -> int:
     return init_command(argv)
 
 
+def _merge(argv: list[str]) -> int:
+    from rag_experiments.lifecycle.merge import merge_command
+
+    return merge_command(argv)
+
+
 def _report(argv: list[str]) -> int:
     from rag_experiments.analysis.report import report_command
 
@@ -156,6 +164,7 @@ COMMANDS = {
     "agreement": (_agreement, "judge-human agreement (Cohen's kappa) from a filled grade sheet"),
     "compare": (_compare, "did run b beat run a? paired diff, CI, p-value, flipped questions"),
     "report": (_report, "sweep report on the parent run: table, best configs, plots, Pareto"),
+    "merge": (_merge, "join a sweep's shard runs (shard.index=0..N-1) into one run"),
     "export": (_export, "write a run's answers as a RAGAS, DeepEval or JSONL dataset file"),
     "init": (_init, "write a starter conf/ overlay here (an experiment, an HTTP target)"),
 }

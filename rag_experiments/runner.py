@@ -311,22 +311,14 @@ def evaluate(
         )
         judged = judging.finish()
     specs, values, audits = _score_all(metrics, samples, responses, judged)
-    aggs = aggregate([s.name for s in specs], values, [s.question_type for s in samples], seed=seed)
+    aggs, counts = summarise(samples, responses, values, specs, seed=seed)
+    counts["duration_s"] = time.perf_counter() - started
     audit, run_values = collect_audit(audits, samples)
     judge_errors = judge_error_counts(metrics, values)
     for by_reason in judge_errors.values():
         for reason, n in by_reason.items():
             key = f"judge.errors.{reason}"
             run_values[key] = run_values.get(key, 0.0) + n
-    latencies = [r.latency_ms for r in responses if r.error is None]
-    counts = {
-        "n_samples": float(len(samples)),
-        "n_failed": float(sum(1 for r in responses if r.error)),
-        "n_unanswerable": float(sum(1 for s in samples if not s.answerable)),
-        "duration_s": time.perf_counter() - started,
-        "latency_ms_p50": percentile(latencies, 50),
-        "latency_ms_p95": percentile(latencies, 95),
-    }
     log.info(
         "Answered and judged %d questions in %.1f s (%d answered at once; judging: %s)",
         len(samples),
@@ -337,6 +329,41 @@ def evaluate(
     return EvalResult(
         samples, responses, values, specs, aggs, counts, audit, run_values, judge_errors
     )
+
+
+def summarise(
+    samples: Sequence[Sample],
+    responses: Sequence[RagResponse],
+    values: Sequence[dict[str, MetricValue]],
+    specs: Sequence[MetricSpec],
+    *,
+    seed: int = 0,
+) -> tuple[list[Aggregate], dict[str, float]]:
+    """Aggregates and outcome counts of scored rows (used by :func:`evaluate` and by
+    ``rag-exp merge``, which re-summarises the merged shards' rows).
+
+    Args:
+        samples: The samples, in row order (their ``question_type`` groups the aggregates).
+        responses: One response per sample.
+        values: One ``{metric: MetricValue}`` per sample.
+        specs: Metric columns, in output order.
+        seed: Seed of the bootstrap confidence intervals (the CIs depend on the row order).
+
+    Returns:
+        ``(aggregates, counts)``: :func:`~rag_experiments.aggregate.aggregate` over all rows
+        and per question type; ``n_samples``, ``n_failed``, ``n_unanswerable``,
+        ``latency_ms_p50`` and ``latency_ms_p95`` (of the answers without error).
+    """
+    aggs = aggregate([s.name for s in specs], values, [s.question_type for s in samples], seed=seed)
+    latencies = [r.latency_ms for r in responses if r.error is None]
+    counts = {
+        "n_samples": float(len(samples)),
+        "n_failed": float(sum(1 for r in responses if r.error)),
+        "n_unanswerable": float(sum(1 for s in samples if not s.answerable)),
+        "latency_ms_p50": percentile(latencies, 50),
+        "latency_ms_p95": percentile(latencies, 95),
+    }
+    return aggs, counts
 
 
 @contextlib.contextmanager
@@ -450,6 +477,32 @@ def evaluate_in_run(
         dataset, target, metrics, progress=progress, max_concurrency=max_concurrency, seed=seed
     )
     tracker.set_tags(target.describe())
+    log_result(result, tracker, dataset)
+    n = max(1, len(result.samples))
+    rate = result.counts["n_failed"] / n
+    log.info("logged %d samples to %s", len(result.samples), tracker.describe_location())
+    if rate > max_failure_rate:
+        reasons: dict[str, int] = {}
+        for r in result.responses:
+            if r.error:
+                reasons[r.error] = reasons.get(r.error, 0) + 1
+        raise RunFailedError(
+            f"{int(result.counts['n_failed'])} of {len(result.samples)} questions failed "
+            f"({rate:.0%} > max_failure_rate={max_failure_rate:.0%}); reasons: "
+            f"{json.dumps(reasons)}. Everything computed was logged; fix the target or raise "
+            "max_failure_rate"
+        )
+    _check_judge_failures(result, max_failure_rate)
+    return result
+
+
+def log_result(result: EvalResult, tracker: Tracker, dataset: EvalDataset) -> None:
+    """Log an evaluation's results into the tracker's open run: the per-query table
+    (``per_query.json`` + ``per_query_results.csv``), ``average_results.csv``,
+    ``metric_specs.json``, ``skipped_files.json`` (when files were skipped),
+    ``judge_audit.jsonl`` (with judged metrics) and the metrics (:meth:`EvalResult.metrics`).
+    Used by :func:`evaluate_in_run` and by ``rag-exp merge``.
+    """
     tracker.log_table(result.rows(), name="per_query")
     tracker.log_csv(result.average_rows(), "average_results.csv")
     tracker.log_dict(
@@ -468,22 +521,6 @@ def evaluate_in_run(
     if result.audit:
         tracker.log_text(to_jsonl(result.audit), "judge_audit.jsonl")
     tracker.log_metrics(result.metrics())
-    n = max(1, len(result.samples))
-    rate = result.counts["n_failed"] / n
-    log.info("logged %d samples to %s", len(result.samples), tracker.describe_location())
-    if rate > max_failure_rate:
-        reasons: dict[str, int] = {}
-        for r in result.responses:
-            if r.error:
-                reasons[r.error] = reasons.get(r.error, 0) + 1
-        raise RunFailedError(
-            f"{int(result.counts['n_failed'])} of {len(result.samples)} questions failed "
-            f"({rate:.0%} > max_failure_rate={max_failure_rate:.0%}); reasons: "
-            f"{json.dumps(reasons)}. Everything computed was logged; fix the target or raise "
-            "max_failure_rate"
-        )
-    _check_judge_failures(result, max_failure_rate)
-    return result
 
 
 def _check_judge_failures(result: EvalResult, max_failure_rate: float) -> None:

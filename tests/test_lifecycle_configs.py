@@ -1,5 +1,5 @@
 """The objective a job returns to sweepers, the Optuna preset, and the launcher configs whose
-plugins are not installed here (they must fail with a message naming the missing plugin)."""
+plugins may not be installed (they must then fail with a message naming the missing plugin)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_optuna_preset_composes(compose_cfg: Callable[..., DictConfig]) -> None:
     ("option", "plugin", "module"),
     [
         ("slurm", "submitit_slurm", "hydra_plugins.hydra_submitit_launcher"),
-        ("ray_cluster", "ray", "hydra_plugins.hydra_ray_launcher"),
+        ("ray_cluster", "rag_ray", "hydra_plugins.rag_experiments_launchers.ray_launcher"),
     ],
 )
 def test_launcher_configs_name_their_plugin(

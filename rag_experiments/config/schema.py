@@ -446,6 +446,17 @@ class TrackingConf(ComponentConf):
     log_table: bool = True
 
 
+# --- sharding --------------------------------------------------------------------------------
+@dataclass
+class ShardConf:
+    """Evaluate one part of the samples (:mod:`rag_experiments.lifecycle.shard`): shard
+    ``index`` of ``count`` by a hash of the sample id, after ``max_samples``; ``count: 1`` =
+    all. ``rag-exp merge <parent run>`` joins a sweep over ``shard.index``."""
+
+    count: int = 1
+    index: int = 0
+
+
 # --- root ------------------------------------------------------------------------------------
 @dataclass
 class RootConf:
@@ -469,6 +480,7 @@ class RootConf:
     max_samples: int | None = None
     """Evaluate a seeded subset of this many samples, stratified by question type and
     answerability (``EvalDataset.subset``); null = all."""
+    shard: ShardConf = field(default_factory=lambda: ShardConf())
     max_concurrency: int | None = None
     """Questions answered at once; null = what the target declares (its generator's
     ``max_concurrency`` for the baseline, ``target.max_concurrency`` for HTTP)."""

@@ -4,7 +4,8 @@ A sweep (``rag-exp -m …``) gets one *parent* run; each job's run is its child 
 ``mlflow.parentRunId``). The parent is created by :class:`MlflowSweepCallback` before any job
 starts, and its id is written to ``<sweep dir>/mlflow_parent_run_id``. That file is the only
 channel to the jobs, so it works whether they run in the same process (basic launcher) or in
-others (joblib launcher): a job calls :func:`read_parent_run_id` (or
+others (joblib, submitit; the Ray launcher writes it on each job's node,
+:mod:`rag_experiments.lifecycle.launchers`): a job calls :func:`read_parent_run_id` (or
 :func:`parent_run_id_for_job`) and passes the id to
 :meth:`~rag_experiments.tracking.mlflow_tracker.MlflowTracker.start_run`.
 
@@ -100,10 +101,7 @@ class MlflowSweepCallback(Callback):
             raise TrackingError(
                 f"Cannot create the sweep's parent run at {self.uri}: {e.message}"
             ) from e
-        target = sweep_dir / PARENT_RUN_ID_FILE
-        tmp = target.with_name(f"{PARENT_RUN_ID_FILE}.{os.getpid()}.tmp")
-        tmp.write_text(run.info.run_id + "\n", encoding="utf-8")
-        os.replace(tmp, target)  # readers never see a half-written id
+        write_parent_run_id(sweep_dir, run.info.run_id)
         self._open_sweep = sweep_dir
         atexit.register(self._close_aborted)
         log.info("MLflow parent run %s for sweep %s", run.info.run_id, sweep_dir)
@@ -181,6 +179,23 @@ def close_sweep(
             f"Cannot close the sweep's parent run {parent_id} at {uri}: {e.message}"
         ) from e
     return status
+
+
+def write_parent_run_id(sweep_dir: Path, run_id: str) -> None:
+    """Write ``<sweep_dir>/mlflow_parent_run_id`` atomically (readers never see half an id).
+
+    Launchers whose jobs run where the sweep directory is not shared (a Ray cluster) call it
+    on the job's node before the job starts.
+
+    Args:
+        sweep_dir: The sweep directory (absolute); created when missing.
+        run_id: The parent run id.
+    """
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    target = sweep_dir / PARENT_RUN_ID_FILE
+    tmp = target.with_name(f"{PARENT_RUN_ID_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(run_id + "\n", encoding="utf-8")
+    os.replace(tmp, target)
 
 
 def read_parent_run_id(sweep_dir: str) -> str | None:

@@ -1,0 +1,392 @@
+"""``rag-exp merge <parent_run_id>``: join the shard runs of a sweep into one run.
+
+A sweep over ``shard.index=0,…,N-1`` (:mod:`rag_experiments.lifecycle.shard`) leaves one child
+run per shard under its parent. ``merge`` checks that every shard is there, FINISHED, and
+evaluated the same configuration, then writes one new run (in the parent's experiment, not
+nested) that stands for the unsharded evaluation:
+
+* the per-query table: the shards' rows, put back in dataset order;
+* the aggregates (means, bootstrap CIs, per-type values) and counts, computed from that
+  table by the runner's own :func:`~rag_experiments.runner.summarise` (never averaged
+  averages), so every quality metric equals the unsharded run's exactly (the bootstrap
+  depends on the row order, hence the reordering);
+* with judged metrics: ``judge_audit.jsonl`` joined the same way and the judge usage of
+  :func:`~rag_experiments.metrics.audit.collect_audit`; ``judge.errors.<reason>`` and LLM
+  usage counters summed over the shards;
+* the dataset input, ``n_dropped`` and ``dropped_rows.json`` of the whole dataset, which is
+  loaded again from the shards' config (it must be readable where merge runs; each shard's
+  logged ``dataset.digest`` must match its part of it);
+* params: the shards' config with ``shard.count=1`` (the evaluation the run stands for: a
+  ``rag-exp rerun`` of it repeats the unsharded run); tags the shards share (target and
+  model identity), ``merged_from`` (the shard run ids in shard order), ``shard.count`` and
+  ``merge.parent_run_id``.
+
+Not merged: durations and latencies are per shard by nature (``shards.duration_s_sum`` /
+``_max`` are logged instead of ``duration_s``; ``latency_ms_p50``/``p95`` are recomputed from the
+joined rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from mlflow.exceptions import MlflowException
+from omegaconf import OmegaConf
+
+from rag_experiments.errors import ConfigError, DatasetError, TrackingError
+from rag_experiments.lifecycle.shard import select_shard, shard_of
+from rag_experiments.metrics.audit import USAGE_KEYS, collect_audit
+from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
+from rag_experiments.runner import EvalResult, log_result, summarise
+from rag_experiments.tracking.mlflow_tracker import (
+    MlflowTracker,
+    open_client,
+    read_table,
+    resolve_tracking_uri,
+)
+from rag_experiments.tracking.sweep import child_runs
+
+log = logging.getLogger(__name__)
+
+MERGED_FROM_TAG = "merged_from"
+"""Tag of a merged run: the shard run ids in shard order, comma-separated."""
+
+_SHARD_KEYS = ("shard.count", "shard.index")
+_SUMMED_USAGE = (".llm_calls", ".llm_cache_hits", ".llm_errors", ".prompt_tokens",
+                 ".completion_tokens")  # fmt: skip
+_OWN_TAG_PREFIXES = ("mlflow.", "dataset.", "version.", "git.", "error", MERGED_FROM_TAG)
+"""Tags not copied from the shards: MLflow's own, the dataset's (logged again for the whole
+dataset), the environment's (the tracker tags the merging process) and errors."""
+
+
+class ShardMergeError(TrackingError):
+    """The parent's children are not a complete set of finished shards of one configuration."""
+
+
+def shard_runs(client: mlflow.MlflowClient, parent_id: str) -> list[Any]:
+    """The shard runs of a sweep, in shard order, after checking they can be merged.
+
+    Args:
+        client: Client of the tracking store.
+        parent_id: The sweep's parent run id.
+
+    Returns:
+        One FINISHED run per shard index ``0..N-1``.
+
+    Raises:
+        ShardMergeError: The parent does not exist or has no children; a child is not a
+            shard (``shard.count`` 1 or not logged); the children disagree on ``shard.count``
+            or on any other param; a shard index is missing or has several runs; a shard
+            run did not finish (FAILED, KILLED, RUNNING). The message names the shard and run.
+    """
+    try:
+        parent = client.get_run(parent_id)
+    except MlflowException as exc:
+        raise ShardMergeError(
+            f"cannot find the parent run {parent_id!r} at {client.tracking_uri}: {exc.message}"
+        ) from exc
+    children = child_runs(client, parent.info.experiment_id, parent_id)
+    if not children:
+        raise ShardMergeError(
+            f"run {parent_id} has no child runs: pass the parent run of a sweep over "
+            "shard.index (rag-exp run -m shard.count=N shard.index=0,…,N-1)"
+        )
+    counts = {int(r.data.params.get("shard.count", 1)) for r in children}
+    if len(counts) != 1 or counts == {1}:
+        found = ", ".join(
+            f"{r.info.run_id} (shard.count={r.data.params.get('shard.count', 'not logged')})"
+            for r in children
+        )
+        raise ShardMergeError(
+            f"the children of {parent_id} are not the shards of one sharded run: {found}"
+        )
+    (n,) = counts
+    by_index: dict[int, list[Any]] = defaultdict(list)
+    for r in children:
+        by_index[int(r.data.params["shard.index"])].append(r)
+    missing = [i for i in range(n) if i not in by_index]
+    if missing:
+        raise ShardMergeError(
+            f"cannot merge {parent_id}: shard(s) {', '.join(map(str, missing))} of {n} missing "
+            "(no child run with that shard.index); run them under the same parent or rerun the "
+            "sweep"
+        )
+    ordered = []
+    for i in range(n):
+        runs = by_index[i]
+        if len(runs) > 1:
+            ids = ", ".join(r.info.run_id for r in runs)
+            raise ShardMergeError(f"shard {i} of {n} has {len(runs)} runs ({ids}): expected one")
+        (run,) = runs
+        if run.info.status != "FINISHED":
+            why = run.data.tags.get("error", "no error recorded")
+            raise ShardMergeError(
+                f"cannot merge {parent_id}: shard {i} of {n} (run {run.info.run_id}) is "
+                f"{run.info.status} ({why}); resume it (rag-exp run … resume="
+                f"{run.info.run_id}) before merging"
+            )
+        ordered.append(run)
+    base = _config_params(ordered[0])
+    for run in ordered[1:]:
+        other = _config_params(run)
+        differ = sorted(k for k in set(base) | set(other) if base.get(k) != other.get(k))
+        if differ:
+            raise ShardMergeError(
+                f"cannot merge {parent_id}: shard runs {ordered[0].info.run_id} and "
+                f"{run.info.run_id} differ in {', '.join(differ[:5])}; merge only a sweep over "
+                "shard.index (one configuration)"
+            )
+    return ordered
+
+
+def _config_params(run: Any) -> dict[str, str]:
+    return {k: v for k, v in run.data.params.items() if k not in _SHARD_KEYS}
+
+
+def merge(parent_id: str, tracking_uri: str, overrides: list[str] | None = None) -> str:
+    """Merge the shard runs under ``parent_id`` into one new run (see the module docstring).
+
+    Args:
+        parent_id: The sweep's parent run id.
+        tracking_uri: The tracking store of the sweep (the merged run goes there too).
+        overrides: ``key=value`` changes to the shards' logged config, e.g. a secret that was
+            redacted when logged and is needed to load the dataset (``dataset.password``).
+
+    Returns:
+        The merged run's id.
+
+    Raises:
+        ShardMergeError: The shards cannot be merged (see :func:`shard_runs`).
+        DatasetError: The dataset loaded now is not the one the shards evaluated.
+        TrackingError: A run's artifacts cannot be read or the new run cannot be written.
+    """
+    from rag_experiments.app import load_dataset, log_dropped
+    from rag_experiments.lifecycle.rerun import load_run_config
+
+    uri = resolve_tracking_uri(tracking_uri)
+    client = open_client(uri)
+    shards = shard_runs(client, parent_id)
+    n = len(shards)
+    cfg = load_run_config(client, shards[0].info.run_id, overrides)
+    cfg.tracking.uri = uri
+    cfg.shard = {"count": 1, "index": 0}
+    dataset = load_dataset(cfg)  # the whole (max_samples) dataset, in dataset order
+    for i, run in enumerate(shards):
+        expected = run.data.tags.get("dataset.digest")
+        digest = select_shard(dataset, n, i).digest
+        if expected != digest:
+            raise DatasetError(
+                f"shard {i} (run {run.info.run_id}) evaluated dataset digest {expected}, the "
+                f"dataset loaded now gives {digest} for that shard: merge where the shards' "
+                f"dataset ({cfg.dataset.get('path') or cfg.dataset.get('name')}) is unchanged"
+            )
+    order = [shard_of(s.id, n) for s in dataset.samples]
+    tables = [read_table(client, r.info.run_id) for r in shards]
+    rows = _interleave(order, [t.to_dict("records") for t in tables], dataset.samples)
+    specs = _specs(client, shards[0].info.run_id)
+    audits = [_audit(client, r.info.run_id) for r in shards]
+    result = _result(dataset.samples, rows, specs, order, audits, seed=int(cfg.seed))
+    for key, value in _summed(shards).items():
+        result.run_values[key] = value
+    experiment = client.get_experiment(shards[0].info.experiment_id).name
+    name = shards[0].info.run_name or "merged"
+    tracker = MlflowTracker(
+        uri, experiment, run_name=f"{name}-merged", log_table=bool(cfg.tracking.log_table)
+    )
+    tags = {
+        **_common_tags(shards),
+        MERGED_FROM_TAG: ",".join(r.info.run_id for r in shards),
+        "shard.count": str(n),
+        "merge.parent_run_id": parent_id,
+    }
+    with tracker.start_run(
+        params=OmegaConf.to_container(cfg, resolve=True),
+        config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
+        tags=tags,
+    ) as run_id:
+        log_dropped(dataset, tracker)
+        tracker.log_dataset(
+            dataset.name,
+            dataset.digest,
+            dataset.source,
+            [s.model_dump(mode="json") for s in dataset.samples],
+        )
+        log_result(result, tracker, dataset)
+    print(f"merged {n} shards of {parent_id} into run {run_id}\n{tracker.describe_location()}")
+    return run_id
+
+
+def _interleave(
+    order: list[int], tables: list[list[dict[str, Any]]], samples: list[Sample]
+) -> list[dict[str, Any]]:
+    """The shards' rows in dataset order: row ``k`` is the next unused row of shard
+    ``order[k]`` (each shard kept dataset order), checked against the sample's id."""
+    sizes = [sum(1 for o in order if o == i) for i in range(len(tables))]
+    for i, (size, table) in enumerate(zip(sizes, tables, strict=True)):
+        if size != len(table):
+            raise DatasetError(
+                f"shard {i} logged {len(table)} per-query rows, its part of the dataset has "
+                f"{size} samples: the shard's run is incomplete or its dataset changed"
+            )
+    cursors = [0] * len(tables)
+    out = []
+    for sample, shard in zip(samples, order, strict=True):
+        row = tables[shard][cursors[shard]]
+        cursors[shard] += 1
+        if str(row["id"]) != sample.id:
+            raise DatasetError(
+                f"shard {shard}'s per-query rows are not in the dataset's order: found id "
+                f"{row['id']!r} where {sample.id!r} was expected"
+            )
+        out.append(row)
+    return out
+
+
+def _result(
+    samples: list[Sample],
+    rows: list[dict[str, Any]],
+    specs: list[MetricSpec],
+    order: list[int],
+    audits: list[list[dict[str, Any]] | None],
+    *,
+    seed: int,
+) -> EvalResult:
+    """The :class:`EvalResult` of the joined rows: responses and metric values read back from
+    the table, aggregates and counts by :func:`summarise`, judge usage by
+    :func:`collect_audit`."""
+    responses = [
+        RagResponse(
+            response=_text(row.get("response")) or "",
+            retrieved_contexts=_json(row.get("retrieved_contexts")) or [],
+            retrieved_ids=_json(row.get("retrieved_ids")),
+            retrieved_doc_ids=_json(row.get("retrieved_doc_ids")),
+            latency_ms=float(row.get("latency_ms") or 0.0),
+            no_response=bool(row.get("no_response")),
+            error=_text(row.get("error")),
+            error_message=_text(row.get("error_message")),
+        )
+        for row in rows
+    ]
+    values = [
+        {s.name: MetricValue(float(row[s.name]), _text(row.get(f"{s.name}.reason"))) for s in specs}
+        for row in rows
+    ]
+    aggs, counts = summarise(samples, responses, values, specs, seed=seed)
+    audit: list[dict[str, Any]] = []
+    run_values: dict[str, float] = {}
+    if any(audits) and not all(audits):
+        log.warning(
+            "only some shards logged judge_audit.jsonl: the merged run has no judge audit and "
+            "no judge usage metrics"
+        )
+    if all(audits):
+        joined = _interleave(order, audits, samples)  # type: ignore[arg-type]
+        names = [k for k in joined[0] if k not in ("id", "question_type", *USAGE_KEYS)]
+        audit, run_values = collect_audit({k: [r[k] for r in joined] for k in names}, samples)
+    return EvalResult(samples, responses, values, specs, aggs, counts, audit, run_values)
+
+
+def _summed(shards: list[Any]) -> dict[str, float]:
+    """``judge.errors.<reason>`` and LLM usage counters summed over the shards, the usage hit
+    rates recomputed from the sums, and ``shards.duration_s_sum``/``_max``."""
+    out: dict[str, float] = defaultdict(float)
+    for run in shards:
+        for key, value in run.data.metrics.items():
+            if key.startswith("judge.errors.") or key.endswith(_SUMMED_USAGE):
+                out[key] += value
+    for key in [k for k in out if k.endswith(".llm_calls")]:
+        hits = out.get(key.replace(".llm_calls", ".llm_cache_hits"), 0.0)
+        if out[key]:
+            out[key.replace(".llm_calls", ".llm_cache_hit_rate")] = hits / out[key]
+    durations = [r.data.metrics.get("duration_s", math.nan) for r in shards]
+    out["shards.duration_s_sum"] = sum(durations)
+    out["shards.duration_s_max"] = max(durations)
+    return dict(out)
+
+
+def _common_tags(shards: list[Any]) -> dict[str, str]:
+    """Tags with the same value on every shard, except MLflow's, the dataset's, the
+    environment's and errors (:data:`_OWN_TAG_PREFIXES`)."""
+    first = shards[0].data.tags
+    return {
+        k: v
+        for k, v in first.items()
+        if not k.startswith(_OWN_TAG_PREFIXES) and all(r.data.tags.get(k) == v for r in shards[1:])
+    }
+
+
+def _specs(client: mlflow.MlflowClient, run_id: str) -> list[MetricSpec]:
+    """The metric columns a run declared (``metric_specs.json``, in output order)."""
+    data = json.loads(_artifact_text(client, run_id, "metric_specs.json"))
+    return [
+        MetricSpec(name, d["higher_is_better"], d["range"][0], d["range"][1], d["description"])
+        for name, d in data.items()
+    ]
+
+
+def _audit(client: mlflow.MlflowClient, run_id: str) -> list[dict[str, Any]] | None:
+    """A run's ``judge_audit.jsonl`` records, None when it has none."""
+    if "judge_audit.jsonl" not in {a.path for a in client.list_artifacts(run_id)}:
+        return None
+    text = _artifact_text(client, run_id, "judge_audit.jsonl")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _artifact_text(client: mlflow.MlflowClient, run_id: str, path: str) -> str:
+    try:
+        return Path(client.download_artifacts(run_id, path)).read_text(encoding="utf-8")
+    except (MlflowException, OSError) as exc:
+        raise TrackingError(
+            f"cannot fetch {path} of run {run_id} from {client.tracking_uri}: {exc}"
+        ) from exc
+
+
+def _text(value: Any) -> str | None:
+    """A CSV cell as text: None for an empty cell (read as NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return str(value)
+
+
+def _json(value: Any) -> Any:
+    """A list/dict cell (stored as JSON text), None for an empty cell."""
+    text = _text(value)
+    return None if text is None else json.loads(text)
+
+
+def merge_command(argv: list[str]) -> int:
+    """``rag-exp merge <parent_run_id> [--tracking-uri URI]``."""
+    parser = argparse.ArgumentParser(
+        prog="rag-exp merge",
+        description="Join the shard runs of a sweep over shard.index (children of "
+        "PARENT_RUN_ID) into one run: the per-query table in dataset order, averages, CIs and "
+        "per-type metrics recomputed from it, the dataset input, tag merged_from. Refuses a "
+        "missing or unfinished shard.",
+    )
+    parser.add_argument("parent_run_id", help="the sweep's parent run")
+    parser.add_argument(
+        "--tracking-uri",
+        default="sqlite:///mlruns.db",
+        help="tracking store of the sweep (default sqlite:///mlruns.db)",
+    )
+    parser.add_argument(
+        "overrides", nargs="*", help="key=value changes to the logged config (a redacted secret)"
+    )
+    opts = parser.parse_args(argv)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    bad = [o for o in opts.overrides if "=" not in o]
+    if bad:
+        raise ConfigError(f"overrides must be key=value, got {bad}")
+    merge(opts.parent_run_id, opts.tracking_uri, opts.overrides)
+    return 0
+
+
+__all__ = ["MERGED_FROM_TAG", "ShardMergeError", "merge", "merge_command", "shard_runs"]
