@@ -1,5 +1,6 @@
 # rag-experiments — set-up and everyday commands. `make run` and `make test` are all a new
-# machine needs: each creates .venv and installs on first use.
+# machine needs: each creates .venv and installs on first use. `make test` is the fast loop
+# (tests marked slow left out); `make test-all` runs everything and is what .ci/run calls.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -12,10 +13,10 @@ ARGS ?=
 MAX_SAMPLES ?= 8
 PYTEST_ARGS ?=
 
-.PHONY: install run test sweep mlflow-ui clean help
+.PHONY: install run test test-all lint sweep mlflow-ui clean help
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,8 +32,15 @@ install: $(STAMP)  ## create .venv and install the package with its test tools
 run: install  ## run the main job on the bundled sample with the embedded defaults (ARGS=overrides)
 	$(VENV)/bin/rag-exp run max_samples=$(MAX_SAMPLES) $(ARGS)
 
-test: install  ## run the test suite (PYTEST_ARGS=… to select)
+test: install  ## the fast loop: every test not marked slow, a few minutes (PYTEST_ARGS=…)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-all: install  ## the whole suite, slow tests included; what CI runs (PYTEST_ARGS=…)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install  ## ruff check + ruff format --check over the tree (config in pyproject.toml)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 sweep: install  ## the 2x2 chunk-size x top-k sweep on the bundled sample
 	$(VENV)/bin/rag-exp run -m chunker.size=256,512 retriever.top_k=3,5 $(ARGS)

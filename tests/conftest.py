@@ -42,3 +42,34 @@ def shared_real() -> Path:
     if not SHARED_REAL.is_dir():
         pytest.skip(f"{SHARED_REAL} not present")
     return SHARED_REAL
+
+
+# Guard for the fast loop (`make test` = `pytest -m "not slow"`): a test not marked slow whose
+# setup + call + teardown took longer than this is listed at the end of the run, so it gets
+# `@pytest.mark.slow` before it makes the fast loop slow.
+UNMARKED_SLOW_LIMIT_S = 10.0
+_unmarked_durations: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add up each phase's duration (seconds) of tests that carry no ``slow`` marker."""
+    if "slow" not in report.keywords:
+        _unmarked_durations[report.nodeid] = (
+            _unmarked_durations.get(report.nodeid, 0.0) + report.duration
+        )
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the tests not marked slow that took longer than ``UNMARKED_SLOW_LIMIT_S``."""
+    over = sorted(
+        ((s, n) for n, s in _unmarked_durations.items() if s > UNMARKED_SLOW_LIMIT_S),
+        reverse=True,
+    )
+    if not over:
+        return
+    terminalreporter.write_sep(
+        "=", f"tests over {UNMARKED_SLOW_LIMIT_S:.0f} s not marked slow", yellow=True
+    )
+    for seconds, nodeid in over:
+        terminalreporter.write_line(f"{seconds:7.1f} s  {nodeid}")
+    terminalreporter.write_line("mark them @pytest.mark.slow to keep `make test` fast")

@@ -367,6 +367,7 @@ NO_NETWORK = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_no_network_at_import_or_in_measure(tmp_path) -> None:
     code = "import json\n" + NO_NETWORK
     out = subprocess.run(

@@ -211,6 +211,7 @@ def _ensure_in_process(path: str, barrier: object) -> tuple[int, list[str]]:
     return index.builds, [h[0] for h in hits]
 
 
+@pytest.mark.slow
 def test_two_processes_build_once(tmp_path: Path) -> None:
     ctx = mp.get_context("spawn")
     path = str(tmp_path / "chroma")

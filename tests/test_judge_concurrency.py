@@ -149,6 +149,7 @@ def _untimed(value: Any) -> Any:
     return value
 
 
+@pytest.mark.slow
 def test_concurrency_1_and_8_give_identical_tables_and_audits() -> None:
     results, peaks = {}, {}
     for c in (1, 8):

@@ -124,6 +124,7 @@ class _Target:
         return {"target": "scripted"}
 
 
+@pytest.mark.slow
 def test_audit_artifact_and_judge_usage_are_logged(tmp_path):
     samples = [
         Sample(id=f"q{i}", user_input=f"q{i}?", reference="Form AR-1.", question_type="t")

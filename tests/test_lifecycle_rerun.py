@@ -19,6 +19,8 @@ from rag_experiments.locations import PROJECT_ROOT
 
 SAMPLE = PROJECT_ROOT / "datasets" / "sample"
 
+pytestmark = pytest.mark.slow  # every test runs whole jobs twice
+
 
 class CacheableFakeChat(FakeChat):
     """The fake model, but cached like a real one (FakeChat itself opts out of the cache)."""

@@ -120,6 +120,7 @@ def test_kill_9_then_resume_answers_every_sample_exactly_once(tmp_path: Path) ->
     assert sorted(stored) == sorted(expected)  # the checkpoint completed in the original folder
 
 
+@pytest.mark.slow
 def test_resume_finds_the_run_from_its_job_dir_and_refuses_finished_runs(tmp_path: Path) -> None:
     from rag_experiments.lifecycle.resume import job_checkpoint
 

@@ -63,6 +63,7 @@ def batch() -> list[ChatRequest]:
     ]
 
 
+@pytest.mark.slow
 def test_30_requests_every_third_timing_out_then_cached(server, tmp_path):
     """Must show: all finish, timeouts reported as timeouts, wall time under a derived bound;
     a rerun is answered from the cache with identical outputs and no HTTP request."""
@@ -275,6 +276,7 @@ def test_main_job_with_ollama_logs_usage_identity_and_reruns_from_cache(compose_
     assert Path(cfg.paths.llm_cache).is_file()
 
 
+@pytest.mark.slow
 def test_runner_answers_concurrently_with_the_same_results(compose_cfg):
     cfg = compose_cfg("embedder=hash", "llm=fake", "judge=fake", "llm.delay_s=0.02")
     exp = build(cfg)

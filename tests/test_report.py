@@ -74,6 +74,7 @@ def sweep(tmp_path: Path) -> tuple[str, str]:
     return uri, parent.info.run_id
 
 
+@pytest.mark.slow
 def test_report_ranks_children_and_logs_to_the_parent(
     sweep: tuple[str, str], tmp_path: Path, capsys
 ) -> None:

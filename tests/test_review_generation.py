@@ -176,6 +176,7 @@ def test_the_fake_without_extractive_mode_is_unchanged() -> None:
 # --- form → config ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_form_composes_the_generate_config(tmp_path: Path) -> None:
     space = Workspace(tmp_path / "ws")
     options = GenerationOptions.from_args(CONF_DIR, ["llm=ollama", "embedder=hash"])
@@ -335,6 +336,7 @@ def test_an_unset_or_unreachable_model_is_refused_before_any_job_starts(
     assert progress["job"]["state"] == "idle" and progress["n_cards"] == 0  # nothing started
 
 
+@pytest.mark.slow
 def test_cancel_stops_the_job_and_the_accepted_pairs_stay(
     app_client: Callable[..., tuple[Any, dict[str, str]]], tmp_path: Path
 ) -> None:
@@ -358,6 +360,7 @@ def test_cancel_stops_the_job_and_the_accepted_pairs_stay(
     assert again["n_cards"] == len(cards)
 
 
+@pytest.mark.slow
 def test_a_generation_that_accepts_nothing_says_so_with_the_reasons(
     app_client: Callable[..., tuple[Any, dict[str, str]]],
 ) -> None:
@@ -379,6 +382,7 @@ def test_a_generation_that_accepts_nothing_says_so_with_the_reasons(
     )
 
 
+@pytest.mark.slow
 def test_uploads_that_cannot_be_read_are_named_on_the_page(
     app_client: Callable[..., tuple[Any, dict[str, str]]],
 ) -> None:

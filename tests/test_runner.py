@@ -74,6 +74,7 @@ def _run(tmp_path, target, max_failure_rate=0.5):
     )
 
 
+@pytest.mark.slow
 def test_bad_questions_do_not_kill_the_run(tmp_path):
     run_id, result = _run(tmp_path, ScriptedTarget(fail=["q1"], crash=["q2"]))
     rows = {r["id"]: r for r in result.rows()}
@@ -103,6 +104,7 @@ def test_too_many_failures_fail_the_run_after_logging(tmp_path):
     assert "per_query_results.csv" in {a.path for a in client.list_artifacts(run.info.run_id)}
 
 
+@pytest.mark.slow
 def test_main_job_with_fakes_through_hydra(compose_cfg, tmp_path):
     """The whole job on the bundled sample: hash embedder + fake generator (fast)."""
     cfg = compose_cfg(

@@ -389,10 +389,12 @@ def _run_sweep(uri: str, sweep_dir: Path, child_other_process: bool) -> None:
     assert close_sweep(uri, str(sweep_dir)) is None  # already closed: left alone
 
 
+@pytest.mark.slow
 def test_sweep_parent_and_children_sqlite(uri: str, tmp_path: Path) -> None:
     _run_sweep(uri, tmp_path / "multirun" / "2024-01-01_sweep", child_other_process=False)
 
 
+@pytest.mark.slow
 def test_sweep_all_children_finished_gives_finished_parent(uri: str, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sw"
     callback = MlflowSweepCallback(uri=uri, experiment="sweep-exp")
@@ -405,6 +407,7 @@ def test_sweep_all_children_finished_gives_finished_parent(uri: str, tmp_path: P
     assert parent.data.metrics["sweep.children.total"] == 1.0
 
 
+@pytest.mark.slow
 def test_aborted_sweep_is_closed_failed(uri: str, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sw"
     callback = MlflowSweepCallback(uri=uri, experiment="sweep-exp")
