@@ -117,11 +117,14 @@ class MlflowSweepCallback(Callback):
         close_sweep(self.uri, to_absolute_path(str(config.hydra.sweep.dir)))
 
     def _close_aborted(self) -> None:
-        """atexit hook: the sweep ended without ``on_multirun_end``."""
+        """atexit hook: the sweep ended without ``on_multirun_end``. Runs once: a second call
+        (the hook at exit after an explicit call) does nothing."""
         if self._open_sweep is None:
             return
+        sweep_dir, self._open_sweep = self._open_sweep, None
+        atexit.unregister(self._close_aborted)
         try:
-            close_sweep(self.uri, str(self._open_sweep), aborted=True)
+            close_sweep(self.uri, str(sweep_dir), aborted=True)
         except Exception as e:  # at interpreter exit, report instead of raising
             log.warning("Could not close the sweep's parent MLflow run: %s", e)
 
