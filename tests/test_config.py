@@ -7,6 +7,7 @@ import pickle
 import subprocess
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -19,6 +20,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError
 
+from rag_experiments.build import build_role_chat, chat_class, run_caveat
 from rag_experiments.config.schema import (
     CHAT_MODELS,
     SCHEMAS,
@@ -27,6 +29,7 @@ from rag_experiments.config.schema import (
     register_configs,
 )
 from rag_experiments.generate.config import register_generate_config
+from rag_experiments.llm.base import ChatModelBase, Completion, Message, Usage
 from rag_experiments.llm.roles import JUDGE_ONLY_KEYS, judge_model_node
 from rag_experiments.locations import CONF_DIR
 from rag_experiments.qualify.config import register_judge_check_config
@@ -205,14 +208,23 @@ def test_a_composed_judge_config_pickles(compose_cfg):
     assert OmegaConf.get_type(back.judge) is SCHEMAS["judge"]["ollama"]
 
 
-class EchoChat:
+class EchoChat(ChatModelBase):
     """The chat-model module of the provider added by the test below (what
     ``rag_experiments/llm/<name>.py`` would hold)."""
+
+    provider = "echo"
+    cacheable = False
 
     def __init__(
         self, reply: str = "echo", max_tokens: int = 512, temperature: float = 0.0, seed: int = 0
     ) -> None:
         self.reply, self.max_tokens = reply, max_tokens
+
+    def complete(self, messages: list[Message], schema: Any = None, **options: Any) -> Completion:
+        return Completion(text=self.reply, usage=Usage(1, 1), latency_ms=0.0)
+
+    def describe(self) -> dict[str, str]:
+        return {"provider": self.provider, "model": self.reply}
 
 
 @dataclass
@@ -242,10 +254,13 @@ def test_a_new_chat_provider_is_one_module_one_schema_entry_one_yaml(tmp_path, m
             )
     finally:
         GlobalHydra.instance().clear()
-    generator = instantiate(cfg.llm)
-    judge = instantiate(judge_model_node(cfg.judge))
+    # built by the composition root, as `rag-exp run` builds the generator and the judge
+    generator = build_role_chat(cfg.llm, "generator").inner
+    judge = build_role_chat(cfg.judge, "judge").inner
     assert (type(generator), generator.reply, generator.max_tokens) == (EchoChat, "hello", 512)
     assert (type(judge), judge.reply, judge.max_tokens) == (EchoChat, "echo", 1024)
+    assert judge.complete([{"role": "user", "content": "hi"}]).text == "echo"
+    assert chat_class(cfg.judge) is EchoChat and run_caveat(cfg.llm, cfg.judge) == ""
     assert cfg.judge.require_distinct is False  # the judge-role keys come with the schema
     with pytest.raises(ConfigCompositionException) as info:  # typed: a typo fails
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
