@@ -51,6 +51,19 @@ class JsonlDatasetConf(RowFileDatasetConf):
 
 
 @dataclass
+class MlflowTracesDatasetConf:
+    """Traces of an MLflow experiment (``rag_experiments.data.mlflow_traces``)."""
+
+    _target_: str = "rag_experiments.data.mlflow_traces.MlflowTracesDataset"
+    experiment: str = MISSING
+    tracking_uri: str | None = None
+    filter_string: str | None = None
+    max_results: int | None = None
+    corpus: str | None = None
+    name: str | None = None
+
+
+@dataclass
 class BeirDatasetConf:
     _target_: str = "rag_experiments.data.beir.BeirDataset"
     path: str = MISSING
@@ -384,6 +397,9 @@ class TrackingConf:
     uri: str = "sqlite:///mlruns.db"
     experiment: str = "rag-experiments"
     log_table: bool = True
+    traces: bool = True
+    """One MLflow trace per question with its assessments (:mod:`rag_experiments.tracking.
+    traces`; needs a sqlite store or a server)."""
 
 
 # --- root ------------------------------------------------------------------------------------
@@ -428,6 +444,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "keywords_jsonl": KeywordsJsonlDatasetConf,
         "ragas": RagasDatasetConf,
         "deepeval": DeepEvalDatasetConf,
+        "mlflow_traces": MlflowTracesDatasetConf,
     },
     "target": {
         "baseline": BaselineTargetConf,
