@@ -18,13 +18,15 @@ the run (trace metadata ``mlflow.sourceRun``):
   id for judged columns, ``CODE`` (``rag-experiments``) for the others;
 * the reference answer as the :class:`mlflow.entities.Expectation` ``expected_response``.
 
-**Batching.** MLflow has no bulk call for assessments. Each trace is written with its
-assessments in one ``start_trace`` call (one database transaction per question, as MLflow's own
-exporter does), and the spans of all traces in a few ``log_spans`` calls (one transaction per
-call). Logging per assessment with ``mlflow.log_feedback`` costs one transaction per value,
-about 25 ms each on a sqlite store: 70 metric columns x 1,000 questions would take half an
-hour. Spans are built offline with a private OpenTelemetry tracer (never MLflow's global one),
-so nothing here touches the caller's own tracing.
+**Batching.** MLflow has no bulk call for assessments: ``mlflow.log_feedback`` is one
+transaction per value (about 25 ms on a sqlite store: 65 metric columns x 1,000 questions would
+take half an hour), and ``start_trace`` one transaction per trace with its assessments (40-80
+ms each with 65 assessments). So on a database store (``sqlite:///…``) every trace, tag,
+metadata and assessment row is inserted in ONE transaction (:func:`_insert_sql`, with MLflow's
+own row classes and value mapping), and the spans of all traces in a few ``log_spans`` calls;
+on a server, traces go through ``start_trace`` one by one. Spans are built offline with a
+private OpenTelemetry tracer (never MLflow's global one), so nothing here touches the caller's
+own tracing.
 
 Traces need a database-backed store (``sqlite:///…``) or a tracking server; a plain folder
 store keeps no spans.
@@ -460,18 +462,20 @@ def log_traces(
 def _insert_sql(client: TracingClient, experiment_id: str, infos: Sequence[TraceInfo]) -> bool:
     """Write every trace info with its assessments in ONE transaction of a database store.
 
-    MLflow's ``start_trace`` writes one trace per transaction (about 40-80 ms each on sqlite);
-    this inserts the same rows ``SqlAlchemyStore.start_trace`` inserts (trace info, tags with
-    the artifact location, metadata marked finalized, assessments) in one session, using the
-    store's own row classes. Rollup rebuild queues (off unless
-    ``MLFLOW_SQL_TRACE_ROLLUPS_ENABLED``) are not maintained, so with rollups on the API path
-    is used. ``tests/test_traces.py`` checks that both paths store the same traces.
+    MLflow's ``start_trace`` writes one trace per transaction; this inserts the rows
+    ``SqlAlchemyStore.start_trace`` inserts (trace info, tags with the artifact location,
+    metadata marked finalized, and the assessments as ``SqlAssessments.from_mlflow_entity``
+    maps them) in one session, assessments with one multi-row INSERT. The rollup rebuild
+    queue (off unless ``MLFLOW_SQL_TRACE_ROLLUPS_ENABLED``) is not maintained, so with rollups
+    on the API is used. ``tests/test_traces.py`` checks that both paths store the same traces
+    (re-run it when MLflow is upgraded: this relies on the store's row classes).
 
     Returns:
-        False when the store is not a database store this code knows (a server, rollups on):
-        the caller then uses the API.
+        False when the store is not one this code knows (a server, another MLflow layout,
+        rollups on): the caller then uses the API.
     """
     try:
+        import sqlalchemy
         from mlflow.store.tracking.dbmodels.models import (
             SqlAssessments,
             SqlTraceInfo,
@@ -486,6 +490,8 @@ def _insert_sql(client: TracingClient, experiment_id: str, infos: Sequence[Trace
     if type(store) is not SqlAlchemyStore or rollups_enabled():
         return False
     experiment = store.get_experiment(experiment_id)
+    columns = {a.key: a.columns[0].key for a in sqlalchemy.inspect(SqlAssessments).column_attrs}
+    assessment_rows: list[dict[str, Any]] = []
     with store.ManagedSessionMaker(read_only=False) as session, session.no_autoflush:
         for info in infos:
             trace_id = info.trace_id
@@ -510,13 +516,14 @@ def _insert_sql(client: TracingClient, experiment_id: str, infos: Sequence[Trace
                 SqlTraceMetadata(request_id=trace_id, key=k, value=v)
                 for k, v in sorted(metadata.items())
             ]
-            assessments = []
-            for a in info.assessments:
+            for a in info.assessments:  # MLflow's own mapping, inserted in bulk below
                 sql = SqlAssessments.from_mlflow_entity(a)
                 sql.trace_id = trace_id
                 sql.experiment_id = int(experiment_id)
                 sql.trace_timestamp_ms = info.request_time
-                assessments.append(sql)
-            row.assessments = assessments
+                assessment_rows.append({col: getattr(sql, attr) for attr, col in columns.items()})
             session.add(row)
+        session.flush()  # the trace rows exist before their assessments
+        if assessment_rows:
+            session.execute(SqlAssessments.__table__.insert(), assessment_rows)
     return True
