@@ -15,6 +15,7 @@ from mlflow.entities import AssessmentSourceType
 from omegaconf import DictConfig
 
 from rag_experiments.app import run_job
+from rag_experiments.errors import TrackingError
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 from rag_experiments.tracking import traces as traces_mod
 from rag_experiments.tracking.mlflow_tracker import ensure_experiment, open_client, read_table
@@ -232,3 +233,15 @@ def test_rationale_lists_verdicts_and_nan_reasons() -> None:
     )
     assert rationale(MetricValue(0.0, "empty_context"), None) == "flag: empty_context"
     assert rationale(MetricValue(0.3), None) is None
+
+
+def test_a_folder_store_is_refused_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    samples, responses, values, specs = _rows()
+    with pytest.raises(TrackingError, match="keeps no trace spans"):
+        log_traces(
+            str(tmp_path / "mlruns"), "0", "r", samples, responses, values, specs, sources={}
+        )
+    assert not (tmp_path / "mlruns").exists() or not list((tmp_path / "mlruns").rglob("traces"))

@@ -599,7 +599,7 @@ class MlflowTracker:
                 model=target_tags.get("llm.model"),
             )
         except Exception as exc:  # noqa: BLE001 - traces add a view; the results are logged
-            log.warning("Could not log traces to %s: %s (set tracking.traces=false)", self.uri, exc)
+            log.warning("Could not log traces to %s: %s: %s", self.uri, type(exc).__name__, exc)
             self.set_tags({"traces.error": f"{type(exc).__name__}: {exc}"})
 
     # --- location ----------------------------------------------------------------------------

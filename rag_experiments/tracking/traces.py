@@ -68,6 +68,7 @@ from mlflow.tracing.utils import generate_mlflow_trace_id_from_otel_trace_id
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import TracerProvider
 
+from rag_experiments.errors import TrackingError
 from rag_experiments.metrics.scheduler import JudgedRowMetric
 from rag_experiments.protocols import Metric
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
@@ -416,12 +417,18 @@ def log_traces(
         The counts and the wall time.
 
     Raises:
+        TrackingError: ``tracking_uri`` is a folder store (it keeps no spans).
         MlflowException: The store refused a trace or the spans (the caller decides whether
             that fails the run).
     """
     started = time.perf_counter()
     by_id = {str(row.get("id")): row for row in audit}
     client = TracingClient(tracking_uri)
+    if _is_folder_store(client.store):
+        raise TrackingError(
+            f"the folder store {tracking_uri} keeps no trace spans: log to a database store "
+            "(tracking.uri=sqlite:///mlruns.db) or a server, or set tracking.traces=false"
+        )
     now_ns = time.time_ns()
     infos: list[TraceInfo] = []
     spans: list[Span] = []
@@ -457,6 +464,15 @@ def log_traces(
         elapsed,
     )
     return TraceLogStats(len(infos), len(spans), n_assessments, elapsed)
+
+
+def _is_folder_store(store: Any) -> bool:
+    """True for MLflow's folder store (``./mlruns``), whose ``log_spans`` is not implemented."""
+    try:
+        from mlflow.store.tracking.file_store import FileStore
+    except ImportError:  # removed from MLflow: no folder store
+        return False
+    return isinstance(store, FileStore)
 
 
 def _insert_sql(client: TracingClient, experiment_id: str, infos: Sequence[TraceInfo]) -> bool:
