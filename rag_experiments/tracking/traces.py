@@ -21,12 +21,13 @@ the run (trace metadata ``mlflow.sourceRun``):
 **Batching.** MLflow has no bulk call for assessments: ``mlflow.log_feedback`` is one
 transaction per value (about 25 ms on a sqlite store: 65 metric columns x 1,000 questions would
 take half an hour), and ``start_trace`` one transaction per trace with its assessments (40-80
-ms each with 65 assessments). So on a database store (``sqlite:///…``) every trace, tag,
-metadata and assessment row is inserted in ONE transaction (:func:`_insert_sql`, with MLflow's
-own row classes and value mapping), and the spans of all traces in a few ``log_spans`` calls;
-on a server, traces go through ``start_trace`` one by one. Spans are built offline with a
-private OpenTelemetry tracer (never MLflow's global one), so nothing here touches the caller's
-own tracing.
+ms each with 65 assessments). So on a database store (``sqlite:///…``) the trace, tag,
+metadata and assessment rows of 100 questions go in one transaction (:func:`_insert_sql`,
+with MLflow's own row classes and value mapping; 100, so that parallel sweep jobs sharing the
+sqlite file never wait long for its write lock), and the spans of all traces in a few
+``log_spans`` calls; on a server, traces go through ``start_trace`` one by one. Spans are
+built offline with a private OpenTelemetry tracer (never MLflow's global one), so nothing here
+touches the caller's own tracing.
 
 Traces need a database-backed store (``sqlite:///…``) or a tracking server; a plain folder
 store keeps no spans.
@@ -82,6 +83,9 @@ EXPECTATION_NAME = "expected_response"
 """MLflow's conventional expectation name for a reference answer."""
 
 TRACE_NAME = "question"
+TRACES_PER_TRANSACTION = 100
+"""Traces (with their assessments) per database transaction: short enough that parallel sweep
+jobs sharing a sqlite file never wait long for its write lock."""
 SPANS_PER_CALL = 600
 """Spans per ``log_spans`` call (each call is one transaction; contexts make spans large)."""
 
@@ -449,9 +453,11 @@ def log_traces(
         offset_ns += 1_000  # keep the questions' order in the UI's time-sorted list
         infos.append(info)
         spans.extend(trace_spans)
-    if not _insert_sql(client, experiment_id, infos):
-        for info in infos:  # trace + its assessments: one transaction each
-            client.start_trace(info)
+    for i in range(0, len(infos), TRACES_PER_TRANSACTION):
+        chunk = infos[i : i + TRACES_PER_TRANSACTION]
+        if not _insert_sql(client, experiment_id, chunk):
+            for info in chunk:  # trace + its assessments: one transaction each
+                client.start_trace(info)
     for i in range(0, len(spans), SPANS_PER_CALL):
         client.log_spans(experiment_id, spans[i : i + SPANS_PER_CALL])
     n_assessments = sum(len(info.assessments) for info in infos)
@@ -476,7 +482,7 @@ def _is_folder_store(store: Any) -> bool:
 
 
 def _insert_sql(client: TracingClient, experiment_id: str, infos: Sequence[TraceInfo]) -> bool:
-    """Write every trace info with its assessments in ONE transaction of a database store.
+    """Write trace infos with their assessments in ONE transaction of a database store.
 
     MLflow's ``start_trace`` writes one trace per transaction; this inserts the rows
     ``SqlAlchemyStore.start_trace`` inserts (trace info, tags with the artifact location,
