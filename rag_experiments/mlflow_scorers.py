@@ -24,7 +24,8 @@ Where a scorer finds its fields (MLflow passes ``inputs``, ``outputs``, ``expect
 - the answer: ``outputs`` (a string, or ``response`` / ``answer`` / …);
 - the contexts: the documents of the trace's first ``RETRIEVER`` span when the trace has one
   (traces of an app, or of ``rag-exp run``), else ``outputs["retrieved_contexts"]``;
-- the reference: ``expectations["expected_response"]`` (context recall needs it).
+- the reference: ``expectations["expected_response"]`` (context recall needs it);
+- unanswerable questions: trace tag ``answerable = "false"`` (our runs' traces set it).
 
 ``judge`` is one of our chat models (:class:`~rag_experiments.llm.base.ChatModel`), a judge
 config option of ``conf/judge/`` (``"fake"``, ``"ollama"``, ``"openai"``, ``"embedded"``,
@@ -121,7 +122,8 @@ def row_of(
         contexts = [str(c) for c in outputs.get("retrieved_contexts") or []]
     answer = answer_of(outputs)
     reference = (expectations or {}).get(REFERENCE_EXPECTATION) or ""
-    sample = Sample(id="row", user_input=question, reference=str(reference))
+    answerable = trace is None or trace.info.tags.get("answerable") != "false"
+    sample = Sample(id="row", user_input=question, reference=str(reference), answerable=answerable)
     response = RagResponse(
         response=answer or "", retrieved_contexts=contexts or [], no_response=answer is None
     )

@@ -158,3 +158,39 @@ def test_mlflow_traces_dataset_reads_an_apps_traces_and_evaluates_them(
 def test_mlflow_traces_dataset_names_a_missing_experiment(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="no MLflow experiment named or numbered 'nope'"):
         MlflowTracesDataset(experiment="nope", tracking_uri=f"sqlite:///{tmp_path}/x.db").load()
+
+
+@pytest.mark.slow
+def test_the_four_scorers_on_a_runs_traces_give_the_runs_values(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path
+) -> None:
+    from rag_experiments.mlflow_scorers import rag_scorers
+
+    run_job(
+        compose_cfg("llm=fake", "judge=fake", "embedder=hash", "metrics=custom", "max_samples=4")
+    )
+    uri = f"sqlite:///{tmp_path}/mlruns.db"
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("rag-experiments")
+    (run,) = client.search_runs([exp.experiment_id])
+    table = read_table(client, run.info.run_id).set_index("id")
+    mlflow.set_tracking_uri(uri)
+    traces = mlflow.search_traces(locations=[exp.experiment_id], return_type="list")
+    mlflow.set_experiment("rescored")
+    result = mlflow.genai.evaluate(data=traces, scorers=rag_scorers(judge="fake", embedder="hash"))
+    columns = ("faithfulness", "answer_relevancy", "context_precision", "context_recall")
+    checked = 0
+    for trace_id in result.result_df["trace_id"]:
+        trace = mlflow.get_trace(trace_id)  # a copy in "rescored": tags kept, not request ids
+        row = table.loc[trace.info.tags["question_id"]]
+        found = [a for a in trace.info.assessments if a.name in columns]
+        rescored = {a.name: a for a in found}
+        assert len(found) == len(rescored) == len(columns)  # the scorers' feedback, once each
+        for name in columns:
+            if math.isnan(row[name]):
+                assert rescored[name].value is None
+                assert rescored[name].error.error_code == row[f"{name}.reason"]
+            else:
+                assert rescored[name].value == pytest.approx(row[name], abs=1e-9)
+            checked += 1
+    assert checked == 4 * len(columns)

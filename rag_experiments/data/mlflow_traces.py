@@ -20,6 +20,8 @@ Each trace (:func:`mlflow.search_traces`) becomes one :class:`~rag_experiments.r
   document's ``metadata.chunk_id`` or ``id``, ``retrieved_doc_ids`` from ``metadata.doc_id``
   or ``metadata.doc_uri`` (only when every document has one);
 - ``reference``: the trace's expectation ``expected_response``, when it has one;
+- ``question_type`` and ``answerable``: trace tags ``question_type`` and ``answerable``
+  (``"false"``), as our own runs' traces carry them;
 - ``id``: the trace's client request id, else its trace id; ``metadata.trace_id`` always.
 
 A trace whose question cannot be found is left out with reason ``no_question`` (listed in
@@ -204,6 +206,8 @@ def trace_sample(trace: Any) -> Sample | DroppedRow:
         id=str(sample_id),
         user_input=question,
         reference=reference,
+        question_type=info.tags.get("question_type") or None,
+        answerable=info.tags.get("answerable") != "false",
         metadata={"trace_id": info.trace_id},
         recorded=recorded,
     )

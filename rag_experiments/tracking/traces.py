@@ -330,6 +330,8 @@ def question_trace(
     tags = {TraceTagKey.TRACE_NAME: TRACE_NAME, "question_id": sample.id}
     if sample.question_type:
         tags["question_type"] = sample.question_type
+    if not sample.answerable:  # metrics skip or score these differently (scorers read it)
+        tags["answerable"] = "false"
     if failed:
         tags["error"] = f"{response.error}: {response.error_message or ''}"[:250]
     info = TraceInfo(
