@@ -197,7 +197,7 @@ def feedback(
 def _span(
     name: str,
     span_type: str,
-    trace_id: str,
+    trace_id: str | None,
     parent: Any,
     start_ns: int,
     end_ns: int,
@@ -206,10 +206,11 @@ def _span(
     attributes: Mapping[str, Any] | None = None,
     error: str | None = None,
 ) -> tuple[Any, Span]:
-    """One finished span (its OpenTelemetry span, to parent children on, and MLflow's copy)."""
+    """One finished span (its OpenTelemetry span, to parent children on, and MLflow's copy);
+    ``trace_id`` None for a root span (the trace id is then made from its OpenTelemetry id)."""
     context = otel_trace.set_span_in_context(parent) if parent is not None else None
     raw = _TRACER.start_span(name, context=context, start_time=start_ns)
-    if trace_id == "":
+    if trace_id is None:
         trace_id = generate_mlflow_trace_id_from_otel_trace_id(raw.get_span_context().trace_id)
     span = LiveSpan(raw, trace_id, span_type)
     span.set_inputs(inputs)
@@ -261,7 +262,7 @@ def question_trace(
     root_raw, root = _span(
         TRACE_NAME,
         SpanType.CHAIN,
-        "",
+        None,
         None,
         start_ns,
         end_ns,
