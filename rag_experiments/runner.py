@@ -59,6 +59,10 @@ class Tracker(Protocol):
 
     def log_dataset(self, name: str, digest: str, source: str, rows: list[dict]) -> None: ...
 
+    def log_traces(
+        self, result: EvalResult, metrics: Sequence[Metric], target_tags: dict[str, str]
+    ) -> None: ...
+
     def set_tags(self, tags: dict[str, str]) -> None: ...
 
     def describe_location(self) -> str: ...
@@ -445,8 +449,9 @@ def evaluate_in_run(
     Logs the dataset input and digest, the per-query table (``per_query.json`` +
     ``per_query_results.csv``), ``average_results.csv``, the metric specs, metrics (means,
     ``_n_valid``, ``_ci_low``/``_ci_high``, per-type values, counts, judge usage), tags (target
-    identity) and, with judged metrics, ``judge_audit.jsonl``. Everything is logged before the
-    failure-rate checks.
+    identity), with judged metrics ``judge_audit.jsonl``, and one trace per question
+    (:mod:`~rag_experiments.tracking.traces`). Everything is logged before the failure-rate
+    checks.
 
     Args:
         dataset: Samples and corpus.
@@ -478,6 +483,7 @@ def evaluate_in_run(
     )
     tracker.set_tags(target.describe())
     log_result(result, tracker, dataset)
+    tracker.log_traces(result, metrics, target.describe())  # one MLflow trace per question
     n = max(1, len(result.samples))
     rate = result.counts["n_failed"] / n
     log.info("logged %d samples to %s", len(result.samples), tracker.describe_location())

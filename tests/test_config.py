@@ -38,6 +38,7 @@ GROUPS = sorted(
     p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name not in ("experiment", "hydra")
 )  # hydra/: launchers
 REQUIRED = {"dataset": ["dataset.path=/nonexistent/x"]}
+REQUIRED_BY_OPTION = {"mlflow_traces": ["dataset.experiment=x"]}  # reads a store, not a path
 
 
 def _options(group: str) -> list[str]:
@@ -64,6 +65,7 @@ def test_conf_groups_mirror_the_component_kinds():
 @pytest.mark.parametrize(("group", "option"), [(g, o) for g in GROUPS for o in _options(g)])
 def test_every_option_composes_and_instantiates(compose_cfg, group, option):
     extra = REQUIRED.get(group, []) if option not in ("sample",) else []
+    extra = REQUIRED_BY_OPTION.get(option, extra)
     cfg = compose_cfg(f"{group}={option}", *extra)
     node = cfg[group]
     if group == "metrics":

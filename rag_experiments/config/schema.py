@@ -128,6 +128,19 @@ class JsonlDatasetConf(RowFileDatasetConf):
 
 
 @dataclass
+class MlflowTracesDatasetConf(ComponentConf):
+    """Traces of an MLflow experiment (``rag_experiments.data.mlflow_traces``)."""
+
+    _target_: str = "rag_experiments.data.mlflow_traces.MlflowTracesDataset"
+    experiment: str = MISSING
+    tracking_uri: str | None = None
+    filter_string: str | None = None
+    max_results: int | None = None
+    corpus: str | None = None
+    name: str | None = None
+
+
+@dataclass
 class BeirDatasetConf(FileDatasetConf):
     """A BEIR folder; ``max_queries``: a seeded subset of N queries (null = all)."""
 
@@ -444,6 +457,9 @@ class TrackingConf(ComponentConf):
     uri: str = "sqlite:///mlruns.db"
     experiment: str = "rag-experiments"
     log_table: bool = True
+    traces: bool = True
+    """One MLflow trace per question with its assessments (:mod:`rag_experiments.tracking.
+    traces`; needs a sqlite store or a server)."""
 
 
 # --- sharding --------------------------------------------------------------------------------
@@ -533,6 +549,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "keywords_jsonl": KeywordsJsonlDatasetConf,
         "ragas": RagasDatasetConf,
         "deepeval": DeepEvalDatasetConf,
+        "mlflow_traces": MlflowTracesDatasetConf,
     },
     "target": {
         "baseline": BaselineTargetConf,

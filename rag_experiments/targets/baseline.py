@@ -140,6 +140,7 @@ class BaselineTarget(TargetBase):
                     completion_tokens=completion.usage.completion_tokens,
                     finish_reason=completion.finish_reason,
                     cached=completion.cached,
+                    generation_ms=completion.latency_ms,
                 )
         response.latency_ms = (time.perf_counter() - started) * 1000.0
         return response

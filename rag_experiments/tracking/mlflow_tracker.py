@@ -275,6 +275,7 @@ class MlflowTracker:
         run_name: Name of new runs (MLflow picks one when None).
         log_table: Also log per-query tables with ``mlflow.log_table`` (rendered in the UI); the
             CSV copy is always logged.
+        traces: Log one MLflow trace per question (:meth:`log_traces`).
 
     Raises:
         TrackingError: If ``uri`` is empty or in-memory.
@@ -286,8 +287,10 @@ class MlflowTracker:
         experiment: str = "rag-experiments",
         run_name: str | None = None,
         log_table: bool = True,
+        traces: bool = True,
     ) -> None:
         self.uri = resolve_tracking_uri(uri)
+        self.traces_enabled = traces
         self.experiment = experiment
         self.run_name = run_name
         self.table_enabled = log_table
@@ -558,6 +561,44 @@ class MlflowTracker:
             run_id,
             tags=[RunTag(k, hash_suffixed(v, MAX_TAG_VAL_LENGTH)) for k, v in tags.items()],
         )
+
+    def log_traces(
+        self, result: Any, metrics: Sequence[Any], target_tags: Mapping[str, str]
+    ) -> None:
+        """Log one trace per question of ``result`` into the run's experiment, linked to the
+        run (:func:`~rag_experiments.tracking.traces.log_traces`); nothing when the tracker was
+        built with ``traces=False``. A store that refuses traces (a folder store) costs a
+        warning and the run tag ``traces.error``, not the run.
+
+        Args:
+            result: The run's :class:`~rag_experiments.runner.EvalResult`.
+            metrics: The run's metrics (who computed each column: judge model or code).
+            target_tags: The target's ``describe()`` (``llm.model`` names the generator).
+
+        Raises:
+            TrackingError: Outside a run.
+        """
+        run_id = self._require_run()
+        if not self.traces_enabled or not result.samples:
+            return
+        from rag_experiments.tracking.traces import column_sources, log_traces
+
+        try:
+            log_traces(
+                self.uri,
+                str(self.experiment_id),
+                run_id,
+                result.samples,
+                result.responses,
+                result.values,
+                result.specs,
+                sources=column_sources(metrics),
+                audit=result.audit,
+                model=target_tags.get("llm.model"),
+            )
+        except Exception as exc:  # noqa: BLE001 - traces add a view; the results are logged
+            log.warning("Could not log traces to %s: %s: %s", self.uri, type(exc).__name__, exc)
+            self.set_tags({"traces.error": f"{type(exc).__name__}: {exc}"})
 
     # --- location ----------------------------------------------------------------------------
 
