@@ -45,6 +45,7 @@ from mlflow.genai.scorers import Scorer, scorer
 
 from rag_experiments.data.mlflow_traces import REFERENCE_EXPECTATION, answer_of, question_of
 from rag_experiments.errors import ConfigError
+from rag_experiments.llm.base import ChatModel
 from rag_experiments.metrics.answer_relevancy import AnswerRelevancy
 from rag_experiments.metrics.context_precision import ContextPrecision
 from rag_experiments.metrics.context_recall import ContextRecall
@@ -60,20 +61,21 @@ def resolve_judge(judge: Any) -> Any:
     Raises:
         ConfigError: An unknown option or override, or a value of another type.
     """
-    from hydra.utils import instantiate
+    from rag_experiments.build import build_chat_model
+    from rag_experiments.llm.roles import judge_model_node
 
-    from rag_experiments.metrics.judge_config import judge_model_node
-
-    if hasattr(judge, "complete"):
-        return judge
     if isinstance(judge, str):
         from rag_experiments.config.compose import compose_config
 
         option, *overrides = judge.split()
         cfg = compose_config("config", [f"judge={option}", *overrides])
-        return instantiate(judge_model_node(cfg.judge))
-    if isinstance(judge, Mapping) and "_target_" in judge:
-        return instantiate(judge_model_node(judge))
+        return build_chat_model(judge_model_node(cfg.judge))
+    if isinstance(judge, Mapping):
+        if "_target_" not in judge:
+            raise ConfigError(f"a judge config mapping needs a _target_, got keys {list(judge)}")
+        return build_chat_model(judge_model_node(judge))
+    if isinstance(judge, ChatModel):
+        return judge
     raise ConfigError(
         f"judge must be a chat model, a conf/judge option name ('fake', 'ollama' …) or a "
         f"config mapping with _target_, got {type(judge).__name__}"
@@ -89,12 +91,11 @@ def resolve_embedder(embedder: Any) -> Any:
     """
     if not isinstance(embedder, str):
         return embedder
-    from hydra.utils import instantiate
-
+    from rag_experiments.build import build_embedder
     from rag_experiments.config.compose import compose_config
 
     option, *overrides = embedder.split()
-    return instantiate(compose_config("config", [f"embedder={option}", *overrides]).embedder)
+    return build_embedder(compose_config("config", [f"embedder={option}", *overrides]))
 
 
 def row_of(

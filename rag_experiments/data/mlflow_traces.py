@@ -85,7 +85,7 @@ class MlflowTracesDataset:
         import mlflow
         from mlflow.exceptions import MlflowException
 
-        from rag_experiments.tracking.mlflow_tracker import resolve_tracking_uri
+        from rag_experiments.common.uri import resolve_tracking_uri
 
         if self.max_results is not None and int(self.max_results) < 1:
             raise DatasetError(f"dataset.max_results must be >= 1 or null, got {self.max_results}")

@@ -52,6 +52,7 @@ from mlflow.utils.validation import (
 from sqlalchemy.engine import make_url
 
 from rag_experiments.common.redact import REDACTED, is_secret_key, redact
+from rag_experiments.common.uri import resolve_tracking_uri
 from rag_experiments.errors import TrackingError
 from rag_experiments.tracking.names import (
     hash_suffixed,
@@ -84,43 +85,6 @@ _YAML_LINE = re.compile(r"^(\s*(?:-\s*)?)([^:#\s][^:#]*?)(\s*:\s*)\S.*$")
 """``<indent><key>: <value>`` in YAML that did not parse (fallback redaction)."""
 
 _T = TypeVar("_T", Param, RunTag)
-
-
-def resolve_tracking_uri(uri: str) -> str:
-    """Make a tracking URI independent of the working directory.
-
-    ``sqlite:///relative.db`` becomes ``sqlite:////<cwd>/relative.db`` (its folder is created); a
-    bare path becomes an absolute path; server URIs (``http://…``) are returned unchanged.
-
-    Args:
-        uri: The tracking URI from the config.
-
-    Returns:
-        The absolute URI, printable so the user can find the run again.
-
-    Raises:
-        TrackingError: If ``uri`` is empty or an in-memory sqlite database (runs would vanish).
-    """
-    if not uri or not uri.strip():
-        raise TrackingError(
-            "Tracking URI is empty: set tracking.uri, e.g. sqlite:///mlruns.db or "
-            "http://127.0.0.1:5000."
-        )
-    if uri.startswith("sqlite:"):
-        url = make_url(uri)
-        if not url.database or url.database == ":memory:":
-            raise TrackingError(
-                f"Tracking URI {uri!r} is an in-memory sqlite database, whose runs vanish when "
-                "the process ends: name a file, e.g. sqlite:///mlruns.db."
-            )
-        path = Path(url.database).expanduser()
-        if not path.is_absolute():
-            path = Path.cwd() / path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return url.set(database=str(path)).render_as_string(hide_password=False)
-    if not urlparse(uri).scheme:
-        return str(Path(uri).expanduser().resolve())
-    return uri
 
 
 STORE_LOCK_TIMEOUT_S = 300.0

@@ -1,0 +1,50 @@
+"""Tracking-store URIs made independent of the working directory (shared by the tracker and
+by the loaders that read an MLflow store, e.g. ``dataset=mlflow_traces``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+from sqlalchemy.engine import make_url
+
+from rag_experiments.errors import TrackingError
+
+__all__ = ["resolve_tracking_uri"]
+
+
+def resolve_tracking_uri(uri: str) -> str:
+    """Make a tracking URI independent of the working directory.
+
+    ``sqlite:///relative.db`` becomes ``sqlite:////<cwd>/relative.db`` (its folder is created); a
+    bare path becomes an absolute path; server URIs (``http://…``) are returned unchanged.
+
+    Args:
+        uri: The tracking URI from the config.
+
+    Returns:
+        The absolute URI, printable so the user can find the run again.
+
+    Raises:
+        TrackingError: If ``uri`` is empty or an in-memory sqlite database (runs would vanish).
+    """
+    if not uri or not uri.strip():
+        raise TrackingError(
+            "Tracking URI is empty: set tracking.uri, e.g. sqlite:///mlruns.db or "
+            "http://127.0.0.1:5000."
+        )
+    if uri.startswith("sqlite:"):
+        url = make_url(uri)
+        if not url.database or url.database == ":memory:":
+            raise TrackingError(
+                f"Tracking URI {uri!r} is an in-memory sqlite database, whose runs vanish when "
+                "the process ends: name a file, e.g. sqlite:///mlruns.db."
+            )
+        path = Path(url.database).expanduser()
+        if not path.is_absolute():
+            path = Path.cwd() / path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return url.set(database=str(path)).render_as_string(hide_password=False)
+    if not urlparse(uri).scheme:
+        return str(Path(uri).expanduser().resolve())
+    return uri
