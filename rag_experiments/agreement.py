@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,6 +49,7 @@ import mlflow
 import pandas as pd
 from mlflow.exceptions import MlflowException
 
+from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
 from rag_experiments.errors import DatasetError, TrackingError
 from rag_experiments.tracking.mlflow_tracker import read_table
 
@@ -352,9 +352,8 @@ def grade_sheet_command(argv: list[str]) -> int:
     parser.add_argument("--n", type=int, default=20, help="questions to draw (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the draw (default 0)")
     parser.add_argument("--out", default=".", help="folder for the sheet and the key")
-    parser.add_argument("--tracking-uri", default="sqlite:///mlruns.db")
-    opts = parser.parse_args(argv)
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    add_tracking_uri(parser, "the run")
+    opts = parse_store_command(parser, argv)
     sheet, key = grade_sheet(opts.run_id, opts.tracking_uri, opts.n, opts.seed, opts.out)
     print(f"sheet (give to graders): {sheet}\nkey (keep apart): {key}")
     return 0

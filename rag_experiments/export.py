@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
 from rag_experiments.data.jsonl import write_jsonl
 from rag_experiments.data.peer import write_deepeval, write_ragas
 from rag_experiments.errors import DatasetError
@@ -155,12 +156,8 @@ def export_command(argv: list[str]) -> int:
         "extension); deepeval: DeepEval goldens JSON; jsonl: our JSONL",
     )
     parser.add_argument("--out", required=True, help="output file (overwritten)")
-    parser.add_argument(
-        "--tracking-uri",
-        default="sqlite:///mlruns.db",
-        help="MLflow tracking URI of the run (default sqlite:///mlruns.db)",
-    )
-    opts = parser.parse_args(argv)
+    add_tracking_uri(parser, "the run")
+    opts = parse_store_command(parser, argv)
     path = export_run(opts.run_id, opts.format, opts.out, opts.tracking_uri)
     print(f"wrote {path}")
     return 0

@@ -46,7 +46,6 @@ import argparse
 import fnmatch
 import json
 import math
-import os
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -61,11 +60,15 @@ from scipy import stats
 
 from rag_experiments.aggregate import bootstrap_ci
 from rag_experiments.analysis.runs import (
-    DEFAULT_TRACKING_URI,
     MetricInfo,
     client_for,
     get_run,
     load_specs,
+)
+from rag_experiments.common.cliargs import (
+    DEFAULT_TRACKING_URI,
+    add_tracking_uri,
+    parse_store_command,
 )
 from rag_experiments.errors import DatasetError, RagExpError
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker, read_table
@@ -590,17 +593,12 @@ def compare_command(argv: list[str]) -> int:
         default=N_RESAMPLES,
         help=f"bootstrap resamples and sign patterns ({N_RESAMPLES})",
     )
-    parser.add_argument(
-        "--tracking-uri",
-        default=DEFAULT_TRACKING_URI,
-        help=f"store holding the runs (default {DEFAULT_TRACKING_URI})",
-    )
+    add_tracking_uri(parser)
     parser.add_argument("--out", default=None, help="also keep the report files in this folder")
     parser.add_argument(
         "--no-log", action="store_true", help="log no MLflow run (files only with --out)"
     )
-    opts = parser.parse_args(argv)
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    opts = parse_store_command(parser, argv)
     result = compare_runs(
         opts.run_a,
         opts.run_b,

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
 import tempfile
 from collections.abc import Sequence
@@ -44,13 +43,13 @@ from rag_experiments.analysis.plots import (
     png_bytes,
 )
 from rag_experiments.analysis.runs import (
-    DEFAULT_TRACKING_URI,
     MetricInfo,
     client_for,
     get_run,
     key_metrics,
     load_specs,
 )
+from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
 from rag_experiments.errors import TrackingError
 from rag_experiments.tracking.names import sanitize_metric_name
 from rag_experiments.tracking.sweep import child_runs
@@ -417,17 +416,12 @@ def report_command(argv: list[str]) -> int:
         metavar="NAME",
         help="key metrics (default: nDCG@10, MRR@10, … those the runs have)",
     )
-    parser.add_argument(
-        "--tracking-uri",
-        default=DEFAULT_TRACKING_URI,
-        help=f"store holding the runs (default {DEFAULT_TRACKING_URI})",
-    )
+    add_tracking_uri(parser)
     parser.add_argument("--out", default=None, help="also keep the report files in this folder")
     parser.add_argument("--no-log", action="store_true", help="write files only (needs --out)")
-    opts = parser.parse_args(argv)
+    opts = parse_store_command(parser, argv)
     if opts.no_log and not opts.out:
         parser.error("--no-log needs --out")
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     client = client_for(opts.tracking_uri)
     report = build_report(client, resolve_parent(client, opts.sweep), opts.metrics)
     with tempfile.TemporaryDirectory(prefix="rag-exp-report-") as tmp:

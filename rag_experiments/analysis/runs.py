@@ -28,9 +28,6 @@ KEY_METRICS: tuple[str, ...] = (
 """Metrics shown first (scatter plots, sweep table and line plots) when a run has them; the
 first one present is the quality axis of the sweep report's Pareto front."""
 
-DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
-"""``rag-exp run``'s default store (``conf/tracking/local.yaml``)."""
-
 
 @dataclass(frozen=True)
 class MetricInfo:

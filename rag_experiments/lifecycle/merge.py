@@ -32,7 +32,6 @@ import argparse
 import json
 import logging
 import math
-import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ import mlflow
 from mlflow.exceptions import MlflowException
 from omegaconf import OmegaConf
 
+from rag_experiments.common.cliargs import add_overrides, add_tracking_uri, parse_store_command
 from rag_experiments.errors import ConfigError, DatasetError, TrackingError
 from rag_experiments.lifecycle.shard import select_shard, shard_of
 from rag_experiments.metrics.audit import USAGE_KEYS, collect_audit
@@ -373,16 +373,9 @@ def merge_command(argv: list[str]) -> int:
         "missing or unfinished shard.",
     )
     parser.add_argument("parent_run_id", help="the sweep's parent run")
-    parser.add_argument(
-        "--tracking-uri",
-        default="sqlite:///mlruns.db",
-        help="tracking store of the sweep (default sqlite:///mlruns.db)",
-    )
-    parser.add_argument(
-        "overrides", nargs="*", help="key=value changes to the logged config (a redacted secret)"
-    )
-    opts = parser.parse_args(argv)
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    add_tracking_uri(parser, "the sweep")
+    add_overrides(parser)
+    opts = parse_store_command(parser, argv)
     bad = [o for o in opts.overrides if "=" not in o]
     if bad:
         raise ConfigError(f"overrides must be key=value, got {bad}")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 from omegaconf import DictConfig, OmegaConf
 
+from rag_experiments.common.cliargs import add_overrides, add_tracking_uri, parse_store_command
 from rag_experiments.common.redact import REDACTED
 from rag_experiments.errors import ConfigError, DatasetError, TrackingError
 from rag_experiments.tracking.mlflow_tracker import read_table
@@ -246,14 +246,9 @@ def rerun_command(argv: list[str]) -> int:
         "run tagged rerun_of, and print the metrics and per-query values that changed.",
     )
     parser.add_argument("run_id", help="the MLflow run to repeat")
-    parser.add_argument(
-        "--tracking-uri",
-        default="sqlite:///mlruns.db",
-        help="where the run is (default sqlite:///mlruns.db, as tracking=local)",
-    )
-    parser.add_argument("overrides", nargs="*", help="key=value changes, e.g. a redacted secret")
-    opts = parser.parse_args(argv)
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    add_tracking_uri(parser, "the run")
+    add_overrides(parser)
+    opts = parse_store_command(parser, argv)
     bad = [o for o in opts.overrides if "=" not in o]
     if bad:
         raise ConfigError(f"overrides must be key=value, got {bad}")

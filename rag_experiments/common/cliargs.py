@@ -1,0 +1,48 @@
+"""Arguments shared by the ``rag-exp`` subcommands that read an MLflow store (``compare``,
+``report``, ``merge``, ``rerun``, ``export``, ``agreement``): one spelling of
+``--tracking-uri`` and its default, and the quiet MLflow artifact downloads they all want."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+
+DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
+"""Where ``tracking=local`` logs runs (relative to the folder a command runs in)."""
+
+
+def add_tracking_uri(parser: argparse.ArgumentParser, what: str = "the runs") -> None:
+    """Add ``--tracking-uri`` (default :data:`DEFAULT_TRACKING_URI`) to ``parser``.
+
+    Args:
+        parser: The subcommand's parser.
+        what: What the store holds, for the help text ("the sweep", "the run").
+    """
+    parser.add_argument(
+        "--tracking-uri",
+        default=DEFAULT_TRACKING_URI,
+        help=f"MLflow store holding {what} (default {DEFAULT_TRACKING_URI}, as tracking=local)",
+    )
+
+
+def add_overrides(parser: argparse.ArgumentParser) -> None:
+    """Add the positional ``key=value`` changes to a logged config (e.g. a secret that was
+    redacted when the run was logged)."""
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="key=value changes to the logged config, e.g. a redacted secret",
+    )
+
+
+def parse_store_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """Parse ``argv`` and turn off MLflow's artifact-download progress bars (the commands
+    print their own results).
+
+    Raises:
+        SystemExit: ``--help`` or a usage error (argparse).
+    """
+    opts = parser.parse_args(list(argv))
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    return opts
