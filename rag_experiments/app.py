@@ -15,9 +15,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from rag_experiments.build import build, build_tracker, run_caveat
+from rag_experiments.config import register
 from rag_experiments.config.reporting import reported
-from rag_experiments.config.resolvers import register_resolvers
-from rag_experiments.config.schema import register_configs
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import (
     ConfigError,
@@ -27,19 +26,12 @@ from rag_experiments.errors import (
     TargetError,
 )
 from rag_experiments.llm.factory import identity_by_role, usage_by_role
-from rag_experiments.locations import CONF_DIR, PROJECT_ROOT
+from rag_experiments.locations import CONF_DIR
 
 log = logging.getLogger("rag_experiments")
 
 
-def _register() -> None:
-    register_configs()
-    register_resolvers()  # ${unique_dir:…} of hydra.run.dir / hydra.sweep.dir
-    if not OmegaConf.has_resolver("rx.root"):
-        OmegaConf.register_new_resolver("rx.root", lambda: str(PROJECT_ROOT))
-
-
-_register()
+register()  # schemas and resolvers, before @hydra.main composes
 
 
 def preflight(checks: dict[str, Any]) -> None:

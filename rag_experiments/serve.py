@@ -23,6 +23,7 @@ import hydra
 from omegaconf import DictConfig, open_dict
 
 from rag_experiments.build import build, chat_class, is_assembled, part_class, run_caveat
+from rag_experiments.config import register
 from rag_experiments.errors import ConfigError
 from rag_experiments.locations import CONF_DIR
 from rag_experiments.protocols import MetricBase, TargetBase
@@ -117,6 +118,8 @@ def main(argv: Sequence[str], host: str = "127.0.0.1", port: int = 8000) -> None
     """
     if any(a in ("-m", "--multirun") for a in argv):
         raise ConfigError("rag-exp serve serves one configuration; drop -m/--multirun")
+
+    register()  # schemas and resolvers, before @hydra.main composes
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     def _serve(cfg: DictConfig) -> None:

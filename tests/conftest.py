@@ -12,8 +12,10 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 import rag_experiments  # noqa: F401  (sets the offline environment first)
-import rag_experiments.app  # noqa: F401  (registers the schemas and resolvers)
+from rag_experiments.config import register
 from rag_experiments.locations import CONF_DIR, PROJECT_ROOT
+
+register()  # the schemas and resolvers every composition in the tests needs
 
 SHARED_REAL = PROJECT_ROOT.parent / "shared" / "real"
 

@@ -20,9 +20,10 @@ def compose_config(config_name: str, overrides: list[str]) -> DictConfig:
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
 
-    import rag_experiments.app  # noqa: F401  (registers the schemas and resolvers)
+    from rag_experiments.config import register
     from rag_experiments.locations import CONF_DIR
 
+    register()
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

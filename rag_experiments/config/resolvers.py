@@ -43,6 +43,12 @@ def unique_dir(pattern: str) -> str:
 
 
 def register_resolvers() -> None:
-    """Register :func:`unique_dir` as ``${unique_dir:…}`` (idempotent)."""
+    """Register :func:`unique_dir` as ``${unique_dir:…}`` and ``${rx.root:}`` (the checkout,
+    or the bundle of an installed wheel: :data:`rag_experiments.locations.PROJECT_ROOT`);
+    idempotent."""
+    from rag_experiments.locations import PROJECT_ROOT
+
     if not OmegaConf.has_resolver(UNIQUE_DIR):
         OmegaConf.register_new_resolver(UNIQUE_DIR, unique_dir, use_cache=True)
+    if not OmegaConf.has_resolver("rx.root"):
+        OmegaConf.register_new_resolver("rx.root", lambda: str(PROJECT_ROOT))

@@ -13,6 +13,7 @@ import hydra
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rag_experiments.build import build_generation, build_tracker, run_caveat
+from rag_experiments.config import register
 from rag_experiments.data.base import samples_digest
 from rag_experiments.errors import ConfigError
 from rag_experiments.generate.checkpoint import Checkpoint
@@ -31,6 +32,7 @@ from rag_experiments.locations import CONF_DIR
 
 log = logging.getLogger("rag_experiments")
 
+register()  # the shared schemas and resolvers
 register_generate_config()
 
 MODES = ("llm", "template")

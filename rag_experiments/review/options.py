@@ -32,11 +32,13 @@ from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-import rag_experiments.app  # noqa: F401  (registers the config schemas)
 from rag_experiments.build import chat_class
+from rag_experiments.config import register
 from rag_experiments.errors import ConfigError, ReviewError
 from rag_experiments.records import QUESTION_TYPES
 from rag_experiments.review.workspace import Workspace
+
+register()  # the schemas the form's compositions use
 
 _HYDRA_LOCK = threading.Lock()
 """Hydra's compose API keeps global state: one composition at a time."""

@@ -310,6 +310,10 @@ class MlflowTracker:
         mlflow.set_tracking_uri(self.uri)
         client = self._client()
         experiment_id = ensure_experiment(client, self.experiment, self.uri)
+        # MLflow's process-wide active experiment may have been set by other code in this
+        # process (a notebook, mlflow.genai.evaluate, another store): ours, so a resumed run
+        # and any run the body opens land in this store's experiment.
+        mlflow.set_experiment(experiment_id=experiment_id)
         start_tags = {MLFLOW_PARENT_RUN_ID: parent_run_id} if parent_run_id else None
         try:
             if run_id is not None:
