@@ -31,6 +31,13 @@ CLAIMS = {
 """Three claims: one in context 1, two in none."""
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Experiments these tests make with ``mlflow.set_experiment`` get MLflow's default
+    artifact root, ``./mlruns``: keep it in the test's folder, not the project's."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.mark.slow
 def test_faithfulness_scorer_in_mlflow_evaluate_equals_our_metric(tmp_path: Path) -> None:
     judge = FakeChat({"FaithfulnessOutput": CLAIMS}, model="fake-judge")
