@@ -20,6 +20,19 @@ register()  # the schemas and resolvers every composition in the tests needs
 SHARED_REAL = PROJECT_ROOT.parent / "shared" / "real"
 
 
+@pytest.fixture(autouse=True)
+def _no_active_mlflow_experiment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow keeps an active experiment per process, and ``mlflow.set_experiment`` also sets
+    ``MLFLOW_EXPERIMENT_ID``, which child processes inherit: every test starts without one
+    and leaves none behind (a leaked one makes a later resume refuse the run and a later
+    ``mlflow run`` refuse ``--experiment-name``)."""
+    import mlflow.tracking.fluent as fluent
+
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    monkeypatch.setattr(fluent, "_active_experiment_id", None)
+
+
 @pytest.fixture
 def compose_cfg(tmp_path: Path) -> Iterator[Callable[..., DictConfig]]:
     """Return ``compose(*overrides)`` over conf/, with caches and MLflow under ``tmp_path``."""

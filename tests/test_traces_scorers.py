@@ -34,7 +34,8 @@ CLAIMS = {
 @pytest.fixture(autouse=True)
 def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Experiments these tests make with ``mlflow.set_experiment`` get MLflow's default
-    artifact root, ``./mlruns``: keep it in the test's folder, not the project's."""
+    artifact root, ``./mlruns``: keep it in the test's folder, not the project's (MLflow's
+    process-wide active experiment is reset after each test by conftest)."""
     monkeypatch.chdir(tmp_path)
 
 

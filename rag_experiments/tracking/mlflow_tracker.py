@@ -21,7 +21,6 @@ import io
 import json
 import logging
 import math
-import os
 import platform
 import re
 import subprocess
@@ -313,13 +312,6 @@ class MlflowTracker:
         experiment_id = ensure_experiment(client, self.experiment, self.uri)
         start_tags = {MLFLOW_PARENT_RUN_ID: parent_run_id} if parent_run_id else None
         try:
-            # MLflow's process-wide active experiment may have been set by other code in this
-            # process (a notebook, mlflow.genai.evaluate, another store); make it the one of
-            # the run about to start: the resumed run's, the run `mlflow run` opened for us
-            # (MLFLOW_RUN_ID), or ours. Runs the body opens land there too.
-            adopted = run_id or os.environ.get("MLFLOW_RUN_ID")
-            active_exp = client.get_run(adopted).info.experiment_id if adopted else experiment_id
-            mlflow.set_experiment(experiment_id=active_exp)
             if run_id is not None:
                 active = mlflow.start_run(run_id=run_id, tags=start_tags)
             else:
