@@ -18,15 +18,8 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 
 from rag_experiments.errors import TrackingError
+from rag_experiments.metrics.keys import KEY_METRICS
 from rag_experiments.tracking.mlflow_tracker import resolve_tracking_uri
-
-KEY_METRICS: tuple[str, ...] = (
-    "nDCG@10", "MRR@10", "Hit@5", "R@10", "chunk.nDCG@10", "keyword_coverage",
-    "faithfulness", "answer_relevancy", "context_precision", "context_recall",
-    "answer_judge.accuracy", "keyword_faithfulness",
-)  # fmt: skip
-"""Metrics shown first (scatter plots, sweep table and line plots) when a run has them; the
-first one present is the quality axis of the sweep report's Pareto front."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,31 @@
+"""The key metrics: the few values users compare across runs first.
+
+One list, read by every place that must choose among a run's many metric columns: the sweep
+report and ``rag-exp compare`` (what to show first), the tracker (which metrics are logged per
+question type), and the trace writer (which values become assessments beside the judged ones).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+KEY_METRICS: tuple[str, ...] = (
+    "nDCG@10", "MRR@10", "Hit@5", "R@10", "chunk.nDCG@10", "keyword_coverage",
+    "faithfulness", "answer_relevancy", "context_precision", "context_recall",
+    "answer_judge.accuracy", "keyword_faithfulness",
+)  # fmt: skip
+"""Canonical names of the key metrics, most important first; the first one a run has is the
+quality axis of the sweep report's Pareto front."""
+
+
+def key_metrics_among(names: Iterable[str]) -> list[str]:
+    """The :data:`KEY_METRICS` present in ``names``, in :data:`KEY_METRICS` order.
+
+    Args:
+        names: Canonical metric names (per-query table columns or run metric names).
+
+    Returns:
+        The key metrics found; empty when ``names`` holds none.
+    """
+    present = set(names)
+    return [m for m in KEY_METRICS if m in present]
