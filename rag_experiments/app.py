@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rag_experiments.build import build, build_tracker, run_caveat
 from rag_experiments.config import register
+from rag_experiments.config.paths import root_paths
 from rag_experiments.config.reporting import reported
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import (
@@ -198,7 +199,12 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
 def hydra_main(cfg: DictConfig) -> float | None:
     """``rag-exp run [overrides…]``. Our own errors leave as one line, exit code 1
     (:mod:`rag_experiments.config.reporting`)."""
+    from hydra.core.hydra_config import HydraConfig
+
     with reported():
         if not cfg.dataset:
             raise ConfigError("no dataset selected: pass dataset=<name>")
+        # one store, caches and datasets whatever hydra.job.chdir says: paths are the ones
+        # of the folder the command was started in
+        root_paths(cfg, HydraConfig.get().runtime.cwd)
         return run_job(cfg)

@@ -13,14 +13,15 @@ from rag_experiments.errors import TrackingError
 __all__ = ["resolve_tracking_uri"]
 
 
-def resolve_tracking_uri(uri: str) -> str:
+def resolve_tracking_uri(uri: str, root: str | Path | None = None) -> str:
     """Make a tracking URI independent of the working directory.
 
-    ``sqlite:///relative.db`` becomes ``sqlite:////<cwd>/relative.db`` (its folder is created); a
+    ``sqlite:///relative.db`` becomes ``sqlite:////<root>/relative.db`` (its folder is created); a
     bare path becomes an absolute path; server URIs (``http://…``) are returned unchanged.
 
     Args:
         uri: The tracking URI from the config.
+        root: The folder relative paths are taken from (default: the working directory).
 
     Returns:
         The absolute URI, printable so the user can find the run again.
@@ -42,9 +43,9 @@ def resolve_tracking_uri(uri: str) -> str:
             )
         path = Path(url.database).expanduser()
         if not path.is_absolute():
-            path = Path.cwd() / path
+            path = Path(root or Path.cwd()) / path
         path.parent.mkdir(parents=True, exist_ok=True)
         return url.set(database=str(path)).render_as_string(hide_password=False)
     if not urlparse(uri).scheme:
-        return str(Path(uri).expanduser().resolve())
+        return str((Path(root or Path.cwd()) / Path(uri).expanduser()).resolve())
     return uri

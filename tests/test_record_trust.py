@@ -1,0 +1,126 @@
+"""What a run leaves behind can be trusted (issue 27): one store per sweep whatever
+``hydra.job.chdir`` says, a caveat naming only the models used, no stale error on a resumed
+run and no run for a refused command, no secret copied anywhere, Unicode sentence ends, a
+checked index, and a clear word for the smaller cases. Every input is made here."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from pytest_httpserver import HTTPServer
+
+RUN_TIMEOUT_S = 300
+
+DOCS = {
+    "alpha": "The alpha office opens at nine. Visitors sign in at the front desk.",
+    "beta": "The beta lab keeps samples cold. Freezers are checked every morning.",
+    "gamma": "The gamma team ships parcels on Fridays. Labels are printed the day before.",
+}
+QUESTIONS = [
+    ("q1", "When does the alpha office open?", "At nine.", "alpha"),
+    ("q2", "How are beta samples kept?", "Cold, in freezers.", "beta"),
+    ("q3", "When does the gamma team ship parcels?", "On Fridays.", "gamma"),
+]
+
+
+def make_dataset(folder: Path) -> tuple[Path, Path]:
+    """A 3-question JSONL dataset and its 3-document Markdown corpus under ``folder``."""
+    docs = folder / "docs"
+    docs.mkdir(parents=True)
+    for name, text in DOCS.items():
+        (docs / f"{name}.md").write_text(f"# {name}\n\n{text}\n", encoding="utf-8")
+    rows = [
+        {"id": i, "user_input": q, "reference": a, "reference_doc_ids": [d]}
+        for i, q, a, d in QUESTIONS
+    ]
+    path = folder / "eval.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path, docs
+
+
+def rag_exp(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m rag_experiments <args>`` in ``cwd`` with the worktree first on the path;
+    nothing else set (each test says where its store and caches go)."""
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    return subprocess.run(
+        [sys.executable, "-m", "rag_experiments", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False,
+    )  # fmt: skip
+
+
+def explain(done: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {done.returncode}\nSTDOUT:\n{done.stdout[-3000:]}\nSTDERR:\n{done.stderr[-3000:]}"
+
+
+def runs_in(uri: str) -> list[mlflow.entities.Run]:
+    client = mlflow.MlflowClient(uri)
+    exp = client.get_experiment_by_name("rag-experiments")
+    return list(client.search_runs([exp.experiment_id])) if exp else []
+
+
+# --- 3. hydra.job.chdir=true: one store ------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_chdir_sweep_keeps_parent_children_and_caches_in_one_store(tmp_path: Path) -> None:
+    make_dataset(tmp_path / "data")
+    done = rag_exp(
+        tmp_path, "run", "-m", "hydra.job.chdir=true", "hydra.sweep.dir=multirun",
+        "retriever.top_k=1,2", "dataset=jsonl", "dataset.path=data/eval.jsonl",
+        "dataset.corpus=data/docs", "embedder=hash", "llm=fake", "judge=fake",
+        "metrics=retrieval", "progress=false",
+    )  # fmt: skip
+    assert done.returncode == 0, explain(done)
+    assert sorted(tmp_path.rglob("mlruns.db")) == [tmp_path / "mlruns.db"]
+    assert not list((tmp_path / "multirun").rglob(".cache"))
+    assert (tmp_path / ".cache").is_dir()
+    runs = runs_in(f"sqlite:///{tmp_path}/mlruns.db")
+    parents = [r for r in runs if MLFLOW_PARENT_RUN_ID not in r.data.tags]
+    children = [r for r in runs if MLFLOW_PARENT_RUN_ID in r.data.tags]
+    assert len(parents) == 1 and len(children) == 2, explain(done)
+    assert parents[0].info.status == "FINISHED"
+    for child in children:
+        assert child.data.tags[MLFLOW_PARENT_RUN_ID] == parents[0].info.run_id
+        assert child.data.params["dataset.path"] == str(tmp_path / "data" / "eval.jsonl")
+        assert child.data.params["paths.cache_dir"] == str(tmp_path / ".cache")
+        assert child.data.metrics["n_samples"] == 3.0
+
+
+def test_relative_paths_and_tracking_uris_are_rooted_at_the_start_folder(
+    compose_cfg, tmp_path: Path
+) -> None:
+    from rag_experiments.config.paths import root_paths
+
+    cfg = compose_cfg(
+        "dataset=jsonl", "dataset.path=data/eval.jsonl", "dataset.corpus=data/docs",
+        "paths.cache_dir=.cache", "tracking.uri=sqlite:///store/mlruns.db",
+        "embedder=hash", "llm=embedded", "llm.model_path=models/m.gguf",
+    )  # fmt: skip
+    changed = root_paths(cfg, tmp_path)
+    assert cfg.dataset.path == str(tmp_path / "data" / "eval.jsonl")
+    assert cfg.dataset.corpus == str(tmp_path / "data" / "docs")
+    assert cfg.paths.cache_dir == str(tmp_path / ".cache")
+    assert cfg.paths.chroma_dir == str(tmp_path / ".cache" / "chroma")  # was ${paths.cache_dir}
+    assert cfg.paths.llm_cache == str(tmp_path / ".cache" / "llm.sqlite")
+    assert cfg.llm.model_path == str(tmp_path / "models" / "m.gguf")
+    assert cfg.tracking.uri == f"sqlite:///{tmp_path}/store/mlruns.db"
+    assert {"dataset.path", "paths.cache_dir", "tracking.uri"} <= set(changed)
+    # absolute paths, URLs and server URIs stay as they are
+    cfg = compose_cfg(f"paths.cache_dir={tmp_path}/abs", "tracking.uri=http://127.0.0.1:5000")
+    root_paths(cfg, tmp_path / "elsewhere")
+    assert cfg.paths.cache_dir == f"{tmp_path}/abs"
+    assert cfg.tracking.uri == "http://127.0.0.1:5000"
