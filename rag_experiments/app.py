@@ -14,7 +14,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from rag_experiments.build import build, build_tracker, run_caveat
+from rag_experiments.build import build, build_tracker, run_caveat, used_chat_roles
 from rag_experiments.config import register
 from rag_experiments.config.paths import root_paths
 from rag_experiments.config.reporting import reported
@@ -121,7 +121,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     params = OmegaConf.to_container(cfg, resolve=True)
     params.pop("resume", None)  # a resumed run must log the params it started with
     tags = {"metrics.backend": str(cfg.metrics.name), **(extra_tags or {})}
-    caveat = run_caveat(cfg.llm, cfg.judge) if cfg.metrics.generate else ""
+    caveat = run_caveat(used_chat_roles(cfg))
     if caveat:
         tags["mlflow.note.content"] = caveat
     # Until the dataset is loaded, a dataset config without `name` is called "dataset".

@@ -84,10 +84,57 @@ def is_assembled(target_node: Any) -> bool:
     return part_class(target_node, TargetBase).assembled
 
 
-def run_caveat(*chat_nodes: Any) -> str:
-    """The first non-empty ``caveat`` the classes of ``chat_nodes`` declare (the embedded
-    model's :data:`~rag_experiments.llm.embedded.SMALL_MODEL_NOTE`); ``""`` for none."""
-    return next((c for c in (chat_class(n).caveat for n in chat_nodes) if c), "")
+ROLE_PRODUCTS: dict[str, tuple[str, str]] = {
+    "generator": ("answers", "llm"),
+    "judge": ("judgements", "judge"),
+    "dataset_generator": ("questions", "llm"),
+}
+"""Chat-model role → (what its model produces, the config group that picks it)."""
+
+
+def run_caveat(roles: Mapping[str, Any]) -> str:
+    """The notes the chat-model classes of ``roles`` declare (``caveat``; the embedded model's
+    :data:`~rag_experiments.llm.embedded.SMALL_MODEL_NOTE`), each naming exactly what its model
+    produced in this run and the overrides that replace it.
+
+    Args:
+        roles: Role (a key of :data:`ROLE_PRODUCTS`) → config node of the chat model that
+            plays it in this run; a role the run does not use must be left out (see
+            :func:`used_chat_roles`).
+
+    Returns:
+        ``"Answers and judgements come from the embedded SmolLM2-135M model: … Use
+        llm=ollama/openai and judge=ollama/openai with a real model."``; ``""`` when no class
+        declares a caveat.
+    """
+    groups: dict[str, list[str]] = {}
+    for role, node in roles.items():
+        note = chat_class(node).caveat
+        if note:
+            groups.setdefault(note, []).append(role)
+    out = []
+    for note, used in groups.items():
+        what = " and ".join(ROLE_PRODUCTS[r][0] for r in used).capitalize()
+        fix = " and ".join(dict.fromkeys(f"{ROLE_PRODUCTS[r][1]}=ollama/openai" for r in used))
+        out.append(note.format(what=what, fix=fix))
+    return " ".join(out)
+
+
+def used_chat_roles(cfg: DictConfig) -> dict[str, Any]:
+    """The chat models a ``rag-exp run`` job calls, by role: ``generator`` (``cfg.llm``) when
+    the target is the assembled baseline and answers are generated; ``judge`` (``cfg.judge``)
+    when a metric of ``metrics.suite`` declares it ``requires`` one. An HTTP or recorded target
+    never calls ``cfg.llm``; retrieval metrics never call the judge.
+
+    Raises:
+        ConfigError: A node names no class of the right kind.
+    """
+    roles: dict[str, Any] = {}
+    if cfg.metrics.generate and is_assembled(cfg.target):
+        roles["generator"] = cfg.llm
+    if any("judge" in part_class(n, MetricBase).requires for n in cfg.metrics.suite.values()):
+        roles["judge"] = cfg.judge
+    return roles
 
 
 @contextmanager

@@ -94,7 +94,7 @@ def serve_job(
         "Ctrl-C to stop",
         flush=True,
     )
-    caveat = run_caveat(cfg.llm) if exp.generate else ""
+    caveat = run_caveat({"generator": cfg.llm}) if exp.generate else ""
     if caveat:
         print(f"  NOTE: {caveat}", flush=True)
     try:

@@ -95,8 +95,10 @@ def test_targets_and_chat_models_are_told_apart_by_what_their_classes_declare(co
     assert not is_assembled(compose_cfg("target=http", "target.url=http://x/ask").target)
     embedded = _node("llm.embedded.EmbeddedChat")
     fake = _node("llm.fake.FakeChat")
-    assert run_caveat(fake, embedded) == SMALL_MODEL_NOTE
-    assert run_caveat(fake) == ""
+    assert run_caveat({"generator": fake, "judge": embedded}) == SMALL_MODEL_NOTE.format(
+        what="Judgements", fix="judge=ollama/openai"
+    )
+    assert run_caveat({"generator": fake}) == ""
 
 
 def test_a_providers_check_settings_names_the_blank_field():

@@ -262,7 +262,10 @@ def test_a_new_chat_provider_is_one_module_one_schema_entry_one_yaml(tmp_path, m
     assert (type(generator), generator.reply, generator.max_tokens) == (EchoChat, "hello", 512)
     assert (type(judge), judge.reply, judge.max_tokens) == (EchoChat, "echo", 1024)
     assert judge.complete([{"role": "user", "content": "hi"}]).text == "echo"
-    assert chat_class(cfg.judge) is EchoChat and run_caveat(cfg.llm, cfg.judge) == ""
+    assert (
+        chat_class(cfg.judge) is EchoChat
+        and run_caveat({"generator": cfg.llm, "judge": cfg.judge}) == ""
+    )
     assert cfg.judge.require_distinct is False  # the judge-role keys come with the schema
     with pytest.raises(ConfigCompositionException) as info:  # typed: a typo fails
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

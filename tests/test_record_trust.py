@@ -124,3 +124,60 @@ def test_relative_paths_and_tracking_uris_are_rooted_at_the_start_folder(
     root_paths(cfg, tmp_path / "elsewhere")
     assert cfg.paths.cache_dir == f"{tmp_path}/abs"
     assert cfg.tracking.uri == "http://127.0.0.1:5000"
+
+
+# --- 4. the caveat names the models that answered and judged ---------------------------------
+
+
+def make_recorded_dataset(folder: Path) -> tuple[Path, Path]:
+    """:func:`make_dataset` with a recorded answer and its contexts on every row."""
+    path, docs = make_dataset(folder)
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    for row, (_, _, answer, doc) in zip(rows, QUESTIONS, strict=True):
+        row["recorded"] = {"response": answer, "retrieved_contexts": [DOCS[doc]]}
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path, docs
+
+
+def only_run(tmp_path: Path) -> mlflow.entities.Run:
+    (run,) = runs_in(f"sqlite:///{tmp_path}/mlruns.db")
+    return run
+
+
+@pytest.mark.slow
+def test_a_recorded_run_judged_by_the_fake_has_no_note_about_the_unused_embedded_model(
+    compose_cfg, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rag_experiments.app import run_job
+
+    path, docs = make_recorded_dataset(tmp_path / "data")
+    # llm is left at its default, the embedded SmolLM2: the recorded target never calls it
+    cfg = compose_cfg(
+        "dataset=jsonl", f"dataset.path={path}", f"dataset.corpus={docs}", "target=recorded",
+        "judge=fake", "embedder=hash",
+    )  # fmt: skip
+    assert cfg.llm._target_.endswith("EmbeddedChat")
+    run_job(cfg)
+    run = only_run(tmp_path)
+    assert run.info.status == "FINISHED"
+    assert "mlflow.note.content" not in run.data.tags
+    assert "SmolLM2" not in capsys.readouterr().out
+
+
+def test_the_caveat_says_what_the_embedded_model_produced(compose_cfg) -> None:
+    from rag_experiments.build import run_caveat, used_chat_roles
+
+    def note(*overrides: str) -> str:
+        return run_caveat(used_chat_roles(compose_cfg(*overrides)))
+
+    assert note("target=recorded", "judge=embedded").startswith(
+        "Judgements come from the embedded SmolLM2-135M model"
+    )
+    assert "Use judge=ollama/openai with a real model." in note("target=recorded")
+    assert note("judge=fake").startswith("Answers come from the embedded SmolLM2-135M model")
+    assert "Use llm=ollama/openai with a real model." in note("judge=fake")
+    assert note().startswith("Answers and judgements come from the embedded SmolLM2-135M")
+    assert "Use llm=ollama/openai and judge=ollama/openai" in note()
+    assert note("target=http", "target.url=http://127.0.0.1:9/ask", "judge=fake") == ""
+    assert note("metrics=retrieval") == ""  # no answer, no judge
+    assert note("llm=fake", "judge=fake") == ""

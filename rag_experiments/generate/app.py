@@ -149,7 +149,7 @@ def run_generate(
         raise ConfigError("docs is required: rag-exp generate docs=<folder or [files]> out=…")
     out = Path(str(cfg.out)).expanduser()
     name = cfg.run_name or out.name or "dataset"
-    caveat = run_caveat(cfg.llm) if cfg.mode == "llm" else ""
+    caveat = run_caveat({"dataset_generator": cfg.llm}) if cfg.mode == "llm" else ""
     tags = {"generate.mode": str(cfg.mode), "generate.out": str(out)}
     if caveat:
         tags["mlflow.note.content"] = caveat

