@@ -92,9 +92,12 @@ def _default_run_name(cfg: DictConfig, dataset_name: str) -> str:
 def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float | None:
     """Open the job's MLflow run, build the parts and evaluate inside it.
 
-    The run opens before anything is built, so an error anywhere in the job (a config a
-    component refuses, a missing dataset, an index build failure) ends as a FAILED run with tag
-    ``error`` and ``error.txt``, nested under the sweep's parent run in a multirun.
+    Outside a sweep the parts are built (config values checked, dataset loaded) before the
+    run opens, so a refused command leaves no MLflow run; a sweep's job opens its run first
+    (a refused job is a FAILED child of the sweep's parent). Any later error (a dead model
+    at preflight, an index build failure, too many failed questions) ends as a FAILED run with
+    tag ``error`` and ``error.txt``. A resumed run that finishes drops its earlier attempt's
+    ``error`` tag and ``error.txt`` (tag ``resumed_after_error`` keeps the old error).
 
     Every job checkpoints its answers in its Hydra job directory; ``resume=<run_id or dir>``
     reopens an interrupted run and answers only what is missing
@@ -128,15 +131,20 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     provisional = _default_run_name(cfg, str(cfg.dataset.get("name") or "dataset"))
     tracker = build_tracker(cfg, run_name=cfg.run_name or provisional)
     job = job_checkpoint(cfg, tracker.uri)
+    parent_run_id = parent_run_id_for_job()
+    # A refused command (a config value a part refuses, a missing dataset) leaves no run:
+    # outside a sweep the parts are built before the run opens. A sweep's job opens its run
+    # first, so the sweep's record shows the refused job as a FAILED child.
+    exp = build(cfg) if parent_run_id is None else None
     with tracker.start_run(
         params=params,
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
         tags=tags,
-        parent_run_id=parent_run_id_for_job(),
+        parent_run_id=parent_run_id,
         run_id=job.resume_run_id,
     ):
         job.attach(tracker)
-        exp = build(cfg)
+        exp = exp or build(cfg)
         log_dropped(exp.dataset, tracker)
         apply_qualification(cfg, tracker, identity_by_role(), tags.get("mlflow.note.content"))
         preflight(exp.checks)
@@ -162,6 +170,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
             objective = NaNObjective(nan_reason(str(cfg.objective), result.values))
             log.warning("%s; a sweeper records this trial as failed", objective.reason)
             tracker.set_tags({"objective.error": objective.reason})
+        job.finish(tracker)  # a resumed run that got here is no longer a failure
     print(f"\n{tracker.describe_location()}")
     for spec in result.specs:
         if spec.name in summary:

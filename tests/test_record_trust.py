@@ -181,3 +181,89 @@ def test_the_caveat_says_what_the_embedded_model_produced(compose_cfg) -> None:
     assert note("target=http", "target.url=http://127.0.0.1:9/ask", "judge=fake") == ""
     assert note("metrics=retrieval") == ""  # no answer, no judge
     assert note("llm=fake", "judge=fake") == ""
+
+
+# --- 5. refused commands leave no run; a resumed run drops its old error ----------------------
+
+
+@pytest.mark.slow
+def test_refused_commands_create_no_mlflow_run(compose_cfg, tmp_path: Path) -> None:
+    from rag_experiments.app import run_job
+    from rag_experiments.errors import ConfigError, RagExpError
+
+    path, docs = make_dataset(tmp_path / "data")
+    base = ["dataset=jsonl", f"dataset.corpus={docs}", "embedder=hash", "metrics=retrieval"]
+    with pytest.raises(ConfigError, match="retriever.top_k must be >= 1"):
+        run_job(compose_cfg(*base, f"dataset.path={path}", "retriever.top_k=0"))
+    with pytest.raises(RagExpError, match="missing.jsonl"):
+        run_job(compose_cfg(*base, f"dataset.path={tmp_path}/missing.jsonl"))
+    assert runs_in(f"sqlite:///{tmp_path}/mlruns.db") == []
+    run_job(compose_cfg(*base, f"dataset.path={path}"))  # the same store takes a good run
+    assert only_run(tmp_path).info.status == "FINISHED"
+
+
+class _Rag(BaseHTTPRequestHandler):
+    """A RAG endpoint answering every question with the first sentence of document alpha."""
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet
+        pass
+
+    def _json(self, payload: object) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self._json({"status": "ok"})
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self._json({"answer": "At nine.", "contexts": [DOCS["alpha"]], "doc_ids": ["alpha"]})
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_a_failed_run_resumed_to_finished_drops_its_error_and_keeps_the_history(
+    tmp_path: Path,
+) -> None:
+    path, docs = make_dataset(tmp_path / "data")
+    port = free_port()
+    args = [
+        "run", "dataset=jsonl", f"dataset.path={path}", f"dataset.corpus={docs}",
+        "target=http", f"target.url=http://127.0.0.1:{port}/ask",
+        f"target.health_url=http://127.0.0.1:{port}/health", "target.retries=0",
+        "metrics=retrieval", "embedder=hash", "llm=fake", "judge=fake", "progress=false",
+        f"tracking.uri=sqlite:///{tmp_path}/mlruns.db", f"paths.cache_dir={tmp_path}/cache",
+    ]  # fmt: skip
+    first = rag_exp(tmp_path, *args, f"hydra.run.dir={tmp_path}/job1")
+    assert first.returncode == 1, explain(first)  # nothing listens: the preflight fails
+    run = only_run(tmp_path)
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
+    assert run.info.status == "FAILED" and "preflight" in run.data.tags["error"]
+    assert "error.txt" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    old_error = run.data.tags["error"]
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), _Rag)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        second = rag_exp(
+            tmp_path, *args, f"hydra.run.dir={tmp_path}/job2", f"resume={run.info.run_id}"
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert second.returncode == 0, explain(second)
+    run = client.get_run(run.info.run_id)
+    assert run.info.status == "FINISHED"
+    assert "error" not in run.data.tags
+    assert run.data.tags["resumed_after_error"] == old_error
+    assert "error.txt" not in {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert run.data.metrics["n_samples"] == 3.0 and run.data.metrics["n_failed"] == 0.0

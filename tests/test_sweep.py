@@ -1,7 +1,8 @@
 """``rag-exp run`` end to end in a subprocess against a real MLflow server: a Hydra multirun
 gets one parent run with one child run per job, the vector index is built once per chunker
 config and reused by the other jobs, a job that raises ends as its own FAILED run (and fails
-the parent), and a single run has no parent.
+the parent), a single run has no parent, and a single run refused before any work leaves no
+run.
 
 Every job uses the bundled sample with the hash embedder and retrieval metrics only (no answer
 is generated), so a subprocess takes seconds. Hydra's job logging goes to stdout and to
@@ -204,14 +205,13 @@ def test_single_run_has_no_parent(mlflow_server: str, tmp_path: Path) -> None:  
     assert not list(tmp_path.rglob(PARENT_RUN_ID_FILE))
 
 
-def test_single_run_error_ends_as_failed_run(mlflow_server: str, tmp_path: Path) -> None:  # noqa: F811
+def test_a_refused_single_run_leaves_no_run(mlflow_server: str, tmp_path: Path) -> None:  # noqa: F811
     done = _rag_exp(
         tmp_path, mlflow_server, "single-fail", "retriever.top_k=0", f"hydra.run.dir={tmp_path}/o"
     )
     assert done.returncode == 1, _explain(done)
-
-    (run,) = _runs(mlflow_server, "single-fail")
-    assert MLFLOW_PARENT_RUN_ID not in run.data.tags
-    assert run.info.status == "FAILED"
-    assert run.data.tags["error"] == "ConfigError: retriever.top_k must be >= 1, got 0."
-    assert run.data.params["retriever.top_k"] == "0"
+    assert "retriever.top_k must be >= 1, got 0" in done.stderr
+    # refused before any work: no FAILED run to count as a failure (a sweep's job, above,
+    # still is a FAILED child of its sweep)
+    exp = MlflowClient(mlflow_server).get_experiment_by_name("single-fail")
+    assert exp is None or not MlflowClient(mlflow_server).search_runs([exp.experiment_id])

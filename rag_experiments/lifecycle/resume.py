@@ -19,6 +19,10 @@ from rag_experiments.lifecycle.checkpoint import CheckpointedTarget, ResponseChe
 
 JOB_DIR_TAG = "job.dir"
 RESUMED_TAG = "resumed"
+RESUMED_AFTER_ERROR_TAG = "resumed_after_error"
+"""Tag of a resumed run that finished: the ``error`` tag its earlier attempt ended with."""
+ERROR_TAG = "error"
+ERROR_FILE = "error.txt"
 
 
 @dataclass
@@ -29,11 +33,13 @@ class JobCheckpoint:
         checkpoint: The job's checkpoint, or None (no Hydra job directory: library use).
         resume_run_id: The MLflow run to reopen, or None for a new run.
         dataset_digest: The resumed run's ``dataset.digest`` tag (None when unknown).
+        previous_error: The resumed run's ``error`` tag (its earlier attempt failed), or None.
     """
 
     checkpoint: ResponseCheckpoint | None
     resume_run_id: str | None = None
     dataset_digest: str | None = None
+    previous_error: str | None = None
 
     def attach(self, tracker: Any) -> None:
         """Inside the open run: write ``checkpoint.json`` and tag ``job.dir`` (and
@@ -47,6 +53,17 @@ class JobCheckpoint:
         if self.resume_run_id:
             tags[RESUMED_TAG] = "true"
         tracker.set_tags(tags)
+
+    def finish(self, tracker: Any) -> None:
+        """Inside the open run, once its work is done: a resumed run whose earlier attempt
+        failed loses that attempt's failure marks (tag ``error``, artifact ``error.txt``), so
+        a filter on ``tags.error`` no longer counts it, and keeps the history in tag
+        ``resumed_after_error`` (the old ``error`` value). Nothing happens for a new run."""
+        if not (self.resume_run_id and self.previous_error):
+            return
+        tracker.set_tags({RESUMED_AFTER_ERROR_TAG: self.previous_error})
+        tracker.delete_tag(ERROR_TAG)
+        tracker.delete_artifact(ERROR_FILE)
 
     def wrap(self, target: Any, dataset_digest: str) -> Any:
         """The target to evaluate: checkpointed when there is a job directory.
@@ -110,7 +127,12 @@ def job_checkpoint(cfg: Any, tracking_uri: str) -> JobCheckpoint:
             f"run {run_id} already FINISHED: there is nothing to resume. Use `rag-exp rerun "
             f"{run_id}` to repeat it in a new run"
         )
-    return JobCheckpoint(ResponseCheckpoint(job_dir), run_id, run.data.tags.get("dataset.digest"))
+    return JobCheckpoint(
+        ResponseCheckpoint(job_dir),
+        run_id,
+        run.data.tags.get("dataset.digest"),
+        run.data.tags.get(ERROR_TAG),
+    )
 
 
 def _get_run(tracking_uri: str, run_id: str) -> Any:

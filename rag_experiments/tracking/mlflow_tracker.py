@@ -404,6 +404,38 @@ class MlflowTracker:
         for batch in _batches([RunTag(k, v) for k, v in _sanitised_tags(tags).items()]):
             client.log_batch(run_id, tags=batch)
 
+    def delete_tag(self, key: str) -> None:
+        """Delete tag ``key`` of the active run (nothing when it is not set).
+
+        Raises:
+            TrackingError: Outside a run, or the store refused.
+        """
+        run_id = self._require_run()
+        client = self._client()
+        try:
+            if key in client.get_run(run_id).data.tags:
+                client.delete_tag(run_id, key)
+        except MlflowException as e:
+            raise TrackingError(f"Cannot delete tag {key!r} of run {run_id}: {e.message}") from e
+
+    def delete_artifact(self, path: str) -> None:
+        """Delete artifact ``path`` of the active run (nothing when it does not exist).
+
+        Raises:
+            TrackingError: Outside a run, or the artifact store refused.
+        """
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+        run_id = self._require_run()
+        client = self._client()
+        try:
+            if path not in {a.path for a in client.list_artifacts(run_id)}:
+                return
+            repo = get_artifact_repository(client.get_run(run_id).info.artifact_uri)
+            repo.delete_artifacts(path)
+        except (MlflowException, NotImplementedError, OSError) as e:
+            raise TrackingError(f"Cannot delete artifact {path} of run {run_id}: {e}") from e
+
     def log_metrics(self, values: Mapping[str, float], step: int | None = None) -> None:
         """Log aggregate metrics under sanitised keys.
 
