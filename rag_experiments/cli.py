@@ -46,6 +46,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from rag_experiments.common.redact import scrubbed_console
 from rag_experiments.errors import RagExpError
 from rag_experiments.locations import with_user_conf  # ./conf of this folder, if any
 
@@ -195,15 +196,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.parse_args(args or ["--help"])
         return 2
     handler = COMMANDS[args[0]][0]
-    try:
-        code = handler(args[1:])
-        sys.stdout.flush()
-        return code
-    except RagExpError as exc:
-        if verbose or os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        print(f"rag-exp {args[0]}: error: {exc}", file=sys.stderr)
-        return 1
-    except BrokenPipeError:  # `rag-exp … | head`: the reader left; not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python docs, signal)
-        return 0
+    with scrubbed_console(args[1:]):  # a secret typed as an argument is never echoed
+        try:
+            code = handler(args[1:])
+            sys.stdout.flush()
+            return code
+        except RagExpError as exc:
+            if verbose or os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            print(f"rag-exp {args[0]}: error: {exc}", file=sys.stderr)
+            return 1
+        except BrokenPipeError:  # `rag-exp … | head`: the reader left; not an error of ours
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python docs)
+            return 0

@@ -267,3 +267,82 @@ def test_a_failed_run_resumed_to_finished_drops_its_error_and_keeps_the_history(
     assert run.data.tags["resumed_after_error"] == old_error
     assert "error.txt" not in {a.path for a in client.list_artifacts(run.info.run_id)}
     assert run.data.metrics["n_samples"] == 3.0 and run.data.metrics["n_failed"] == 0.0
+
+
+# --- 6. secrets typed on the command line --------------------------------------------------------
+
+
+def files_holding(root: Path, secrets: list[str]) -> list[str]:
+    """Every file under ``root`` whose bytes hold one of ``secrets``."""
+    hits = []
+    for file in sorted(p for p in root.rglob("*") if p.is_file()):
+        data = file.read_bytes()
+        hits += [f"{file}: {s}" for s in secrets if s.encode() in data]
+    return hits
+
+
+def test_every_provider_schema_takes_an_api_key_that_is_redacted(
+    compose_cfg, httpserver: HTTPServer
+) -> None:
+    from rag_experiments.build import build_embedder, build_role_chat
+    from rag_experiments.common.redact import REDACTED, redact
+
+    for overrides in (
+        ["llm=openai", "llm.api_key=sk-test-1234"],
+        ["llm=ollama", "llm.api_key=sk-test-1234"],
+        ["judge=openai", "judge.api_key=sk-test-1234"],
+        ["judge=ollama", "judge.api_key=sk-test-1234"],
+        ["embedder=openai", "embedder.api_key=sk-test-1234"],
+        ["embedder=ollama", "embedder.api_key=sk-test-1234"],
+        ["target=http", "target.url=http://127.0.0.1:9/ask", "target.api_key=sk-test-1234"],
+    ):
+        cfg = compose_cfg(*overrides)  # in the schema: no `+` needed, no TypeError
+        group = overrides[0].split("=")[0]
+        assert cfg[group].api_key == "sk-test-1234" and "api_key_env" in cfg[group]
+        plain = redact({group: dict(cfg[group])})
+        assert plain[group]["api_key"] == REDACTED
+    # the key is sent as a bearer token
+    httpserver.expect_request("/v1/models").respond_with_json({"data": [{"id": "m"}]})
+    httpserver.expect_request("/api/tags").respond_with_json(
+        {"models": [{"name": "m:latest", "model": "m:latest", "digest": "abc"}]}
+    )
+    url = httpserver.url_for("").rstrip("/")
+    judge = compose_cfg("judge=openai", f"judge.base_url={url}/v1", "judge.model=m",
+                        "judge.api_key=sk-judge-1")  # fmt: skip
+    build_role_chat(judge.judge, "judge").inner.check()
+    embedder = compose_cfg("embedder=ollama", f"embedder.base_url={url}", "embedder.model=m",
+                           "embedder.api_key=sk-embed-2", "paths.embedding_cache=null")  # fmt: skip
+    build_embedder(embedder).check()
+    sent = [request.headers.get("Authorization") for request, _ in httpserver.log]
+    assert sent == ["Bearer sk-judge-1", "Bearer sk-embed-2"]
+
+
+@pytest.mark.slow
+def test_a_literal_secret_leaves_no_copy_in_the_job_folder_store_caches_or_console(
+    tmp_path: Path,
+) -> None:
+    from rag_experiments.fakes.openai_server import FakeOpenAIServer
+
+    path, docs = make_dataset(tmp_path / "data")
+    secrets = ["sk-LLM-0123456789abcdef", "sk-JUDGE-fedcba9876543210"]
+    with FakeOpenAIServer(latency_s=0.0) as server:
+        args = [
+            "run", "dataset=jsonl", f"dataset.path={path}", f"dataset.corpus={docs}",
+            "llm=openai", f"llm.base_url={server.url}", f"llm.api_key={secrets[0]}",
+            "judge=openai", f"judge.base_url={server.url}", f"judge.api_key={secrets[1]}",
+            "embedder=hash", "progress=false",
+            f"tracking.uri=sqlite:///{tmp_path}/store/mlruns.db",
+            f"paths.cache_dir={tmp_path}/cache",
+        ]  # fmt: skip
+        good = rag_exp(tmp_path, *args, f"hydra.run.dir={tmp_path}/job")
+        bad = rag_exp(tmp_path, *args, "retriever.top_k=0", f"hydra.run.dir={tmp_path}/bad")
+    assert good.returncode == 0, explain(good)
+    assert bad.returncode == 1, explain(bad)
+    assert "***REDACTED***" in (tmp_path / "job" / ".hydra" / "overrides.yaml").read_text()
+    assert files_holding(tmp_path / "job", secrets) == []
+    assert files_holding(tmp_path / "bad", secrets) == []
+    assert files_holding(tmp_path / "store", secrets) == []
+    assert files_holding(tmp_path / "cache", secrets) == []
+    for done in (good, bad):
+        assert not [s for s in secrets if s in done.stdout + done.stderr], explain(done)
+    assert "***REDACTED***" in bad.stderr  # Hydra's echo of the overrides, scrubbed

@@ -80,19 +80,31 @@ def retry_after_s(headers: Mapping[str, str], now: float | None = None) -> float
 
 
 def bearer_headers(
-    api_key_env: str | None, where: str, field: str = "api_key_env"
+    api_key_env: str | None, where: str, field: str = "api_key_env", api_key: str | None = None
 ) -> dict[str, str]:
     """``{"Authorization": "Bearer <key>"}`` with the key read from environment variable
-    ``api_key_env``; ``{}`` when no variable is named (a server without a key).
+    ``api_key_env`` (preferred: the key is then written nowhere) or given as ``api_key``;
+    ``{}`` when neither is set (a server without a key).
 
     Args:
         api_key_env: Name of the variable holding the key, or None.
         where: Names the model or server in the message.
-        field: The config key that named the variable (for the message).
+        field: The config key that named the variable (for the message), e.g.
+            ``judge.api_key_env``; the literal key's field is the same with ``api_key``.
+        api_key: The key itself, or None.
 
     Raises:
-        ConfigError: The variable is named but not set (or empty).
+        ConfigError: The variable is named but not set (or empty), or both a variable and a
+            key are given.
     """
+    if api_key_env and api_key:
+        literal = field.removesuffix("_env")
+        raise ConfigError(
+            f"{where}: both {field} and {literal} are set; keep {field} (the name of the "
+            f"environment variable holding the key) and drop {literal}"
+        )
+    if api_key:
+        return {"Authorization": f"Bearer {api_key}"}
     if not api_key_env:
         return {}
     key = os.environ.get(api_key_env)

@@ -73,6 +73,12 @@ class RemoteConf(BackoffConf):
     """Per call, seconds."""
     max_retries: int = 2
     """Extra attempts after a failed call."""
+    api_key_env: str | None = None
+    """Name of the environment variable holding the server's key (sent as ``Authorization:
+    Bearer``; the key then appears nowhere). Prefer it to ``api_key``."""
+    api_key: str | None = None
+    """The key itself (redacted in params, artifacts, Hydra's ``.hydra/`` files and the
+    console, but typed into shell history): prefer ``api_key_env``."""
 
 
 @dataclass
@@ -85,12 +91,10 @@ class OllamaServerConf(RemoteConf):
 
 @dataclass
 class OpenAIServerConf(RemoteConf):
-    """An OpenAI-compatible server (vLLM, llama.cpp server, LM Studio, Ollama's ``/v1``).
-    ``api_key_env`` names the environment variable holding the key (the key is never logged)."""
+    """An OpenAI-compatible server (vLLM, llama.cpp server, LM Studio, Ollama's ``/v1``)."""
 
     model: str = "default"
     base_url: str = "http://127.0.0.1:8080/v1"
-    api_key_env: str | None = None
 
 
 @dataclass
@@ -221,7 +225,8 @@ class HttpTargetConf(DocMatchConf, BackoffConf):
     object (or a JSON string) with ``{user_input}``, ``{id}``, ``{question_type}``; null = the
     seed tool's ``{"question": "{user_input}"}``. ``method``: POST or PUT send a JSON body,
     GET sends it as query parameters. Header values may hold ``{env:NAME}`` (read from the
-    environment, never logged). ``retries``: extra attempts on timeouts, connection errors and
+    environment, never logged); ``api_key_env`` / ``api_key`` add ``Authorization: Bearer <key>``.
+    ``retries``: extra attempts on timeouts, connection errors and
     ``retry_statuses``. ``health_url``: checked once before the run. ``ca_bundle``: PEM file of
     an internal CA for https endpoints."""
 
@@ -241,6 +246,10 @@ class HttpTargetConf(DocMatchConf, BackoffConf):
     health_url: str | None = None
     verify_tls: bool = True
     ca_bundle: str | None = None
+    api_key_env: str | None = None
+    """Environment variable holding a key sent as ``Authorization: Bearer`` (prefer it)."""
+    api_key: str | None = None
+    """The key itself (redacted everywhere it would be written): prefer ``api_key_env``."""
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rag_experiments.common.http import bearer_headers
 from rag_experiments.embedding.remote import RemoteEmbedder
 from rag_experiments.llm.errors import LLMHTTPError
 from rag_experiments.llm.ollama import (
@@ -33,6 +34,9 @@ class OllamaEmbedder(RemoteEmbedder):
         max_retries: Retries of timeouts, connection errors, HTTP 429/5xx.
         backoff_s: First backoff scale in seconds.
         backoff_max_s: Cap of one backoff wait in seconds.
+        api_key_env: Environment variable holding a key for an Ollama behind an
+            authenticating proxy (sent as ``Authorization: Bearer``), or None.
+        api_key: The key itself (prefer ``api_key_env``); not both.
     """
 
     provider = "ollama"
@@ -52,6 +56,8 @@ class OllamaEmbedder(RemoteEmbedder):
         max_retries: int = 2,
         backoff_s: float = 0.5,
         backoff_max_s: float = 8.0,
+        api_key_env: str | None = None,
+        api_key: str | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -71,6 +77,9 @@ class OllamaEmbedder(RemoteEmbedder):
             self.base_url,
             timeout_s,
             where=f"{self.where} at {self.base_url}",
+            headers=bearer_headers(
+                api_key_env, self.where, "embedder.api_key_env", api_key=api_key
+            ),
             unreachable_hint=unreachable_hint("embedder.base_url"),
         )
         self._digest: str | None = None

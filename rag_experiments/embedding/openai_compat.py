@@ -18,6 +18,7 @@ class OpenAICompatEmbedder(RemoteEmbedder):
         model: Model name as the server knows it.
         base_url: API root including ``/v1``.
         api_key_env: Environment variable holding the API key (never logged), or None.
+        api_key: The key itself (prefer ``api_key_env``); not both.
         dimensions: Ask the server for this many dimensions (models that support it), or None.
         batch_size: Texts per request.
         normalize: L2-normalise vectors.
@@ -43,6 +44,7 @@ class OpenAICompatEmbedder(RemoteEmbedder):
         model: str = "default",
         base_url: str = "http://127.0.0.1:8080/v1",
         api_key_env: str | None = None,
+        api_key: str | None = None,
         dimensions: int | None = None,
         batch_size: int = 32,
         normalize: bool = True,
@@ -67,7 +69,7 @@ class OpenAICompatEmbedder(RemoteEmbedder):
         )
         self.base_url = base_url.rstrip("/")
         self.dimensions = dimensions
-        headers = bearer_headers(api_key_env, self.where, "embedder.api_key_env")
+        headers = bearer_headers(api_key_env, self.where, "embedder.api_key_env", api_key=api_key)
         self.http = JsonHttp(
             self.base_url,
             timeout_s,

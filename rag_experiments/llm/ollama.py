@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rag_experiments.common.http import bearer_headers
 from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.llm.base import Message, Usage
 from rag_experiments.llm.errors import ContextOverflowError, LLMHTTPError, ModelNotFoundError
@@ -120,9 +121,12 @@ class OllamaChat(RemoteChat):
         max_concurrency: Most requests in flight to the server at once (see
             :mod:`rag_experiments.llm.gate`).
         options: Other Ollama ``options`` (``top_k``, ``repeat_penalty`` …), sent as given.
+        api_key_env: Environment variable holding a key for an Ollama behind an
+            authenticating proxy (sent as ``Authorization: Bearer``), or None.
+        api_key: The key itself (prefer ``api_key_env``); not both.
 
     Raises:
-        ConfigError: ``num_ctx`` < 1 or a bad shared setting.
+        ConfigError: ``num_ctx`` < 1, an unset ``api_key_env`` or a bad shared setting.
     """
 
     provider = "ollama"
@@ -144,6 +148,8 @@ class OllamaChat(RemoteChat):
         parse_retries: int = 2,
         max_concurrency: int = 8,
         options: dict[str, Any] | None = None,
+        api_key_env: str | None = None,
+        api_key: str | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -164,7 +170,11 @@ class OllamaChat(RemoteChat):
         self.keep_alive = keep_alive
         self.extra_options = dict(options or {})
         self.http = JsonHttp(
-            self.base_url, timeout_s, where=self.where, unreachable_hint=unreachable_hint()
+            self.base_url,
+            timeout_s,
+            where=self.where,
+            headers=bearer_headers(api_key_env, self.where, "llm.api_key_env", api_key=api_key),
+            unreachable_hint=unreachable_hint(),
         )
         self._identity: dict[str, str] | None = None
         self._identity_lock = threading.Lock()

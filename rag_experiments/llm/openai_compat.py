@@ -107,6 +107,7 @@ class OpenAICompatChat(RemoteChat):
         api_key_env: Name of the environment variable that holds the API key, or None for
             servers without one. The key is read once, sent as ``Authorization: Bearer``, and
             never logged, tagged or put in a message.
+        api_key: The key itself (prefer ``api_key_env``); not both.
         context_window: The model's window in tokens, if known: prompts estimated above it
             fail before the call. None = leave the check to the server.
         max_tokens: Default completion limit.
@@ -121,7 +122,8 @@ class OpenAICompatChat(RemoteChat):
             :mod:`rag_experiments.llm.gate`).
 
     Raises:
-        ConfigError: ``api_key_env`` names a variable that is not set.
+        ConfigError: ``api_key_env`` names a variable that is not set, or both it and
+            ``api_key`` are set.
     """
 
     provider = "openai"
@@ -131,6 +133,7 @@ class OpenAICompatChat(RemoteChat):
         model: str = "default",
         base_url: str = DEFAULT_BASE_URL,
         api_key_env: str | None = None,
+        api_key: str | None = None,
         context_window: int | None = None,
         max_tokens: int = 512,
         temperature: float = 0.0,
@@ -155,7 +158,7 @@ class OpenAICompatChat(RemoteChat):
             parse_retries=parse_retries,
             max_concurrency=max_concurrency,
         )
-        headers = bearer_headers(api_key_env, self.where)
+        headers = bearer_headers(api_key_env, self.where, api_key=api_key)
         self.api_key_env = api_key_env
         self._window = context_window
         self.http = JsonHttp(

@@ -106,6 +106,7 @@ class RemoteChat(ChatModelBase):
             str(api_key_env) if api_key_env else None,
             f"the {role} model at {url}",
             "llm.api_key_env",
+            api_key=settings.get("api_key") or None,
         )
 
     def __init__(

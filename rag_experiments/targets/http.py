@@ -61,7 +61,12 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from rag_experiments.common.http import HttpTransport, RetryableStatusError, RetryPolicy
+from rag_experiments.common.http import (
+    HttpTransport,
+    RetryableStatusError,
+    RetryPolicy,
+    bearer_headers,
+)
 from rag_experiments.common.redact import public_url
 from rag_experiments.errors import ConfigError, TargetError
 from rag_experiments.protocols import TargetBase
@@ -122,6 +127,9 @@ class HttpTarget(TargetBase):
         doc_min_overlap: ``min_overlap`` of that match (share of a context's words).
         verify_tls: Check the server's TLS certificate (https).
         ca_bundle: Path of a PEM bundle of extra CAs to trust (an internal CA); None = system.
+        api_key_env: Environment variable holding a key sent as ``Authorization: Bearer``
+            (prefer it: the key is then written nowhere), or None.
+        api_key: The key itself; not both, and not with an ``Authorization`` header.
 
     Raises:
         ConfigError: A bad URL, method, number, body placeholder, header placeholder, unset
@@ -146,7 +154,16 @@ class HttpTarget(TargetBase):
         doc_min_overlap: float = 0.7,
         verify_tls: bool = True,
         ca_bundle: str | None = None,
+        api_key_env: str | None = None,
+        api_key: str | None = None,
     ) -> None:
+        bearer = bearer_headers(api_key_env, "target", "target.api_key_env", api_key=api_key)
+        if bearer and any(str(k).lower() == "authorization" for k in (headers or {})):
+            raise ConfigError(
+                "target: both target.headers.Authorization and target.api_key(_env) are set; "
+                "keep one"
+            )
+        headers = {**(headers or {}), **bearer}
         for name, value in (("url", url), ("health_url", health_url)):
             if value is not None and urlsplit(str(value)).scheme not in ("http", "https"):
                 raise ConfigError(
