@@ -346,3 +346,51 @@ def test_a_literal_secret_leaves_no_copy_in_the_job_folder_store_caches_or_conso
     for done in (good, bad):
         assert not [s for s in secrets if s in done.stdout + done.stderr], explain(done)
     assert "***REDACTED***" in bad.stderr  # Hydra's echo of the overrides, scrubbed
+
+
+# --- 7. sentence ends of every script ------------------------------------------------------------
+
+ZH = "第一条规定适用于所有员工。第二条规定访客必须登记！第三条规定是否适用于承包商？"
+"""Three Chinese sentences (ending 。！？), no space anywhere: 16 + 13 + 14 characters."""
+
+
+def test_sentences_end_at_unicode_terminals_with_or_without_a_space() -> None:
+    from rag_experiments.text.sentences import ends_sentence, split_sentences
+
+    assert split_sentences(ZH) == [
+        "第一条规定适用于所有员工。",
+        "第二条规定访客必须登记！",
+        "第三条规定是否适用于承包商？",
+    ]
+    assert split_sentences("「你好。」他说。") == ["「你好。」", "他说。"]
+    assert split_sentences('He left. "Why?" she asked. Pi is 3.14 here') == [
+        "He left.",
+        '"Why?"',
+        "she asked.",
+        "Pi is 3.14 here",
+    ]
+    assert split_sentences("क्या यह सच है? हाँ। ठीक है") == ["क्या यह सच है?", "हाँ।", "ठीक है"]
+    assert split_sentences("  ") == [] and split_sentences("no end") == ["no end"]
+    assert ends_sentence("承包商？") and ends_sentence('done."') and not ends_sentence("3.14 x")
+
+
+def test_the_semantic_chunker_cuts_chinese_text_at_sentence_ends() -> None:
+    from rag_experiments.chunking.semantic import SemanticChunker
+    from rag_experiments.records import Document
+
+    text = ZH * 3  # one 129-character line of 9 sentences, no space, no line break
+    chunks = SemanticChunker(size=40, min_size=10).split(Document(id="zh", text=text))
+    assert "".join(c.text for c in chunks) == text
+    assert len(chunks) > 1
+    for chunk in chunks:  # every cut falls after 。！？, never inside a sentence
+        assert chunk.text[-1] in "。！？", [c.text for c in chunks]
+
+
+def test_the_refusal_rule_reads_only_the_first_sentence_in_any_script() -> None:
+    from rag_experiments.metrics.refusal import first_sentence, is_refusal
+
+    answer = "申请表是AR-1。I don't know who signs it."
+    assert first_sentence(answer) == "申请表是ar-1。"
+    assert not is_refusal(answer)  # the first sentence answers
+    assert is_refusal("I don't know。申请表是AR-1。")
+    assert first_sentence("The figure is 3.5 days. I don't know more") == "the figure is 3.5 days."

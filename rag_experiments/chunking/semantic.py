@@ -10,8 +10,10 @@ Units, from coarse to fine (a piece longer than ``size`` goes to the next level)
    line followed by a blank line stays with the block after it.
 2. **Lines** (single ``\\n``): this is what splits DOCX text, which has one paragraph per line
    and no blank lines, and PDF text, whose pages are single blocks.
-3. **Sentences**: a line is cut after ``.``, ``!`` or ``?`` (plus closing quotes/brackets)
-   followed by whitespace.
+3. **Sentences**: a line is cut at every sentence end of
+   :func:`rag_experiments.text.sentences.sentence_ends` (``.``, ``!``, ``?`` and the other
+   Unicode sentence terminals, plus closing quotes/brackets, followed by whitespace; ``。！？``
+   of Chinese and Japanese whatever follows).
 4. **Words** (runs of non-whitespace), and a word longer than ``size`` is cut every ``size``
    characters.
 
@@ -23,7 +25,8 @@ Heading lines (rule):
   holds two letters in a row, does not end with ``.``, ``,``, ``;``, ``:`` or ``!`` (``?`` is
   allowed: FAQ questions are titles), is not a table row (no ``" | "``), and the next
   non-empty line is longer, and it comes first in the text, after a blank line, after a line
-  ending a sentence (``.``, ``!``, ``?``) or after another heading line. The last condition
+  ending a sentence (:func:`~rag_experiments.text.sentences.ends_sentence`) or after another
+  heading line. The last condition
   keeps the short line of a wrapped PDF paragraph from counting as a heading.
 
 Packing: units are added to the current chunk while the chunk (from its first unit's start
@@ -50,17 +53,15 @@ from dataclasses import dataclass
 
 from rag_experiments.chunking.base import check_sizes, make_chunk, trimmed_span
 from rag_experiments.records import Chunk, Document
+from rag_experiments.text.sentences import ends_sentence, sentence_ends
 
 HEADING_MAX_CHARS = 80
 """Longest line the short-title-line rule accepts as a heading."""
 
 _LINE = re.compile(r"[^\n]+")
 _MD_HEADING = re.compile(r"#{1,6}(?:[ \t]|$)")
-_SENTENCE_END = re.compile(r"[.!?]+[\"'”’)\]]*(?=\s)")
 _WORD = re.compile(r"\S+")
 _LETTERS = re.compile(r"[^\W\d_]{2}")
-_CLOSERS = "\"'”’)]"
-_SENTENCE_MARKS = ".!?"
 _NO_TITLE_END = ".,;:!"
 
 
@@ -158,7 +159,7 @@ class SemanticChunker:
         """Sentences of a line longer than ``size``; words, then hard cuts, for long ones."""
         units: list[_Unit] = []
         cut = start
-        bounds = [m.end() for m in _SENTENCE_END.finditer(text, start, end)] + [end]
+        bounds = [*sentence_ends(text, start, end), end]
         for bound in bounds:
             s, e = trimmed_span(text, cut, bound)
             cut = bound
@@ -260,9 +261,6 @@ def _mark_headings(text: str, lines: list[_Line]) -> list[_Line]:
 
 
 def _ends_sentence(text: str, start: int, end: int) -> bool:
-    """True when ``text[start:end]`` ends with ``.``, ``!`` or ``?``, ignoring closing quotes
-    and brackets."""
-    j = end - 1
-    while j > start and text[j] in _CLOSERS:
-        j -= 1
-    return text[j] in _SENTENCE_MARKS
+    """True when ``text[start:end]`` ends a sentence
+    (:func:`~rag_experiments.text.sentences.ends_sentence`)."""
+    return ends_sentence(text[start:end])

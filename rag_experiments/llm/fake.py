@@ -32,10 +32,10 @@ from pydantic import BaseModel
 from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.llm.base import ChatModelBase, Completion, Message, Usage
 from rag_experiments.llm.parsing import parse_structured
+from rag_experiments.text.sentences import split_sentences
 
-_CONTEXT = re.compile(r"\[1\]\s*(.+?)(?:(?<=[.!?])\s|\n|$)", re.DOTALL)
+_FIRST_PASSAGE = re.compile(r"\[1\][^\S\n]*([^\n]*)")
 _NUMBERED = re.compile(r"(?:^|\n\n)\[\d+\]\s*")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _LONG_WORD = re.compile(r"[^\W\d_][\w-]{3,}")
 _MIN_ANSWER_WORDS = 12
 _SKIP_WORDS = frozenset(
@@ -110,8 +110,9 @@ class FakeChat(ChatModelBase):
             if self.text is not None:
                 text = self.text
             else:
-                m = _CONTEXT.search(prompt)
-                text = m.group(1).strip() if m else "I don't know."
+                m = _FIRST_PASSAGE.search(prompt)
+                first = split_sentences(m.group(1)) if m else []
+                text = first[0] if first else "I don't know."
             return Completion(
                 text=text, usage=Usage(len(prompt.split()), len(text.split())), model=self.model
             )
@@ -157,7 +158,7 @@ def _passages(prompt: str) -> list[str]:
 def _answer_sentence(passage: str, pick: int) -> str:
     """A sentence of at least 12 words of ``passage`` (the ``pick``-th modulo their number),
     or the passage's first 30 words when no sentence is that long."""
-    sentences = [" ".join(s.split()) for s in _SENTENCE_END.split(passage)]
+    sentences = [" ".join(s.split()) for line in passage.split("\n") for s in split_sentences(line)]
     long_enough = [s for s in sentences if len(s.split()) >= _MIN_ANSWER_WORDS]
     if long_enough:
         return long_enough[pick % len(long_enough)]

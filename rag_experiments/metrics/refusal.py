@@ -1,12 +1,15 @@
 """Refusals: whether a response declines to answer, and refusal rates (no LLM).
 
-A response is a **refusal** when its first sentence (text up to the first ``.``, ``!``, ``?``,
-``:``, ``;`` or line break, at most 300 characters), lower-cased with curly apostrophes
+A response is a **refusal** when its first sentence, lower-cased with curly apostrophes
 straightened, matches one of :data:`DEFAULT_REFUSAL_PATTERNS` ("I don't know", "cannot
 answer", "the context does not mention …", "no information", …) or a pattern added with
-``patterns``. Only the first sentence counts, so "The form is AR-1; I don't know who signs it"
-is an answer, not a refusal. The rule is deterministic and free (no judge call); the baseline's
-prompt asks the generator to reply exactly "I don't know." when the passages lack the answer.
+``patterns``. The first sentence is the text up to the first sentence end of
+:func:`rag_experiments.text.sentences.sentence_ends` (``.``, ``!``, ``?`` and the other
+Unicode terminals such as ``。！？``), then cut at the first ``:``, ``;`` or line break, at
+most 300 characters. Only the first sentence counts, so "The form is AR-1; I don't know who
+signs it" is an answer, not a refusal. The rule is deterministic and free (no judge call); the
+baseline's prompt asks the generator to reply exactly "I don't know." when the passages lack
+the answer.
 
 Columns (names and directions in :mod:`~rag_experiments.metrics.definitions`):
 
@@ -30,6 +33,7 @@ from rag_experiments.errors import ConfigError
 from rag_experiments.metrics.definitions import spec
 from rag_experiments.protocols import MetricBase
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
+from rag_experiments.text.sentences import split_sentences
 
 DEFAULT_REFUSAL_PATTERNS: tuple[str, ...] = (
     r"\bi (?:do not|don't|dont|did not|didn't) know\b",
@@ -48,13 +52,14 @@ DEFAULT_REFUSAL_PATTERNS: tuple[str, ...] = (
 )
 """Regular expressions (searched in the lower-cased first sentence) that mark a refusal."""
 
-_FIRST_SENTENCE = re.compile(r"^[^.!?:;\n]{0,300}")
+_FIRST_CLAUSE = re.compile(r"^[^:;\n]{0,300}")
 
 
 def first_sentence(text: str) -> str:
     """The lower-cased first sentence of ``text`` (see the module docstring)."""
     norm = text.strip().lower().replace("\u2019", "'").replace("\u2018", "'")
-    m = _FIRST_SENTENCE.match(norm)
+    sentences = split_sentences(norm)
+    m = _FIRST_CLAUSE.match(sentences[0] if sentences else "")
     return m.group(0) if m else ""
 
 
