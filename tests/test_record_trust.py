@@ -394,3 +394,57 @@ def test_the_refusal_rule_reads_only_the_first_sentence_in_any_script() -> None:
     assert not is_refusal(answer)  # the first sentence answers
     assert is_refusal("I don't know。申请表是AR-1。")
     assert first_sentence("The figure is 3.5 days. I don't know more") == "the figure is 3.5 days."
+
+
+# --- 8. a reused index is checked ----------------------------------------------------------------
+
+
+def test_an_index_in_another_space_or_from_another_embedder_is_rebuilt(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    import numpy as np
+
+    from rag_experiments.embedding.hash import HashEmbedder
+    from rag_experiments.index.chroma import ChromaIndex
+    from rag_experiments.records import Chunk
+
+    chunks = [Chunk(id=f"{d}#0", doc_id=d, text=t, position=0) for d, t in DOCS.items()]
+    emb = HashEmbedder(dim=64)
+    index = ChromaIndex(str(tmp_path / "chroma"))
+    name = index.ensure(chunks, emb, "key", chunker_id="fixed:64")
+    built = index.client.get_collection(name, embedding_function=None)
+    meta = dict(built.metadata)
+    # the same name and metadata, the same vectors, but L2 distances
+    index.client.delete_collection(name)
+    l2 = index.client.create_collection(
+        name, configuration={"hnsw": {"space": "l2"}}, metadata=meta, embedding_function=None
+    )
+    vectors = emb.embed_documents([c.text for c in chunks])
+    l2.add(ids=[c.id for c in chunks], embeddings=vectors, documents=[c.text for c in chunks])
+
+    caplog.set_level(logging.INFO, logger="rag_experiments.index.chroma")
+    fresh = ChromaIndex(str(tmp_path / "chroma"))
+    assert fresh.ensure(chunks, emb, "key", chunker_id="fixed:64") == name
+    assert fresh.builds == 1
+    assert f"Rebuilding vector index {name}" in caplog.text and "'l2'" in caplog.text
+    query = emb.embed_query("visitors sign in at the front desk")
+    cosines = vectors @ query / (np.linalg.norm(vectors, axis=1) * np.linalg.norm(query))
+    for cid, _, _, score in fresh.query(name, query, k=3):
+        assert score == pytest.approx(float(cosines[[c.id for c in chunks].index(cid)]), abs=1e-5)
+
+    again = ChromaIndex(str(tmp_path / "chroma"))  # now in cosine space: reused
+    assert again.ensure(chunks, emb, "key", chunker_id="fixed:64") == name and again.builds == 0
+    caplog.clear()
+    col = again.client.get_collection(name, embedding_function=None)
+    col.modify(metadata={**col.metadata, "embedder_id": "hash:d32"})
+    assert (
+        ChromaIndex(str(tmp_path / "chroma")).ensure(chunks, emb, "key", chunker_id="fixed:64")
+        == name
+    )
+    assert "it was built for embedder 'hash:d32'" in caplog.text
+    caplog.clear()
+    other = ChromaIndex(str(tmp_path / "chroma"))
+    other.ensure(chunks, emb, "key", chunker_id="fixed:128")
+    assert other.builds == 1 and "it was built for chunker 'fixed:64'" in caplog.text

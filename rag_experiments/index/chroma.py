@@ -60,6 +60,14 @@ def _chunk_metadata(chunk: Chunk) -> dict[str, Any]:
     return meta
 
 
+def collection_space(collection: Collection, meta: dict[str, Any]) -> str | None:
+    """The distance space of a Chroma collection: its configuration's ``hnsw.space`` (Chroma
+    1.x), else the legacy metadata key ``hnsw:space``; Chroma's default ``l2`` when neither
+    is set."""
+    hnsw = (collection.configuration or {}).get("hnsw") or {}
+    return str(hnsw.get("space") or meta.get("hnsw:space") or "l2")
+
+
 class ChromaIndex:
     """ChromaDB ``PersistentClient`` collections built from our chunks and vectors.
 
@@ -153,22 +161,24 @@ class ChromaIndex:
             except (NotFoundError, ValueError):
                 return None
 
-    def _complete_count(self, name: str, key: str) -> int | None:
-        """N when collection ``name`` exists, is complete and holds N records; else None.
+    def _complete_count(
+        self, name: str, key: str, embedder: Embedder, chunker_id: str | None = None
+    ) -> int | None:
+        """N when collection ``name`` exists, is complete, holds N records and was built the
+        way this index builds it; else None (to be rebuilt).
 
-        Raises:
-            VectorIndexError: The collection belongs to another key (a name-hash collision).
+        A collection that exists but is not what :meth:`ensure` would build (another key,
+        embedder, vector dimension, chunker or distance space: a hand-made collection, an old
+        layout, a name-hash collision) is logged as a warning with the reason and rebuilt.
         """
         collection = self._get(name)
         if collection is None:
             return None
         meta = collection.metadata or {}
-        stored_key = meta.get("key")
-        if stored_key is not None and stored_key != key:
-            raise VectorIndexError(
-                f"Collection {name} in {self.path} was built for key {stored_key!r}, not {key!r} "
-                f"(name collision); delete the folder {self.path} to rebuild."
-            )
+        reason = self._mismatch(collection, meta, key, embedder, chunker_id)
+        if reason is not None:
+            log.warning("Rebuilding vector index %s in %s: %s", name, self.path, reason)
+            return None
         n = meta.get("n_chunks")
         if meta.get("complete") is not True or not isinstance(n, int):
             return None
@@ -176,11 +186,48 @@ class ChromaIndex:
             count = collection.count()
         return n if count == n else None
 
+    def _mismatch(
+        self,
+        collection: Collection,
+        meta: dict[str, Any],
+        key: str,
+        embedder: Embedder,
+        chunker_id: str | None,
+    ) -> str | None:
+        """Why ``collection`` cannot be reused for ``key``, or None when it can."""
+        if meta.get("complete") is not True:
+            return None  # a build killed half-way: rebuilt as incomplete
+        stored = {
+            "key": (meta.get("key"), key),
+            "embedder": (meta.get("embedder_id"), embedder.id),
+        }
+        if chunker_id is not None:
+            stored["chunker"] = (meta.get("chunker_id"), chunker_id)
+        for what, (have, want) in stored.items():
+            if have != want:
+                return f"it was built for {what} {have!r}, this run needs {want!r}"
+        space = collection_space(collection, meta)
+        if space != SPACE:
+            return f"its distance space is {space!r}, not {SPACE!r} (scores would not be cosines)"
+        dim = meta.get("dim")
+        if dim != embedder.dim:
+            return f"its vectors have dimension {dim!r}, the embedder's have {embedder.dim}"
+        return None
+
     # -- build / reuse -------------------------------------------------------------------------
     def ensure(
-        self, chunks: list[Chunk], embedder: Embedder, key: str, embed_title: bool = True
+        self,
+        chunks: list[Chunk],
+        embedder: Embedder,
+        key: str,
+        embed_title: bool = True,
+        chunker_id: str | None = None,
     ) -> str:
         """Return the name of a complete collection for ``key``, building it if needed.
+
+        An existing collection is reused only when it is complete and was built for this key,
+        by this embedder (``embedder.id``, ``embedder.dim``), chunker (``chunker_id``) and in
+        cosine space; otherwise it is rebuilt, with a warning saying why.
 
         The collection name is :func:`~rag_experiments.index.naming.collection_name` of
         ``f"{key}|title={int(embed_title)}"``: embedding titles changes the vectors, so it is
@@ -191,6 +238,8 @@ class ChromaIndex:
             embedder: Embeds the chunk texts (see :func:`embedding_text`).
             key: Index identity, usually :func:`~rag_experiments.index.naming.index_key`.
             embed_title: Embed ``title + " " + text`` for chunks with ``metadata["title"]``.
+            chunker_id: The chunker's ``config_id``, stored and checked on reuse (None = not
+                checked beyond ``key``).
 
         Returns:
             The collection name, for :meth:`query`.
@@ -217,7 +266,7 @@ class ChromaIndex:
                 f"Duplicate chunk ids cannot be indexed (collection {name}): {dupes[:10]}. "
                 "Make document ids unique in the corpus."
             )
-        n = self._complete_count(name, full_key)
+        n = self._complete_count(name, full_key, embedder, chunker_id)
         if n == len(chunks):
             log.info("Reusing vector index %s (%d chunks)", name, n)
             return name
@@ -230,23 +279,29 @@ class ChromaIndex:
             lock.acquire()
         try:
             # Re-check: another process may have finished the build while we waited.
-            n = self._complete_count(name, full_key)
+            n = self._complete_count(name, full_key, embedder, chunker_id)
             if n == len(chunks):
                 log.info("Reusing vector index %s (%d chunks)", name, n)
                 return name
-            self._build(name, full_key, chunks, embedder, embed_title)
+            self._build(name, full_key, chunks, embedder, embed_title, chunker_id)
         finally:
             lock.release()
         return name
 
     def _build(
-        self, name: str, key: str, chunks: list[Chunk], embedder: Embedder, embed_title: bool
+        self,
+        name: str,
+        key: str,
+        chunks: list[Chunk],
+        embedder: Embedder,
+        embed_title: bool,
+        chunker_id: str | None = None,
     ) -> None:
         started = time.perf_counter()
         self._collections.pop(name, None)
         if self._get(name) is not None:
-            log.info("Deleting incomplete vector index %s", name)
-            with self._chroma(f"delete incomplete collection {name}"):
+            log.info("Deleting vector index %s before building it again", name)
+            with self._chroma(f"delete collection {name}"):
                 self.client.delete_collection(name)
         vectors = np.asarray(
             embedder.embed_documents([embedding_text(c, embed_title) for c in chunks]),
@@ -264,7 +319,14 @@ class ChromaIndex:
                 f"Embedder {embedder.id} returned zero or non-finite vectors for {len(bad)} "
                 f"chunks (e.g. {bad[:5]}); cosine search needs non-zero vectors."
             )
-        meta: dict[str, Any] = {"key": key, "embedder_id": embedder.id, "complete": False}
+        meta: dict[str, Any] = {
+            "key": key,
+            "embedder_id": embedder.id,
+            "dim": int(vectors.shape[1]),
+            "complete": False,
+        }
+        if chunker_id is not None:
+            meta["chunker_id"] = chunker_id
         with self._chroma(f"build collection {name}"):
             collection = self.client.create_collection(
                 name,

@@ -107,7 +107,11 @@ class BaselineTarget(TargetBase):
             self.chunker.config_id,
         )
         self.collection = self.index.ensure(
-            chunks, self.embedder, key, embed_title=self.embed_title
+            chunks,
+            self.embedder,
+            key,
+            embed_title=self.embed_title,
+            chunker_id=self.chunker.config_id,
         )
         self.retriever.bind(self.index, self.collection, self.embedder)
 
