@@ -499,6 +499,7 @@ def evaluate_in_run(
             "max_failure_rate"
         )
     _check_judge_failures(result, max_failure_rate)
+    _check_judge_gave_verdicts(result, metrics)
     return result
 
 
@@ -527,6 +528,29 @@ def log_result(result: EvalResult, tracker: Tracker, dataset: EvalDataset) -> No
     if result.audit:
         tracker.log_text(to_jsonl(result.audit), "judge_audit.jsonl")
     tracker.log_metrics(result.metrics())
+
+
+def _check_judge_gave_verdicts(result: EvalResult, metrics: Sequence[Metric]) -> None:
+    """Raise :class:`RunFailedError` when the judge gave no usable verdict at all: every
+    judged column has 0 valid cells and judge errors (``parse_error`` for a judge whose every
+    reply has the wrong types, …) are among its NaN reasons. Such a run measured nothing, as
+    with a dead judge; it fails after everything was logged."""
+    columns = [s.name for m in metrics if isinstance(m, JudgedRowMetric) for s in m.specs()]
+    if not columns or not result.judge_errors:
+        return
+    valid = {c: sum(1 for row in result.values if c in row and row[c].is_valid) for c in columns}
+    if any(valid.values()):
+        return
+    errors: Counter[str] = Counter()
+    for by_reason in result.judge_errors.values():
+        errors.update(by_reason)
+    raise RunFailedError(
+        f"the judge gave no usable verdict: every judged metric ({', '.join(columns)}) has 0 "
+        f"valid values of {len(result.samples)} (judge errors: {json.dumps(dict(errors))}). "
+        "Everything computed was logged (judge_audit.jsonl shows the replies); use a judge "
+        "that follows the JSON schema (judge=…, judge.model=…) and resume the run with "
+        "resume=<run id>"
+    )
 
 
 def _check_judge_failures(result: EvalResult, max_failure_rate: float) -> None:

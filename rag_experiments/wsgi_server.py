@@ -13,6 +13,14 @@ from werkzeug.serving import BaseWSGIServer, make_server
 
 from rag_experiments.errors import ConfigError
 
+LOOPBACK_BINDS = ("127.0.0.1", "localhost", "::1")
+"""Interfaces that serve this machine only."""
+
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
+"""``Host`` header names a loopback-bound server accepts (Flask's ``TRUSTED_HOSTS``; any
+other name is answered 400): a web page on another origin cannot reach the server through
+DNS rebinding (a name of theirs resolving to 127.0.0.1)."""
+
 
 class BackgroundServer:
     """Serve a WSGI app on a werkzeug threaded server in a daemon thread.

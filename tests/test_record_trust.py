@@ -448,3 +448,154 @@ def test_an_index_in_another_space_or_from_another_embedder_is_rebuilt(
     other = ChromaIndex(str(tmp_path / "chroma"))
     other.ensure(chunks, emb, "key", chunker_id="fixed:128")
     assert other.builds == 1 and "it was built for chunker 'fixed:64'" in caplog.text
+
+
+# --- 9. a clear word for the smaller cases -------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_top_k_larger_than_the_corpus_is_said(
+    compose_cfg, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rag_experiments.app import run_job
+
+    path, docs = make_dataset(tmp_path / "data")
+    cfg = compose_cfg(
+        "dataset=jsonl", f"dataset.path={path}", f"dataset.corpus={docs}", "embedder=hash",
+        "metrics=retrieval", "retriever.top_k=50",
+    )  # fmt: skip
+    with caplog.at_level("WARNING"):
+        run_job(cfg)
+    assert "retriever.top_k=50 but the corpus has only 3 chunks" in caplog.text
+
+
+def test_invalid_utf8_in_a_corpus_file_is_said_with_the_file_name(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rag_experiments.data.corpus import load_corpus_jsonl
+    from rag_experiments.text.extract import extract_file
+
+    md = tmp_path / "latin1.md"
+    md.write_bytes("# Caf\u00e9\n\nLe caf\u00e9 ouvre \u00e0 neuf heures.\n".encode("latin-1"))
+    jsonl = tmp_path / "corpus.jsonl"
+    jsonl.write_bytes(
+        b'{"_id": "a", "title": "", "text": "fine"}\n{"_id": "b", "title": "", "text": "caf\xe9"}\n'
+    )
+    with caplog.at_level("WARNING"):
+        text = extract_file(md).text
+        docs = load_corpus_jsonl(jsonl)
+    assert text.count("\ufffd") == 3
+    assert f"{md}: 3 byte sequence(s) are not valid UTF-8 (the first at byte 5)" in caplog.text
+    assert docs[1].text == "caf\ufffd"
+    assert f"{jsonl}: 1 line(s) hold bytes that are not valid UTF-8 (first: line 2)" in caplog.text
+
+
+WRONG_TYPES = [
+    "judge.responses.FaithfulnessOutput={claims: 7}",
+    "judge.responses.ContextVerdicts={verdicts: 3}",
+    "judge.responses.GeneratedQuestions={questions: 5, noncommittal: maybe}",
+    "judge.responses.AnswerGrades={accuracy: high, completeness: [], relevance: {}}",
+]
+"""Every scripted reply of the fake judge with fields of the wrong type."""
+
+
+@pytest.mark.slow
+def test_a_judge_whose_every_reply_has_wrong_types_fails_the_run_after_logging(
+    compose_cfg, tmp_path: Path
+) -> None:
+    from rag_experiments.app import run_job
+    from rag_experiments.errors import RunFailedError
+
+    path, docs = make_dataset(tmp_path / "data")
+    cfg = compose_cfg(
+        "dataset=jsonl", f"dataset.path={path}", f"dataset.corpus={docs}", "embedder=hash",
+        "llm=fake", "judge=fake", *WRONG_TYPES,
+    )  # fmt: skip
+    with pytest.raises(RunFailedError, match="the judge gave no usable verdict"):
+        run_job(cfg)
+    run = only_run(tmp_path)
+    assert run.info.status == "FAILED" and "no usable verdict" in run.data.tags["error"]
+    metrics = run.data.metrics
+    assert metrics["n_samples"] == 3.0  # everything computed was logged first
+    assert metrics["faithfulness_n_valid"] == 0.0 and metrics["judge.errors.parse_error"] > 0
+    assert metrics["keyword_faithfulness"] >= 0.0  # the metrics without a judge are there
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
+    assert "judge_audit.jsonl" in {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+def test_serve_answers_only_loopback_host_headers() -> None:
+    from rag_experiments.data.base import EvalDataset
+    from rag_experiments.targets.http_server import TargetServer, create_app
+    from rag_experiments.targets.recorded import RecordedTarget
+
+    target = RecordedTarget(doc_ids_from_text=False)
+    target.prepare(EvalDataset(name="empty", samples=[]))
+    client = TargetServer(target, host="127.0.0.1", port=0).wsgi_app().test_client()
+    assert client.get("/health", headers={"Host": "127.0.0.1:8000"}).status_code == 200
+    assert client.get("/health", headers={"Host": "localhost:8000"}).status_code == 200
+    assert client.get("/health", headers={"Host": "evil.example:8000"}).status_code == 400
+    rebinding = client.post("/ask", json={"question": "q"}, headers={"Host": "evil.example"})
+    assert rebinding.status_code == 400
+    # bound to every interface (--host 0.0.0.0) any name may reach it, as with rag-exp review
+    open_app = create_app(target, loopback_only=False).test_client()
+    assert open_app.get("/health", headers={"Host": "box.lan:8000"}).status_code == 200
+
+
+@pytest.mark.slow
+def test_a_resumed_run_reports_the_generator_usage_of_the_killed_attempt(tmp_path: Path) -> None:
+    path, docs = make_dataset(tmp_path / "data")
+    args = [
+        "run", "dataset=jsonl", f"dataset.path={path}", f"dataset.corpus={docs}",
+        "llm=fake", "judge=fake", "judge.delay_s=1.0", "embedder=hash", "progress=false",
+        f"tracking.uri=sqlite:///{tmp_path}/mlruns.db", f"paths.cache_dir={tmp_path}/cache",
+    ]  # fmt: skip
+    job = tmp_path / "job"
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1]), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rag_experiments", *args, f"hydra.run.dir={job}"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        answers = job / "responses.jsonl"
+        while not (answers.exists() and len(answers.read_text().splitlines()) == 3):
+            assert proc.poll() is None and time.monotonic() < deadline, "no 3 answers stored"
+            time.sleep(0.05)
+    finally:
+        proc.kill()  # SIGKILL while the slow judge is still at work
+        proc.wait()
+    resumed = rag_exp(tmp_path, *args, f"hydra.run.dir={tmp_path}/job2", f"resume={job}")
+    assert resumed.returncode == 0, explain(resumed)
+    run = only_run(tmp_path)
+    assert run.info.status == "FINISHED" and run.data.tags["resumed"] == "true"
+    # every answer came from the killed attempt: its 3 generator calls are the run's
+    assert run.data.metrics["generator.llm_calls"] == 3.0
+    assert "generator.llm_cache_hit_rate" in run.data.metrics
+    assert run.data.metrics["generator.prompt_tokens"] > 0
+
+
+@pytest.mark.slow
+def test_an_optuna_study_with_a_failed_trial_exits_0_and_its_parent_finishes(
+    tmp_path: Path,
+) -> None:
+    path, docs = make_dataset(tmp_path / "data")
+    done = rag_exp(
+        tmp_path, "run", "-m", "hydra/sweeper=rag_optuna", "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.sampler.seed=0", "hydra.sweeper.n_jobs=1",
+        "retriever.top_k=choice(0,5)", "objective=nDCG@10", "metrics=retrieval",
+        "dataset=jsonl", f"dataset.path={path}", f"dataset.corpus={docs}", "embedder=hash",
+        "llm=fake", "judge=fake", "progress=false", f"hydra.sweep.dir={tmp_path}/sweep",
+        f"tracking.uri=sqlite:///{tmp_path}/mlruns.db", f"paths.cache_dir={tmp_path}/cache",
+    )  # fmt: skip
+    assert done.returncode == 0, explain(done)
+    runs = runs_in(f"sqlite:///{tmp_path}/mlruns.db")
+    (parent,) = [r for r in runs if MLFLOW_PARENT_RUN_ID not in r.data.tags]
+    children = [r for r in runs if MLFLOW_PARENT_RUN_ID in r.data.tags]
+    status = {c.data.params["retriever.top_k"]: c.info.status for c in children}
+    assert set(status.values()) == {"FAILED", "FINISHED"} and status["0"] == "FAILED"
+    assert parent.info.status == "FINISHED"  # as the exit code says
+    assert "retriever.top_k must be >= 1" in parent.data.tags["sweep.failed_children"]
+    assert "failed trial(s)" in done.stdout + done.stderr

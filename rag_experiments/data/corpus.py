@@ -202,8 +202,14 @@ def load_corpus_jsonl(path: Path, *, normalize: bool = False) -> list[Document]:
     problems: list[RowProblem] = []
     first_seen: dict[str, tuple[str, int]] = {}
     for file in files:
-        with file.open(encoding="utf-8", errors="replace") as handle:
-            for line_no, line in enumerate(handle, start=1):
+        bad_lines: list[int] = []
+        with file.open("rb") as handle:  # streamed: a BEIR corpus may hold gigabytes
+            for line_no, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    line = raw.decode("utf-8", errors="replace")
+                    bad_lines.append(line_no)
                 if not line.strip():
                     continue
                 doc = _parse_row(line, str(file), line_no, problems)
@@ -229,6 +235,14 @@ def load_corpus_jsonl(path: Path, *, normalize: bool = False) -> list[Document]:
                         metadata=doc.metadata,
                     )
                 documents.append(doc)
+        if bad_lines:
+            log.warning(
+                "%s: %d line(s) hold bytes that are not valid UTF-8 (first: line %d), replaced "
+                "by U+FFFD; save the file as UTF-8 to keep those characters",
+                file,
+                len(bad_lines),
+                bad_lines[0],
+            )
     if problems:
         raise DatasetError(
             f"corpus {path}: {len(problems)} bad row(s); fix them (BEIR rows are "

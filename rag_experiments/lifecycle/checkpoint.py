@@ -6,6 +6,8 @@ Layout of a job directory (Hydra's ``hydra.run.dir`` or a sweep job's subdir)::
 
     checkpoint.json    {"run_id": …, "dataset_digest": …}   written when the run opens
     responses.jsonl    {"id": <sample id>, "run_id": …, "response": <RagResponse fields>}
+    usage.json         {"run_id": …, "counts": {"calls": …, "cache_hits": …, …}}
+                       the generator's usage as of the last stored answer
 
 Only successful answers are stored: a question whose target failed (timeout, server error) is
 asked again on resume. ``responses.jsonl`` is an :class:`~rag_experiments.common.appendlog.
@@ -29,18 +31,25 @@ import dataclasses
 import json
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 from rag_experiments.common.appendlog import AppendLog
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError
+from rag_experiments.llm.factory import add_usage, usage_counts
 from rag_experiments.records import RagResponse, Sample
 
 log = logging.getLogger(__name__)
 
 RESPONSES_FILE = "responses.jsonl"
 META_FILE = "checkpoint.json"
+USAGE_FILE = "usage.json"
+"""The generator's usage (:meth:`~rag_experiments.llm.usage.UsageMeter.counts`) as of the
+last stored answer; a resumed run adds it back (``generator.llm_calls`` … and
+``generator.llm_cache_hit_rate`` cover the whole run)."""
+USAGE_ROLE = "generator"
 
 
 class CheckpointOwnerError(ConfigError):
@@ -127,6 +136,25 @@ class ResponseCheckpoint:
             {"id": sample_id, "run_id": self.run_id, "response": dataclasses.asdict(response)}
         )
 
+    def write_usage(self, counts: dict[str, int]) -> None:
+        """Save the generator's usage counters (atomically) for a resume of this run."""
+        path = self.job_dir / USAGE_FILE
+        tmp = path.with_name(f"{USAGE_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps({"run_id": self.run_id, "counts": counts}), encoding="utf-8")
+        os.replace(tmp, path)
+
+    def read_usage(self) -> dict[str, int]:
+        """The usage counters an earlier attempt of this checkpoint's run saved; ``{}`` when
+        none (no file, unreadable, or another run's)."""
+        try:
+            saved = json.loads((self.job_dir / USAGE_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(saved, dict) or saved.get("run_id") != self._meta_run_id():
+            return {}
+        counts = saved.get("counts")
+        return {str(k): int(v) for k, v in counts.items()} if isinstance(counts, dict) else {}
+
     def set_aside(self) -> Path | None:
         """Rename the answers of an earlier run in this folder (``hydra.run.dir`` reused) to
         ``responses.<its run id>.jsonl``, so a new run starts empty.
@@ -194,7 +222,9 @@ class ResponseCheckpoint:
 
 class CheckpointedTarget:
     """Wraps a target: answers already in the checkpoint are returned from it; every new
-    successful answer is appended to it as soon as it completes.
+    successful answer is appended to it as soon as it completes, with the generator's usage
+    so far (``usage.json``). Built for a resume, it first adds the usage the earlier attempt
+    saved to the generator's meter.
 
     Args:
         inner: The system under test.
@@ -209,6 +239,10 @@ class CheckpointedTarget:
         self.checkpoint = checkpoint
         self.done = checkpoint.load()
         self.reused = 0
+        self._usage_lock = threading.Lock()
+        earlier = checkpoint.read_usage() if self.done else {}
+        if earlier:
+            add_usage(USAGE_ROLE, earlier)
 
     @property
     def max_concurrency(self) -> int:
@@ -236,6 +270,10 @@ class CheckpointedTarget:
         resp = self.inner.answer(sample)
         if resp.error is None:
             self.checkpoint.append(sample.id, resp)
+            with self._usage_lock:  # the latest counts are written last
+                counts = usage_counts(USAGE_ROLE)
+                if counts is not None:
+                    self.checkpoint.write_usage(counts)
         return resp
 
     def describe(self) -> dict[str, str]:

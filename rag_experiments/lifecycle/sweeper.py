@@ -13,7 +13,10 @@ traceback. Here:
   trial FAIL, the plugin logs ``Failed experiment: <reason>`` and the study goes on (within
   the plugin's ``max_failure_rate``, counted per batch of ``n_jobs`` trials);
 - a study in which no trial completed ends with one line, exit code 1 and no traceback, and
-  the sweep's parent MLflow run ends FAILED with that line as tag ``error`` and description.
+  the sweep's parent MLflow run ends FAILED with that line as tag ``error`` and description;
+- a study that has a best value exits 0 and its parent run ends FINISHED, also when some
+  trials failed (a job that raised is a FAILED child run): tag ``sweep.failed_children`` and
+  a warning say how many and why.
 """
 
 from __future__ import annotations
@@ -96,10 +99,13 @@ class OptunaSweeper(_PluginSweeper):
         """
         with reported():
             try:
-                return super().sweep(arguments)
+                super().sweep(arguments)
             except ValueError as exc:
                 if str(exc) != NO_COMPLETED_TRIAL:
                     raise
+            else:
+                self._finish_parent()
+                return
             reasons = "; ".join(
                 f"{reason} (x{n})" for reason, n in self.failed.reasons.most_common(3)
             )
@@ -109,6 +115,25 @@ class OptunaSweeper(_PluginSweeper):
             )
             self._fail_parent(message)
             raise SweepFailedError(message)
+
+    def _finish_parent(self) -> None:
+        """The study has a best value: end the sweep's parent run FINISHED, also when some
+        trials failed (their count and reasons go to tag ``sweep.failed_children`` and a
+        warning), so the parent agrees with the exit code 0."""
+        from rag_experiments.tracking.sweep import close_sweep
+
+        n = sum(self.failed.reasons.values())
+        summary = "; ".join(f"{r} (x{c})" for r, c in self.failed.reasons.most_common(3))
+        note = f"{n} failed trial(s), the best value is from the others: {summary}"
+        if n:
+            log.warning("Optuna study done with %s", note)
+        tracking = self.config.get("tracking")
+        if tracking is None:
+            return
+        try:
+            close_sweep(str(tracking.uri), str(self.config.hydra.sweep.dir), tolerated=note)
+        except RagExpError as exc:
+            log.warning("could not close the sweep's parent run: %s", exc)
 
     def _fail_parent(self, message: str) -> None:
         """End the sweep's parent run FAILED with ``message`` (when there is one)."""

@@ -114,6 +114,23 @@ def usage_by_role() -> dict[str, float]:
     return out
 
 
+def usage_counts(role: str) -> dict[str, int] | None:
+    """The counters of ``role``'s usage meter since :func:`configure`
+    (:meth:`UsageMeter.counts`), or None when no model of that role was built: what a
+    checkpoint saves."""
+    with _lock:
+        meter = _session.meters.get(role)
+    return None if meter is None else meter.counts()
+
+
+def add_usage(role: str, counts: dict[str, int]) -> None:
+    """Add saved counters (an earlier attempt's, see :func:`usage_counts`) to ``role``'s
+    meter, so a resumed run reports the usage of the whole run."""
+    with _lock:
+        meter = _session.meters.setdefault(role, UsageMeter(role))
+    meter.add(counts)
+
+
 def identity_by_role() -> dict[str, str]:
     """Tags ``<role>.<key>`` from the ``describe()`` of each role's first model (provider,
     model, digest, base_url, options), plus ``<role>.cache_mode``."""

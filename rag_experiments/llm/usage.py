@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 
 from rag_experiments.llm.base import Completion
 
+COUNTERS = ("calls", "cache_hits", "errors", "prompt_tokens", "completion_tokens")
+"""The counters of a :class:`UsageMeter`."""
+
 
 @dataclass
 class UsageMeter:
@@ -44,6 +47,19 @@ class UsageMeter:
         with self._lock:
             self.calls += 1
             self.errors += 1
+
+    def counts(self) -> dict[str, int]:
+        """The counters as ``{"calls", "cache_hits", "errors", "prompt_tokens",
+        "completion_tokens"}`` (what :meth:`add` takes back)."""
+        with self._lock:
+            return {name: int(getattr(self, name)) for name in COUNTERS}
+
+    def add(self, counts: dict[str, int]) -> None:
+        """Add counters saved by :meth:`counts` (the usage of an earlier attempt of the same
+        run); unknown keys are ignored, missing ones count 0."""
+        with self._lock:
+            for name in COUNTERS:
+                setattr(self, name, getattr(self, name) + int(counts.get(name, 0)))
 
     def metrics(self) -> dict[str, float]:
         """``<role>.llm_calls``, ``.llm_cache_hits``, ``.llm_cache_hit_rate`` (hits / calls;

@@ -53,13 +53,13 @@ from rag_experiments.review.preflight import check_model
 from rag_experiments.review.saving import save_approved
 from rag_experiments.review.state import CardPatch, ReviewState, card_stats
 from rag_experiments.review.workspace import ALLOWED_EXTENSIONS, Workspace
+from rag_experiments.wsgi_server import LOOPBACK_HOSTS
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MLFLOW_UI = "http://127.0.0.1:5000"
 DEFAULT_MAX_UPLOAD_MB = 50
 TOKEN_HEADER = "X-Review-Token"
-LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "

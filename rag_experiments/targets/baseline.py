@@ -106,6 +106,14 @@ class BaselineTarget(TargetBase):
             len(chunks),
             self.chunker.config_id,
         )
+        if self.retriever.top_k > len(chunks):
+            log.warning(
+                "retriever.top_k=%d but the corpus has only %d chunks: every question gets all "
+                "%d of them as context (lower retriever.top_k, or check the corpus and chunker)",
+                self.retriever.top_k,
+                len(chunks),
+                len(chunks),
+            )
         self.collection = self.index.ensure(
             chunks,
             self.embedder,

@@ -19,7 +19,8 @@ sees.
 The server is werkzeug's threaded WSGI server (Flask's production-safe building block, no debug
 mode, no reloader) in a background thread; requests to the target are serialised by a lock,
 because the embedded model and the vector index are not meant for concurrent calls. It binds
-127.0.0.1 by default: it has no authentication.
+127.0.0.1 by default: it has no authentication. Bound to a loopback interface it answers only
+requests whose ``Host`` is a loopback name (400 otherwise), as ``rag-exp review`` does.
 """
 
 from __future__ import annotations
@@ -34,22 +35,26 @@ from werkzeug.exceptions import HTTPException
 
 from rag_experiments.protocols import Target
 from rag_experiments.records import Sample
-from rag_experiments.wsgi_server import BackgroundServer
+from rag_experiments.wsgi_server import LOOPBACK_BINDS, LOOPBACK_HOSTS, BackgroundServer
 
 log = logging.getLogger(__name__)
 
 
-def create_app(target: Target) -> Flask:
+def create_app(target: Target, loopback_only: bool = True) -> Flask:
     """The Flask app serving ``target`` (see the module docstring for the API).
 
     Args:
         target: A prepared target.
+        loopback_only: Accept only loopback ``Host`` headers
+            (:data:`~rag_experiments.wsgi_server.LOOPBACK_HOSTS`; others get 400), as the
+            review app does: set False when serving on another interface.
 
     Returns:
         The WSGI application.
     """
     app = Flask("rag_experiments.serve")
     app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.config.update(TRUSTED_HOSTS=LOOPBACK_HOSTS if loopback_only else None)
     lock = threading.Lock()
     numbers = itertools.count(1)
 
@@ -109,8 +114,9 @@ class TargetServer(BackgroundServer):
         self.target = target
 
     def wsgi_app(self) -> Any:
-        """The API of the module docstring over :attr:`target`."""
-        return create_app(self.target)
+        """The API of the module docstring over :attr:`target`; bound to a loopback
+        interface, it answers only loopback ``Host`` headers."""
+        return create_app(self.target, loopback_only=self.host in LOOPBACK_BINDS)
 
     def start(self) -> str:
         """Bind and serve in a background thread (see :meth:`BackgroundServer.start`)."""

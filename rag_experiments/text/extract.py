@@ -22,6 +22,7 @@ Layout of the extracted text:
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,8 @@ from pypdf.errors import DependencyError
 
 from rag_experiments.errors import ExtractionError
 from rag_experiments.text.normalize import normalize_text
+
+log = logging.getLogger(__name__)
 
 SUPPORTED_EXTENSIONS: tuple[str, ...] = (".pdf", ".docx", ".md", ".txt")
 """File extensions :func:`extract_file` reads (matched case-insensitively)."""
@@ -257,6 +260,33 @@ def _cell_text(cell: _Cell) -> str:
     return " ".join(" ".join(piece.split()) for piece in pieces if piece.strip())
 
 
+def decode_utf8(raw: bytes, where: str) -> str:
+    """``raw`` decoded as UTF-8; bytes that are not valid UTF-8 become U+FFFD with a warning
+    naming ``where``, how many sequences were replaced and the first byte offset (a file saved
+    in Latin-1 or Windows-1252 would otherwise lose its accented letters silently).
+
+    Args:
+        raw: The file's bytes.
+        where: The file, for the warning.
+
+    Returns:
+        The text (a leading UTF-8 byte-order mark is kept; :func:`normalize_text` drops it).
+    """
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        text = raw.decode("utf-8", errors="replace")
+        bad = text.count("\ufffd") - raw.count("\ufffd".encode())
+        log.warning(
+            "%s: %d byte sequence(s) are not valid UTF-8 (the first at byte %d), replaced by "
+            "U+FFFD; save the file as UTF-8 to keep those characters",
+            where,
+            bad,
+            exc.start,
+        )
+        return text
+
+
 def _extract_plain(path: Path, fmt: str) -> ExtractedText:
     """Read a Markdown or text file as UTF-8 (see :func:`extract_file`)."""
     try:
@@ -265,7 +295,7 @@ def _extract_plain(path: Path, fmt: str) -> ExtractedText:
         raise ExtractionError(
             str(path), reason="unreadable", message=f"cannot read the file ({exc})."
         ) from exc
-    text = normalize_text(raw.decode("utf-8", errors="replace"))
+    text = normalize_text(decode_utf8(raw, str(path)))
     if not text:
         raise ExtractionError(
             str(path),

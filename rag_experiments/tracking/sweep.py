@@ -59,7 +59,9 @@ class MlflowSweepCallback(Callback):
     """Hydra callback that opens a parent run for a multirun and closes it at the end.
 
     The parent ends FINISHED when every child run FINISHED, FAILED otherwise (a child that is
-    FAILED or KILLED, or still RUNNING/SCHEDULED at the end because its process died). Metrics
+    FAILED or KILLED, or still RUNNING/SCHEDULED at the end because its process died); a
+    sweeper that succeeds past failed children (Optuna) closes it FINISHED first
+    (:func:`close_sweep` ``tolerated``). Metrics
     ``sweep.children.total`` and ``sweep.children.<status>`` (lower case) count the children.
 
     Hydra skips ``on_multirun_end`` when a job raises (its sweeper re-raises the job's
@@ -130,7 +132,12 @@ class MlflowSweepCallback(Callback):
 
 
 def close_sweep(
-    uri: str, sweep_dir: str, *, aborted: bool = False, error: str | None = None
+    uri: str,
+    sweep_dir: str,
+    *,
+    aborted: bool = False,
+    error: str | None = None,
+    tolerated: str | None = None,
 ) -> str | None:
     """Terminate a sweep's parent run (idempotent: an already ended parent is left alone).
 
@@ -141,6 +148,9 @@ def close_sweep(
             ``error``.
         error: Why the sweep failed (tag ``error`` and the run's description); the parent
             ends FAILED.
+        tolerated: The sweep succeeded although some children failed (an Optuna study goes
+            on past failed trials and has a best value): the parent ends FINISHED with this
+            text as tag ``sweep.failed_children``, so its status agrees with the exit code.
 
     Returns:
         The status given to the parent (``FINISHED`` / ``FAILED``), or None when there was no
@@ -162,7 +172,8 @@ def close_sweep(
         counts = Counter(
             r.info.status for r in child_runs(client, parent.info.experiment_id, parent_id)
         )
-        ok = not aborted and error is None and set(counts) <= {"FINISHED"}
+        children_ok = tolerated is not None or set(counts) <= {"FINISHED"}
+        ok = not aborted and error is None and children_ok
         status = RunStatus.to_string(RunStatus.FINISHED if ok else RunStatus.FAILED)
         now = _now_ms()
         metrics = [Metric("sweep.children.total", float(sum(counts.values())), now, 0)]
@@ -175,6 +186,8 @@ def close_sweep(
             tags += [RunTag("error", error), RunTag("mlflow.note.content", error)]
         elif aborted:
             tags.append(RunTag("error", "the sweep stopped before all jobs ended (a job raised)"))
+        elif tolerated is not None and set(counts) - {"FINISHED"}:
+            tags.append(RunTag("sweep.failed_children", tolerated))
         client.log_batch(parent_id, metrics=metrics, tags=tags)
         client.set_terminated(parent_id, status)
     except MlflowException as e:
