@@ -162,14 +162,20 @@ class ChromaIndex:
                 return None
 
     def _complete_count(
-        self, name: str, key: str, embedder: Embedder, chunker_id: str | None = None
+        self,
+        name: str,
+        key: str,
+        embedder: Embedder,
+        chunker_id: str | None = None,
+        quiet: bool = False,
     ) -> int | None:
         """N when collection ``name`` exists, is complete, holds N records and was built the
         way this index builds it; else None (to be rebuilt).
 
         A collection that exists but is not what :meth:`ensure` would build (another key,
         embedder, vector dimension, chunker or distance space: a hand-made collection, an old
-        layout, a name-hash collision) is logged as a warning with the reason and rebuilt.
+        layout, a name-hash collision) is logged as a warning with the reason (unless
+        ``quiet``: the re-check under the build lock) and rebuilt.
         """
         collection = self._get(name)
         if collection is None:
@@ -177,7 +183,8 @@ class ChromaIndex:
         meta = collection.metadata or {}
         reason = self._mismatch(collection, meta, key, embedder, chunker_id)
         if reason is not None:
-            log.warning("Rebuilding vector index %s in %s: %s", name, self.path, reason)
+            if not quiet:
+                log.warning("Rebuilding vector index %s in %s: %s", name, self.path, reason)
             return None
         n = meta.get("n_chunks")
         if meta.get("complete") is not True or not isinstance(n, int):
@@ -279,7 +286,7 @@ class ChromaIndex:
             lock.acquire()
         try:
             # Re-check: another process may have finished the build while we waited.
-            n = self._complete_count(name, full_key, embedder, chunker_id)
+            n = self._complete_count(name, full_key, embedder, chunker_id, quiet=True)
             if n == len(chunks):
                 log.info("Reusing vector index %s (%d chunks)", name, n)
                 return name
