@@ -12,22 +12,47 @@ the run (trace metadata ``mlflow.sourceRun``):
   ``metadata`` = ``doc_id``, ``chunk_id``, ``rank`` (1 = best));
 * child span ``generate`` (type ``LLM``) when the target generated an answer: model id, token
   usage (``mlflow.chat.tokenUsage``) and the generation's wall time when the target timed it;
-* one :class:`mlflow.entities.Feedback` per metric value: name = canonical metric name, value =
-  the float (None with an ``error`` carrying the reason when NaN), rationale = the judge's
-  reasons from the audit record or the NaN reason, source = ``LLM_JUDGE`` with the judge's model
-  id for judged columns, ``CODE`` (``rag-experiments``) for the others;
-* the reference answer as the :class:`mlflow.entities.Expectation` ``expected_response``.
+* the reference answer as the :class:`mlflow.entities.Expectation` ``expected_response``;
+* one :class:`mlflow.entities.Feedback` per **assessed** value (below): name = canonical
+  metric name, value = the float, rationale = the explanation lines of the judge's audit
+  record (:data:`~rag_experiments.metrics.audit.RATIONALE_KEY`, the same shape for every
+  backend) after a ``flag: <reason>`` line for a flagged value, source = ``LLM_JUDGE`` with
+  the judge's model id for judged columns, ``CODE`` (``rag-experiments``) for the others.
 
-**Batching.** MLflow has no bulk call for assessments: ``mlflow.log_feedback`` is one
-transaction per value (about 25 ms on a sqlite store: 65 metric columns x 1,000 questions would
-take half an hour), and ``start_trace`` one transaction per trace with its assessments (40-80
-ms each with 65 assessments). So on a database store (``sqlite:///…``) the trace, tag,
-metadata and assessment rows of 100 questions go in one transaction (:func:`_insert_sql`,
-with MLflow's own row classes and value mapping; 100, so that parallel sweep jobs sharing the
-sqlite file never wait long for its write lock), and the spans of all traces in a few
-``log_spans`` calls; on a server, traces go through ``start_trace`` one by one. Spans are
-built offline with a private OpenTelemetry tracer (never MLflow's global one), so nothing here
-touches the caller's own tracing.
+**Which values become assessments.** A trace carries the columns of the LLM-judged metrics
+(both backends) and the key metrics (:data:`~rag_experiments.metrics.keys.KEY_METRICS`, e.g.
+``nDCG@10``, ``keyword_coverage``) the run computed; every other column stays in the run's
+per-query table, which keeps all of them. Of those values:
+
+* a number is a feedback with that value;
+* a NaN that says something **failed** — the target (``target_error``), the judge (a reason of
+  :data:`~rag_experiments.llm.errors.JUDGE_ERROR_REASONS`: ``timeout``, ``parse_error`` …),
+  the metric (``metric_error``, ``judge_error``), or a missing cell (``missing``) — is a
+  feedback without value whose error code is the reason (MLflow shows it as an error, as it
+  should);
+* a NaN **by design** — any other reason: the metric does not apply to this question
+  (``unanswerable``, ``no_reference``, ``no_reference_docs``, ``has_reference``, ``refusal``,
+  ``no_claims``, ``missing_params`` …) — is not an assessment (MLflow would show a red
+  "Error"); the trace tag ``not_applicable`` lists them (``<reason>: <column>, …``).
+
+**Idempotent per (run, question).** The trace id is derived from the run id and the question id
+(:func:`trace_id_for`), span and assessment ids from the trace id, so the same question of the
+same run always makes the same rows. :func:`log_traces` first deletes the traces with those
+ids that the store already holds (a run killed while writing them, then resumed, or a retry
+after a partial write), then writes them all: whatever was interrupted, one complete trace per
+question remains.
+
+**Batching.** MLflow has no bulk call for assessments (``log_feedback`` is one transaction per
+value, ``start_trace`` one per trace). So on a database store (``sqlite:///…``,
+``postgresql://…``) the trace, tag, metadata and assessment rows of
+:data:`TRACES_PER_TRANSACTION` questions go in one transaction as multi-row INSERTs on
+MLflow's own tables (:func:`_insert_sql`, the values mapped as ``SqlAlchemyStore.start_trace``
+maps them; ``tests/test_traces.py`` checks both store the same traces). On a tracking server
+(``http://…``) each trace with its assessments is one ``StartTraceV3`` request (the server has
+no batch endpoint for assessments), sent :data:`API_CONCURRENCY` at a time. The spans of all
+traces go in ``log_spans`` calls of :data:`SPANS_PER_CALL` spans (on a server, OTLP
+``/v1/traces`` requests). Spans are built offline with a private OpenTelemetry tracer (never
+MLflow's global one), so nothing here touches the caller's own tracing.
 
 Traces need a database-backed store (``sqlite:///…``) or a tracking server; a plain folder
 store keeps no spans.
@@ -35,10 +60,13 @@ store keeps no spans.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,8 +96,12 @@ from mlflow.tracing.constant import (
 from mlflow.tracing.utils import generate_mlflow_trace_id_from_otel_trace_id
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from rag_experiments.errors import TrackingError
+from rag_experiments.llm.errors import JUDGE_ERROR_REASONS
+from rag_experiments.metrics.audit import RATIONALE_KEY
+from rag_experiments.metrics.keys import KEY_METRICS
 from rag_experiments.metrics.scheduler import JudgedRowMetric
 from rag_experiments.protocols import Metric
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
@@ -82,16 +114,77 @@ CODE_SOURCE_ID = "rag-experiments"
 EXPECTATION_NAME = "expected_response"
 """MLflow's conventional expectation name for a reference answer."""
 
+NOT_APPLICABLE_TAG = "not_applicable"
+"""Trace tag listing the assessed columns left out because their NaN is by design."""
+
+FAILURE_REASONS: frozenset[str] = JUDGE_ERROR_REASONS | {
+    "target_error",
+    "metric_error",
+    "judge_error",
+    "missing",
+}
+"""NaN reasons that say something failed (shown as an assessment error); every other NaN
+reason means the metric does not apply to the question (left out, see the module docstring)."""
+
 TRACE_NAME = "question"
 TRACES_PER_TRANSACTION = 100
 """Traces (with their assessments) per database transaction: short enough that parallel sweep
 jobs sharing a sqlite file never wait long for its write lock."""
 SPANS_PER_CALL = 600
-"""Spans per ``log_spans`` call (each call is one transaction; contexts make spans large)."""
+"""Spans per ``log_spans`` call (one transaction, or one OTLP request on a server; contexts
+make spans large)."""
+API_CONCURRENCY = 8
+"""Requests in flight at once to a tracking server (each trace is one ``StartTraceV3``)."""
 
 _PREVIEW_CHARS = 1000
-_TRACER = TracerProvider().get_tracer("rag_experiments.tracking.traces")
+_TAG_CHARS = 4000
+
+
+class _SeededIds(IdGenerator):
+    """OpenTelemetry ids derived from a seed: the trace id set by :meth:`seed` (per thread),
+    span ids hashed from it and a counter, so a trace rebuilt from the same question has the
+    same ids."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def seed(self, otel_trace_id: int) -> None:
+        self._local.trace_id = otel_trace_id
+        self._local.spans = 0
+
+    def generate_trace_id(self) -> int:
+        return int(self._local.trace_id)
+
+    def generate_span_id(self) -> int:
+        self._local.spans += 1
+        digest = hashlib.blake2b(
+            f"{self._local.trace_id:032x}/{self._local.spans}".encode(), digest_size=8
+        ).digest()
+        return int.from_bytes(digest, "big") or 1
+
+
+_IDS = _SeededIds()
+_TRACER = TracerProvider(id_generator=_IDS).get_tracer("rag_experiments.tracking.traces")
 """A tracer with no span processor: spans built here are never exported by OpenTelemetry."""
+
+
+def _otel_trace_id(run_id: str, question_key: str) -> int:
+    digest = hashlib.blake2b(f"{run_id}\n{question_key}".encode(), digest_size=16).digest()
+    return int.from_bytes(digest, "big") or 1
+
+
+def trace_id_for(run_id: str, question_key: str) -> str:
+    """The MLflow trace id of one question of one run (``tr-`` + 32 hex digits): a BLAKE2b
+    hash of both, so rewriting a question's trace replaces it instead of adding one.
+
+    Args:
+        run_id: The MLflow run.
+        question_key: The question's id (``Sample.id``; a repeated id gets ``#<n>``).
+
+    Returns:
+        The trace id.
+    """
+    return generate_mlflow_trace_id_from_otel_trace_id(_otel_trace_id(run_id, question_key))
 
 
 @dataclass(frozen=True)
@@ -108,6 +201,9 @@ class ColumnSource:
     source_type: str
     source_id: str
     audit_key: str | None = None
+
+
+_CODE = ColumnSource(AssessmentSourceType.CODE, CODE_SOURCE_ID)
 
 
 def column_sources(metrics: Sequence[Metric]) -> dict[str, ColumnSource]:
@@ -131,54 +227,53 @@ def column_sources(metrics: Sequence[Metric]) -> dict[str, ColumnSource]:
                     AssessmentSourceType.LLM_JUDGE, model or "judge", str(metric.name)
                 )
             else:
-                out[spec.name] = ColumnSource(AssessmentSourceType.CODE, CODE_SOURCE_ID)
+                out[spec.name] = _CODE
     return out
 
 
+def assessed_columns(specs: Sequence[MetricSpec], sources: Mapping[str, ColumnSource]) -> list[str]:
+    """The columns that become trace assessments: LLM-judged ones and the key metrics.
+
+    Args:
+        specs: The run's metric columns, in output order.
+        sources: Who computed each column (:func:`column_sources`).
+
+    Returns:
+        Column names in ``specs`` order.
+    """
+    keys = set(KEY_METRICS)
+    return [
+        s.name
+        for s in specs
+        if s.name in keys
+        or sources.get(s.name, _CODE).source_type == AssessmentSourceType.LLM_JUDGE
+    ]
+
+
+def is_not_applicable(value: MetricValue) -> bool:
+    """True for a NaN by design (its reason is not in :data:`FAILURE_REASONS`)."""
+    return not value.is_valid and value.reason not in FAILURE_REASONS
+
+
 def rationale(value: MetricValue, record: Mapping[str, Any] | None) -> str | None:
-    """A readable reason for one value: the judge's verdicts from its audit record, or why the
-    value is NaN.
+    """A readable reason for one value: the explanation lines of the judge's audit record
+    (:data:`~rag_experiments.metrics.audit.RATIONALE_KEY`), after ``NaN: <reason>`` for a NaN
+    or ``flag: <reason>`` for a flagged value.
 
     Args:
         value: The cell.
-        record: The judged metric's audit record of this question (claims, verdicts, generated
-            questions, feedback, the raw judgement), or None for code metrics.
+        record: The judged metric's audit record of this question, or None for code metrics.
 
     Returns:
         One or more lines, or None when a code metric's value needs no reason.
     """
     lines: list[str] = []
-    judgement = (record or {}).get("judgement") or {}
     if not value.is_valid:
         lines.append(f"NaN: {value.reason}")
-        if judgement.get("error_message"):
-            lines.append(str(judgement["error_message"]))
     elif value.reason:
         lines.append(f"flag: {value.reason}")
-    if record and value.is_valid:  # a NaN's verdicts (if any) are another column's
-        lines.extend(_verdict_lines(record))
+    lines.extend(str(line) for line in (record or {}).get(RATIONALE_KEY) or [])
     return "\n".join(lines) or None
-
-
-def _verdict_lines(record: Mapping[str, Any]) -> list[str]:
-    """The verdicts of an audit record, one line each (see the metrics' ``_score``)."""
-    lines = []
-    for claim in record.get("claims") or []:
-        ok = claim.get("supported", claim.get("attributed"))
-        where = f"context {claim.get('context')}" if claim.get("context") else "no context"
-        lines.append(f"{'✓' if ok else '✗'} {claim.get('claim')} ({where})")
-    for verdict in record.get("verdicts") or []:
-        useful = "relevant" if verdict.get("relevant") else "not relevant"
-        lines.append(f"context {verdict.get('rank')}: {useful}")
-    for q in record.get("questions") or []:
-        lines.append(f"generated question: {q.get('question')} (cosine {q.get('cosine')})")
-    if record.get("noncommittal"):
-        lines.append("the answer is noncommittal")
-    if record.get("scores"):
-        lines.append("scores: " + ", ".join(f"{k} {v}" for k, v in record["scores"].items()))
-    if record.get("feedback"):
-        lines.append(str(record["feedback"]))
-    return lines
 
 
 def feedback(
@@ -233,14 +328,16 @@ def question_trace(
     run_id: str,
     model: str | None,
     start_ns: int,
+    question_key: str | None = None,
 ) -> tuple[TraceInfo, list[Span]]:
-    """The trace of one question (see the module docstring for its layout).
+    """The trace of one question (see the module docstring for its layout and which values
+    become assessments).
 
     Args:
         sample: The question.
         response: The target's answer.
         values: Its metric values by column.
-        specs: The run's metric columns, in output order (one feedback each).
+        specs: The run's metric columns, in output order (the assessed ones become feedback).
         sources: Who computed each column (:func:`column_sources`).
         audit: The question's row of ``judge_audit.jsonl`` (``{metric name: record}``), if any.
         experiment_id: The run's experiment.
@@ -249,10 +346,13 @@ def question_trace(
         start_ns: Start time of the trace, ns since the epoch; the spans last
             ``response.latency_ms`` (split into retrieval and generation when the target
             recorded ``generation_ms``).
+        question_key: The question's key in :func:`trace_id_for` (default ``sample.id``).
 
     Returns:
-        ``(trace info with assessments, spans)``.
+        ``(trace info with assessments, spans)``; the ids depend only on ``run_id`` and the
+        question key.
     """
+    _IDS.seed(_otel_trace_id(run_id, question_key or sample.id))
     total_ns = int(max(response.latency_ms, 0.0) * 1e6)
     end_ns = start_ns + total_ns
     generation_ns = int(float(response.metadata.get("generation_ms", 0.0)) * 1e6)
@@ -310,11 +410,15 @@ def question_trace(
         )
         spans.append(generate)
     assessments: list[Any] = []
-    for spec in specs:
-        value = values.get(spec.name, MetricValue.nan("missing"))
-        source = sources.get(spec.name, ColumnSource(AssessmentSourceType.CODE, CODE_SOURCE_ID))
+    not_applicable: dict[str, list[str]] = {}
+    for name in assessed_columns(specs, sources):
+        value = values.get(name, MetricValue.nan("missing"))
+        if is_not_applicable(value):
+            not_applicable.setdefault(str(value.reason), []).append(name)
+            continue
+        source = sources.get(name, _CODE)
         record = (audit or {}).get(source.audit_key) if source.audit_key else None
-        assessments.append(feedback(spec.name, value, source, record))
+        assessments.append(feedback(name, value, source, record))
     if sample.reference:
         assessments.append(
             Expectation(
@@ -328,6 +432,9 @@ def question_trace(
     for a in assessments:
         a.trace_id = trace_id
         a.span_id = root.span_id
+        a.assessment_id = (
+            "a-" + hashlib.blake2b(f"{trace_id}/{a.name}".encode(), digest_size=16).hexdigest()
+        )
     tags = {TraceTagKey.TRACE_NAME: TRACE_NAME, "question_id": sample.id}
     if sample.question_type:
         tags["question_type"] = sample.question_type
@@ -335,6 +442,10 @@ def question_trace(
         tags["answerable"] = "false"
     if failed:
         tags["error"] = f"{response.error}: {response.error_message or ''}"[:250]
+    if not_applicable:
+        tags[NOT_APPLICABLE_TAG] = "; ".join(
+            f"{reason}: {', '.join(names)}" for reason, names in sorted(not_applicable.items())
+        )[:_TAG_CHARS]
     info = TraceInfo(
         trace_id=trace_id,
         trace_location=TraceLocation.from_experiment_id(experiment_id),
@@ -376,6 +487,18 @@ def _documents(response: RagResponse) -> list[Document]:
     return docs
 
 
+def question_keys(samples: Sequence[Sample]) -> list[str]:
+    """Each sample's key in :func:`trace_id_for`: its id, with ``#<n>`` appended to the
+    ``n``-th repeat of an id already seen (so repeated ids still get distinct traces)."""
+    seen: dict[str, int] = {}
+    keys = []
+    for sample in samples:
+        n = seen.get(sample.id, 0)
+        seen[sample.id] = n + 1
+        keys.append(sample.id if n == 0 else f"{sample.id}#{n}")
+    return keys
+
+
 @dataclass(frozen=True)
 class TraceLogStats:
     """What :func:`log_traces` wrote and how long it took.
@@ -385,12 +508,15 @@ class TraceLogStats:
         spans: Spans written.
         assessments: Feedback and expectations written.
         seconds: Wall time of building and writing, seconds.
+        replaced: Traces of the same questions found in the store and replaced (a resumed or
+            retried run), 0 normally.
     """
 
     traces: int
     spans: int
     assessments: int
     seconds: float
+    replaced: int = 0
 
 
 def log_traces(
@@ -406,7 +532,9 @@ def log_traces(
     audit: Sequence[Mapping[str, Any]] = (),
     model: str | None = None,
 ) -> TraceLogStats:
-    """Write one trace per question into ``experiment_id``, linked to ``run_id``.
+    """Write one trace per question into ``experiment_id``, linked to ``run_id``, replacing
+    the traces of the same (run, question) already in the store (see the module docstring:
+    layout, assessed values, idempotency, batching per store).
 
     Args:
         tracking_uri: Resolved tracking URI (a database store or a server).
@@ -415,7 +543,7 @@ def log_traces(
         samples: The questions, in row order.
         responses: One response per sample.
         values: One ``{column: MetricValue}`` per sample.
-        specs: The metric columns (one feedback per column per question).
+        specs: The metric columns (the judged and key ones become feedback).
         sources: Who computed each column (:func:`column_sources`).
         audit: ``judge_audit.jsonl`` rows (matched to samples by ``id``).
         model: The generator's model id, for the LLM spans.
@@ -426,7 +554,7 @@ def log_traces(
     Raises:
         TrackingError: ``tracking_uri`` is a folder store (it keeps no spans).
         MlflowException: The store refused a trace or the spans (the caller decides whether
-            that fails the run).
+            that fails the run); calling again writes everything again, without duplicates.
     """
     started = time.perf_counter()
     by_id = {str(row.get("id")): row for row in audit}
@@ -440,7 +568,8 @@ def log_traces(
     infos: list[TraceInfo] = []
     spans: list[Span] = []
     offset_ns = 0
-    for sample, response, row_values in zip(samples, responses, values, strict=True):
+    rows = zip(samples, responses, values, question_keys(samples), strict=True)
+    for sample, response, row_values, key in rows:
         info, trace_spans = question_trace(
             sample,
             response,
@@ -452,27 +581,63 @@ def log_traces(
             run_id=run_id,
             model=model,
             start_ns=now_ns + offset_ns,
+            question_key=key,
         )
         offset_ns += 1_000  # keep the questions' order in the UI's time-sorted list
         infos.append(info)
         spans.extend(trace_spans)
-    for i in range(0, len(infos), TRACES_PER_TRANSACTION):
-        chunk = infos[i : i + TRACES_PER_TRANSACTION]
-        if not _insert_sql(client, experiment_id, chunk):
-            for info in chunk:  # trace + its assessments: one transaction each
-                client.start_trace(info)
-    for i in range(0, len(spans), SPANS_PER_CALL):
-        client.log_spans(experiment_id, spans[i : i + SPANS_PER_CALL])
+    built = time.perf_counter()
+    sql = _SqlTraceWriter.open(client.store, experiment_id)
+    if sql is not None:
+        replaced = sql.delete_existing(client, [i.trace_id for i in infos])
+        for chunk in _chunks(infos, TRACES_PER_TRANSACTION):
+            sql.insert(chunk)
+        for chunk in _chunks(spans, SPANS_PER_CALL):
+            client.log_spans(experiment_id, chunk)
+    else:
+        replaced = _log_through_api(client, experiment_id, infos, spans)
     n_assessments = sum(len(info.assessments) for info in infos)
     elapsed = time.perf_counter() - started
     log.info(
-        "logged %d traces (%d spans, %d assessments) in %.1f s",
+        "logged %d traces (%d spans, %d assessments%s) in %.1f s (built in %.1f s)",
         len(infos),
         len(spans),
         n_assessments,
+        f", {replaced} replaced" if replaced else "",
         elapsed,
+        built - started,
     )
-    return TraceLogStats(len(infos), len(spans), n_assessments, elapsed)
+    return TraceLogStats(len(infos), len(spans), n_assessments, elapsed, replaced)
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _log_through_api(
+    client: TracingClient, experiment_id: str, infos: Sequence[TraceInfo], spans: Sequence[Span]
+) -> int:
+    """Write traces with MLflow's client API (a tracking server, or a store this module does
+    not know): delete those of the same ids, then one ``start_trace`` per trace (with its
+    assessments), then the spans in ``log_spans`` calls, :data:`API_CONCURRENCY` requests at
+    a time; each phase ends before the next starts. Returns the traces deleted."""
+    with ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="traces") as pool:
+        ids = [i.trace_id for i in infos]
+        replaced = sum(
+            pool.map(
+                lambda chunk: client.delete_traces(experiment_id, trace_ids=list(chunk)),
+                _chunks(ids, TRACES_PER_TRANSACTION),
+            )
+        )
+        list(pool.map(client.start_trace, infos))
+        list(
+            pool.map(
+                lambda chunk: client.log_spans(experiment_id, list(chunk)),
+                _chunks(spans, SPANS_PER_CALL),
+            )
+        )
+    return int(replaced)
 
 
 def _is_folder_store(store: Any) -> bool:
@@ -484,71 +649,166 @@ def _is_folder_store(store: Any) -> bool:
     return isinstance(store, FileStore)
 
 
-def _insert_sql(client: TracingClient, experiment_id: str, infos: Sequence[TraceInfo]) -> bool:
+class _SqlTraceWriter:
+    """Multi-row INSERTs of trace infos, tags, metadata and assessments into the tables of
+    MLflow's database store (see :func:`_insert_sql`)."""
+
+    def __init__(self, store: Any, experiment: Any, models: Any) -> None:
+        import sqlalchemy
+
+        self.store = store
+        self.experiment = experiment
+        self.models = models
+        self._sqlalchemy = sqlalchemy
+        assessments = models.SqlAssessments
+        self._assessment_columns = {
+            a.key: a.columns[0].key for a in sqlalchemy.inspect(assessments).column_attrs
+        }
+
+    @classmethod
+    def open(cls, store: Any, experiment_id: str) -> _SqlTraceWriter | None:
+        """A writer for ``store``, or None when it is not a database store this code knows
+        (a server, another MLflow layout, trace rollups on): then the API is used."""
+        try:
+            from mlflow.store.tracking.dbmodels import models
+            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+            from mlflow.store.tracking.utils.sql_trace_rollups import rollups_enabled
+            from mlflow.store.tracking.utils.trace_analytics import (  # noqa: F401 - layout check
+                PROMOTED_TRACE_METADATA_KEYS,
+                analytics_columns_from_metadata,
+                assessment_aggregate,
+                validate_trace_name,
+            )
+        except ImportError:  # another MLflow layout
+            return None
+        if type(store) is not SqlAlchemyStore or rollups_enabled():
+            return None
+        return cls(store, store.get_experiment(experiment_id), models)
+
+    def delete_existing(self, client: TracingClient, trace_ids: Sequence[str]) -> int:
+        """Delete the traces among ``trace_ids`` that the store holds (with MLflow's own
+        ``delete_traces``, which removes their spans and assessments); returns how many."""
+        table = self.models.SqlTraceInfo.__table__
+        found: list[str] = []
+        with self.store.ManagedSessionMaker() as session:
+            for chunk in _chunks(trace_ids, 500):
+                query = self._sqlalchemy.select(table.c.request_id).where(
+                    table.c.request_id.in_(list(chunk))
+                )
+                found.extend(row[0] for row in session.execute(query))
+        for chunk in _chunks(found, TRACES_PER_TRANSACTION):
+            client.delete_traces(self.experiment.experiment_id, trace_ids=list(chunk))
+        return len(found)
+
+    def insert(self, infos: Sequence[TraceInfo]) -> None:
+        """Write ``infos`` with their assessments in ONE transaction (:func:`_insert_sql`)."""
+        _insert_sql(self, infos)
+
+
+def _insert_sql(writer: _SqlTraceWriter, infos: Sequence[TraceInfo]) -> None:
     """Write trace infos with their assessments in ONE transaction of a database store.
 
-    MLflow's ``start_trace`` writes one trace per transaction; this inserts the rows
-    ``SqlAlchemyStore.start_trace`` inserts (trace info, tags with the artifact location,
-    metadata marked finalized, and the assessments as ``SqlAssessments.from_mlflow_entity``
-    maps them) in one session, assessments with one multi-row INSERT. The rollup rebuild
-    queue (off unless ``MLFLOW_SQL_TRACE_ROLLUPS_ENABLED``) is not maintained, so with rollups
-    on the API is used. ``tests/test_traces.py`` checks that both paths store the same traces
-    (re-run it when MLflow is upgraded: this relies on the store's row classes).
-
-    Returns:
-        False when the store is not one this code knows (a server, another MLflow layout,
-        rollups on): the caller then uses the API.
+    MLflow's ``start_trace`` writes one trace per transaction through ORM objects; this inserts
+    the rows ``SqlAlchemyStore.start_trace`` inserts — trace info (with the analytics columns
+    it derives from metadata), tags with the artifact location, metadata marked finalized, and
+    the assessments as ``SqlAssessments.from_mlflow_entity`` maps them — with one multi-row
+    INSERT per table. The rollup rebuild queue (off unless ``MLFLOW_SQL_TRACE_ROLLUPS_ENABLED``)
+    is not maintained, so with rollups on the API is used. ``tests/test_traces.py`` checks
+    that both paths store the same traces (re-run it when MLflow is upgraded: this relies on
+    the store's tables and value mapping).
     """
-    try:
-        import sqlalchemy
-        from mlflow.store.tracking.dbmodels.models import (
-            SqlAssessments,
-            SqlTraceInfo,
-            SqlTraceMetadata,
-            SqlTraceTag,
-        )
-        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-        from mlflow.store.tracking.utils.sql_trace_rollups import rollups_enabled
-    except ImportError:  # another MLflow layout
-        return False
-    store = client.store
-    if type(store) is not SqlAlchemyStore or rollups_enabled():
-        return False
-    experiment = store.get_experiment(experiment_id)
-    columns = {a.key: a.columns[0].key for a in sqlalchemy.inspect(SqlAssessments).column_attrs}
+    from mlflow.store.tracking.utils.trace_analytics import (
+        PROMOTED_TRACE_METADATA_KEYS,
+        analytics_columns_from_metadata,
+        assessment_aggregate,
+        validate_trace_name,
+    )
+
+    m = writer.models
+    store = writer.store
+    experiment = writer.experiment
+    experiment_id = int(experiment.experiment_id)
+    info_rows: list[dict[str, Any]] = []
+    tag_rows: list[dict[str, Any]] = []
+    metadata_rows: list[dict[str, Any]] = []
     assessment_rows: list[dict[str, Any]] = []
-    with store.ManagedSessionMaker(read_only=False) as session, session.no_autoflush:
-        for info in infos:
-            trace_id = info.trace_id
-            row = SqlTraceInfo(
-                request_id=trace_id,
-                experiment_id=experiment_id,
-                timestamp_ms=info.request_time,
-                execution_time_ms=info.execution_duration,
-                status=info.state.value,
-                client_request_id=info.client_request_id,
-                request_preview=info.request_preview,
-                response_preview=info.response_preview,
-                trace_name=info.tags.get(TraceTagKey.TRACE_NAME),
-            )
-            row.tags = [
-                SqlTraceTag(request_id=trace_id, key=k, value=v)
-                for k, v in info.tags.items()
-                if k != TraceTagKey.TRACE_NAME
-            ] + [store._get_trace_artifact_location_tag(experiment, trace_id)]
-            metadata = {**info.trace_metadata, TraceMetadataKey.TRACE_INFO_FINALIZED: "true"}
-            row.request_metadata = [
-                SqlTraceMetadata(request_id=trace_id, key=k, value=v)
-                for k, v in sorted(metadata.items())
-            ]
-            for a in info.assessments:  # MLflow's own mapping, inserted in bulk below
-                sql = SqlAssessments.from_mlflow_entity(a)
-                sql.trace_id = trace_id
-                sql.experiment_id = int(experiment_id)
-                sql.trace_timestamp_ms = info.request_time
-                assessment_rows.append({col: getattr(sql, attr) for attr, col in columns.items()})
-            session.add(row)
-        session.flush()  # the trace rows exist before their assessments
+    analytics_keys: set[str] = set()
+    for info in infos:
+        trace_id = info.trace_id
+        metadata = dict(info.trace_metadata)
+        analytics = analytics_columns_from_metadata(metadata)
+        analytics_keys.update(analytics)
+        for key in PROMOTED_TRACE_METADATA_KEYS:
+            metadata.pop(key, None)
+        metadata[TraceMetadataKey.TRACE_INFO_FINALIZED] = "true"
+        info_rows.append(
+            {
+                "request_id": trace_id,
+                "experiment_id": experiment_id,
+                "timestamp_ms": info.request_time,
+                "execution_time_ms": info.execution_duration,
+                "status": info.state.value,
+                "client_request_id": info.client_request_id,
+                "request_preview": info.request_preview,
+                "response_preview": info.response_preview,
+                "trace_name": validate_trace_name(info.tags.get(TraceTagKey.TRACE_NAME)),
+                **analytics,
+            }
+        )
+        location = store._get_trace_artifact_location_tag(experiment, trace_id)
+        tags = {k: v for k, v in info.tags.items() if k != TraceTagKey.TRACE_NAME}
+        tags[location.key] = location.value
+        tag_rows.extend({"request_id": trace_id, "key": k, "value": v} for k, v in tags.items())
+        metadata_rows.extend(
+            {"request_id": trace_id, "key": k, "value": v} for k, v in sorted(metadata.items())
+        )
+        columns = writer._assessment_columns
+        for a in info.assessments:
+            row = _assessment_row(a, trace_id, experiment_id, info.request_time)
+            aggregate = assessment_aggregate(row.pop("_value"))
+            row["aggregate_value"], row["is_numeric_value"] = aggregate
+            assessment_rows.append({columns[k]: v for k, v in row.items()})
+    for row in info_rows:  # one column set for the multi-row INSERT
+        for key in analytics_keys:
+            row.setdefault(key, None)
+    with store.ManagedSessionMaker(read_only=False) as session:
+        session.execute(m.SqlTraceInfo.__table__.insert(), info_rows)
+        if tag_rows:
+            session.execute(m.SqlTraceTag.__table__.insert(), tag_rows)
+        session.execute(m.SqlTraceMetadata.__table__.insert(), metadata_rows)
         if assessment_rows:
-            session.execute(SqlAssessments.__table__.insert(), assessment_rows)
-    return True
+            session.execute(m.SqlAssessments.__table__.insert(), assessment_rows)
+
+
+def _assessment_row(
+    a: Any, trace_id: str, experiment_id: int, trace_timestamp_ms: int
+) -> dict[str, Any]:
+    """The ``assessments`` row of one assessment, keyed by ``SqlAssessments`` attribute, as
+    ``SqlAssessments.from_mlflow_entity`` maps it (plus ``_value``, for the aggregate columns);
+    feedback and expectations only."""
+    if a.feedback is not None:
+        kind, value = "feedback", a.feedback.value
+        error = json.dumps(a.feedback.error.to_dictionary()) if a.feedback.error else None
+    else:
+        kind, value, error = "expectation", a.expectation.value, None
+    return {
+        "assessment_id": a.assessment_id,
+        "trace_id": trace_id,
+        "name": a.name,
+        "assessment_type": kind,
+        "value": json.dumps(value),
+        "_value": value,
+        "error": error,
+        "created_timestamp": a.create_time_ms,
+        "last_updated_timestamp": a.last_update_time_ms,
+        "source_type": a.source.source_type,
+        "source_id": a.source.source_id,
+        "run_id": a.run_id,
+        "span_id": a.span_id,
+        "rationale": a.rationale,
+        "overrides": a.overrides,
+        "valid": True,
+        "assessment_metadata": json.dumps(a.metadata) if a.metadata else None,
+        "experiment_id": experiment_id,
+        "trace_timestamp_ms": trace_timestamp_ms,
+    }
