@@ -10,7 +10,6 @@ import pytest
 
 from rag_experiments.text.stop_words import ENGLISH_STOP_WORDS
 
-
 pytestmark = pytest.mark.slow  # scikit-learn's import, a fresh interpreter
 
 
