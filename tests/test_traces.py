@@ -303,6 +303,60 @@ def test_batch_writer_stores_what_mlflow_start_trace_stores(
     _check_rows_written(bulk)
 
 
+VOLATILE = {
+    "created_timestamp", "last_updated_timestamp", "timestamp_ms", "trace_timestamp_ms",
+    "start_time_unix_nano", "end_time_unix_nano",
+}  # fmt: skip
+"""Columns (and span content keys) holding the time of writing, not what was written."""
+
+
+def _rows_of(uri: str) -> dict[str, list[tuple]]:
+    """Every row of MLflow's trace tables (columns in VOLATILE and the artifact location,
+    which names the database's folder, left out), sorted."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(uri)
+    out = {}
+    with engine.connect() as conn:
+        for table in ("trace_info", "trace_tags", "trace_request_metadata", "assessments", "spans"):
+            result = conn.execute(sqlalchemy.text(f"SELECT * FROM {table}"))
+            keys = list(result.keys())
+            rows = []
+            for row in result:
+                cells = dict(zip(keys, row, strict=True))
+                if cells.get("key") == "mlflow.artifactLocation":
+                    continue
+                if table == "spans":
+                    content = json.loads(cells["content"])
+                    cells["content"] = {k: v for k, v in content.items() if k not in VOLATILE}
+                rows.append(sorted((k, v) for k, v in cells.items() if k not in VOLATILE))
+            out[table] = sorted(rows, key=repr)
+    engine.dispose()
+    return out
+
+
+@pytest.mark.slow
+def test_batch_writer_writes_the_rows_mlflows_start_trace_and_log_spans_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Row for row, column for column: the ids depend only on the run id and the question,
+    so with one run id both stores must hold the very same rows."""
+    found = []
+    for name, batch in (("bulk", True), ("api", False)):
+        if not batch:
+            monkeypatch.setattr(traces_mod._SqlTraceWriter, "open", lambda *a: None)
+        uri, experiment_id, _ = _store(tmp_path, name)
+        _log(uri, experiment_id, "run-0")
+        found.append(_rows_of(uri))
+    bulk, api = found
+    assert {table: len(rows) for table, rows in bulk.items()} == {
+        "trace_info": 2, "trace_tags": 8, "trace_request_metadata": 6, "assessments": 4,
+        "spans": 5,
+    }  # fmt: skip
+    for table in bulk:
+        assert bulk[table] == api[table], table
+
+
 @pytest.mark.slow
 def test_writing_again_after_a_partial_write_leaves_one_complete_trace_per_question(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

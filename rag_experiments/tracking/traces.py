@@ -89,12 +89,14 @@ from mlflow.tracing.constant import (
     TRACE_SCHEMA_VERSION,
     TRACE_SCHEMA_VERSION_KEY,
     SpanAttributeKey,
+    SpansLocation,
     TokenUsageKey,
     TraceMetadataKey,
     TraceTagKey,
 )
 from mlflow.tracing.utils import generate_mlflow_trace_id_from_otel_trace_id
 from opentelemetry import trace as otel_trace
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
@@ -164,8 +166,11 @@ class _SeededIds(IdGenerator):
 
 
 _IDS = _SeededIds()
-_TRACER = TracerProvider(id_generator=_IDS).get_tracer("rag_experiments.tracking.traces")
-"""A tracer with no span processor: spans built here are never exported by OpenTelemetry."""
+_TRACER = TracerProvider(id_generator=_IDS, resource=Resource.get_empty()).get_tracer(
+    "rag_experiments.tracking.traces"
+)
+"""A tracer with no span processor (spans built here are never exported by OpenTelemetry) and
+no resource attributes (MLflow would store them as trace tags: ``service.name`` …)."""
 
 
 def _otel_trace_id(run_id: str, question_key: str) -> int:
@@ -590,10 +595,11 @@ def log_traces(
     sql = _SqlTraceWriter.open(client.store, experiment_id)
     if sql is not None:
         replaced = sql.delete_existing(client, [i.trace_id for i in infos])
+        by_trace: dict[str, list[Span]] = {}
+        for span in spans:
+            by_trace.setdefault(span.trace_id, []).append(span)
         for chunk in _chunks(infos, TRACES_PER_TRANSACTION):
-            sql.insert(chunk)
-        for chunk in _chunks(spans, SPANS_PER_CALL):
-            client.log_spans(experiment_id, chunk)
+            sql.insert(chunk, by_trace)
     else:
         replaced = _log_through_api(client, experiment_id, infos, spans)
     n_assessments = sum(len(info.assessments) for info in infos)
@@ -700,22 +706,30 @@ class _SqlTraceWriter:
             client.delete_traces(self.experiment.experiment_id, trace_ids=list(chunk))
         return len(found)
 
-    def insert(self, infos: Sequence[TraceInfo]) -> None:
-        """Write ``infos`` with their assessments in ONE transaction (:func:`_insert_sql`)."""
-        _insert_sql(self, infos)
+    def insert(self, infos: Sequence[TraceInfo], spans: Mapping[str, Sequence[Span]]) -> None:
+        """Write ``infos`` with their assessments and spans (by trace id) in ONE transaction
+        (:func:`_insert_sql`)."""
+        _insert_sql(self, infos, spans)
 
 
-def _insert_sql(writer: _SqlTraceWriter, infos: Sequence[TraceInfo]) -> None:
-    """Write trace infos with their assessments in ONE transaction of a database store.
+def _insert_sql(
+    writer: _SqlTraceWriter, infos: Sequence[TraceInfo], spans: Mapping[str, Sequence[Span]]
+) -> None:
+    """Write trace infos with their assessments and spans in ONE transaction of a database
+    store.
 
-    MLflow's ``start_trace`` writes one trace per transaction through ORM objects; this inserts
-    the rows ``SqlAlchemyStore.start_trace`` inserts — trace info (with the analytics columns
-    it derives from metadata), tags with the artifact location, metadata marked finalized, and
-    the assessments as ``SqlAssessments.from_mlflow_entity`` maps them — with one multi-row
-    INSERT per table. The rollup rebuild queue (off unless ``MLFLOW_SQL_TRACE_ROLLUPS_ENABLED``)
-    is not maintained, so with rollups on the API is used. ``tests/test_traces.py`` checks
-    that both paths store the same traces (re-run it when MLflow is upgraded: this relies on
-    the store's tables and value mapping).
+    MLflow writes one trace per transaction through ORM objects (``start_trace``), then its
+    spans (``log_spans``: an upsert, then per-trace updates and tag merges). Here the rows the
+    two calls leave behind for a new trace are inserted with one multi-row INSERT per table:
+    the trace info (with the analytics columns ``start_trace`` derives from metadata and the
+    token usage and cost ``log_spans`` aggregates from the spans; payload generation 1, as
+    after one ``log_spans``), tags with the artifact location and the spans' location,
+    metadata marked finalized, the assessments as ``SqlAssessments.from_mlflow_entity`` maps
+    them, and the spans as ``log_spans`` stores them (MLflow's own
+    ``translate_span_when_storing`` and JSON encoder). The rollup rebuild queue (off unless
+    ``MLFLOW_SQL_TRACE_ROLLUPS_ENABLED``) is not maintained, so with rollups on the API is
+    used. ``tests/test_traces.py`` checks that both paths store the same rows (re-run it when
+    MLflow is upgraded: this relies on the store's tables and value mapping).
     """
     from mlflow.store.tracking.utils.trace_analytics import (
         PROMOTED_TRACE_METADATA_KEYS,
@@ -726,6 +740,7 @@ def _insert_sql(writer: _SqlTraceWriter, infos: Sequence[TraceInfo]) -> None:
 
     m = writer.models
     store = writer.store
+    span_rows: list[dict[str, Any]] = []
     experiment = writer.experiment
     experiment_id = int(experiment.experiment_id)
     info_rows: list[dict[str, Any]] = []
@@ -741,8 +756,12 @@ def _insert_sql(writer: _SqlTraceWriter, infos: Sequence[TraceInfo]) -> None:
         for key in PROMOTED_TRACE_METADATA_KEYS:
             metadata.pop(key, None)
         metadata[TraceMetadataKey.TRACE_INFO_FINALIZED] = "true"
+        usage = _span_rows(spans.get(trace_id, ()), experiment_id, span_rows)
+        analytics = {**usage, **analytics}  # start_trace's values take precedence
+        analytics_keys.update(usage)
         info_rows.append(
             {
+                "db_payload_generation": 1,
                 "request_id": trace_id,
                 "experiment_id": experiment_id,
                 "timestamp_ms": info.request_time,
@@ -758,6 +777,7 @@ def _insert_sql(writer: _SqlTraceWriter, infos: Sequence[TraceInfo]) -> None:
         location = store._get_trace_artifact_location_tag(experiment, trace_id)
         tags = {k: v for k, v in info.tags.items() if k != TraceTagKey.TRACE_NAME}
         tags[location.key] = location.value
+        tags[TraceTagKey.SPANS_LOCATION] = SpansLocation.TRACKING_STORE.value
         tag_rows.extend({"request_id": trace_id, "key": k, "value": v} for k, v in tags.items())
         metadata_rows.extend(
             {"request_id": trace_id, "key": k, "value": v} for k, v in sorted(metadata.items())
@@ -778,6 +798,88 @@ def _insert_sql(writer: _SqlTraceWriter, infos: Sequence[TraceInfo]) -> None:
         session.execute(m.SqlTraceMetadata.__table__.insert(), metadata_rows)
         if assessment_rows:
             session.execute(m.SqlAssessments.__table__.insert(), assessment_rows)
+        if span_rows:
+            session.execute(m.SqlSpan.__table__.insert(), span_rows)
+
+
+def _span_rows(
+    spans: Sequence[Span], experiment_id: int, out: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Append the ``spans`` rows of one trace's spans to ``out``, as
+    ``SqlAlchemyStore.log_spans`` writes them; return the trace info's token and cost columns
+    it aggregates from them (tree-aware, MLflow's own aggregation)."""
+    from mlflow.store.tracking.sqlalchemy_store import (
+        _span_aggregation_node,
+        _try_parse_json_string,
+    )
+    from mlflow.store.tracking.utils.trace_analytics import (
+        COST_COLUMN_BY_KEY,
+        TOKEN_COLUMN_BY_KEY,
+        bounded_model_dimension,
+        finite_float_or_none,
+        token_count_or_none,
+    )
+    from mlflow.tracing.otel.translation import translate_span_when_storing
+    from mlflow.tracing.utils import (
+        TraceJSONEncoder,
+        aggregate_cost_from_span_nodes,
+        aggregate_usage_from_span_nodes,
+    )
+
+    usage_nodes = []
+    cost_nodes = []
+    for span in spans:
+        span_dict = translate_span_when_storing(span)
+        attributes = span_dict.get("attributes", {})
+        usage_nodes.append(
+            _span_aggregation_node(
+                span.span_id, span.parent_id, attributes, SpanAttributeKey.CHAT_USAGE
+            )
+        )
+        cost_nodes.append(
+            _span_aggregation_node(
+                span.span_id, span.parent_id, attributes, SpanAttributeKey.LLM_COST
+            )
+        )
+        cost: dict[str, Any] = {}
+        if attributes.get(SpanAttributeKey.LLM_COST):
+            try:
+                cost = json.loads(attributes[SpanAttributeKey.LLM_COST])
+            except (TypeError, ValueError):
+                cost = {}
+        out.append(
+            {
+                "trace_id": span.trace_id,
+                "experiment_id": experiment_id,
+                "span_id": span.span_id,
+                "parent_span_id": span.parent_id,
+                "name": span.name,
+                "type": span.span_type,
+                "status": span.status.status_code,
+                "start_time_unix_nano": span.start_time_ns,
+                "end_time_unix_nano": span.end_time_ns,
+                "content": json.dumps(span_dict, cls=TraceJSONEncoder, ensure_ascii=False),
+                "input_cost": finite_float_or_none(cost.get("input_cost")),
+                "output_cost": finite_float_or_none(cost.get("output_cost")),
+                "total_cost": finite_float_or_none(cost.get("total_cost")),
+                "model_name": bounded_model_dimension(
+                    _try_parse_json_string(attributes.get(SpanAttributeKey.MODEL))
+                ),
+                "model_provider": bounded_model_dimension(
+                    _try_parse_json_string(attributes.get(SpanAttributeKey.MODEL_PROVIDER))
+                ),
+            }
+        )
+    columns: dict[str, Any] = {}
+    usage = aggregate_usage_from_span_nodes(usage_nodes) or {}
+    for key, column in TOKEN_COLUMN_BY_KEY.items():
+        if (value := token_count_or_none(usage.get(key))) is not None:
+            columns[column] = value
+    total_cost = aggregate_cost_from_span_nodes(cost_nodes) or {}
+    for key, column in COST_COLUMN_BY_KEY.items():
+        if (value := finite_float_or_none(total_cost.get(key))) is not None:
+            columns[column] = value
+    return columns
 
 
 def _assessment_row(
