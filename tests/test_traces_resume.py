@@ -3,10 +3,11 @@ exactly one complete trace per question (it used to leave 138 traces for 69 ques
 them without spans).
 
 The run is killed at several points of its end-of-run trace logging, one after the other, each
-time in the resumed run: after some trace infos and assessments were written but no span,
-after some spans were written, and right after the old traces were deleted. A small driver
-process makes the kill: it wraps one function of :mod:`rag_experiments.tracking.traces` so the
-process sends itself SIGKILL after its ``n``-th call, then runs ``rag-exp run`` as usual."""
+time in the resumed run: after the first transaction of traces (3 of 8 written), after the
+second one of the resumed run (the old ones replaced, 6 of 8 written), and right after the
+old traces were deleted. A small driver process makes the kill: it wraps one function of
+:mod:`rag_experiments.tracking.traces` so the process sends itself SIGKILL after its
+``n``-th call, then runs ``rag-exp run`` as usual."""
 
 from __future__ import annotations
 
@@ -45,8 +46,6 @@ def killing(original):
 
 if where == "insert":
     traces._insert_sql = killing(traces._insert_sql)
-elif where == "spans":
-    traces.TracingClient.log_spans = killing(traces.TracingClient.log_spans)
 elif where == "delete":
     traces._SqlTraceWriter.delete_existing = killing(traces._SqlTraceWriter.delete_existing)
 sys.argv = ["rag-exp", *sys.argv[2:]]
@@ -93,18 +92,16 @@ def test_kill_9_during_trace_logging_then_resume_leaves_one_complete_trace_per_q
     tmp_path: Path,
 ) -> None:
     uri = f"sqlite:///{tmp_path}/mlruns.db"
-    assert _run(tmp_path, "insert:2") == -9  # 6 of 8 trace infos written, no span
+    assert _run(tmp_path, "insert:1") == -9  # 3 of 8 traces written, with their spans
     client = MlflowClient(uri)
     experiment_id = client.get_experiment_by_name("rag-experiments").experiment_id
     (run,) = client.search_runs([experiment_id])
     run_id = run.info.run_id
-    assert len(_traces(uri, experiment_id, include_spans=False)) == 6
-    assert _traces(uri, experiment_id) == []  # none has spans yet
+    assert len(_traces(uri, experiment_id, include_spans=False)) == 3
+    assert len(_traces(uri, experiment_id)) == 3
 
-    assert _run(tmp_path, "spans:2", f"resume={run_id}") == -9  # 8 infos, 10 of 24 spans
-    assert len(_traces(uri, experiment_id, include_spans=False)) == N_QUESTIONS
-    found = _traces(uri, experiment_id)  # the traces with spans: 10 spans written
-    assert sum(len(t.data.spans) for t in found) == 10
+    assert _run(tmp_path, "insert:2", f"resume={run_id}") == -9  # 3 replaced, 6 of 8 written
+    assert len(_traces(uri, experiment_id, include_spans=False)) == 6
 
     assert _run(tmp_path, "delete:1", f"resume={run_id}") == -9  # the old ones deleted
     assert _traces(uri, experiment_id, include_spans=False) == []

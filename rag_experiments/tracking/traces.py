@@ -569,51 +569,55 @@ def log_traces(
             f"the folder store {tracking_uri} keeps no trace spans: log to a database store "
             "(tracking.uri=sqlite:///mlruns.db) or a server, or set tracking.traces=false"
         )
-    now_ns = time.time_ns()
-    infos: list[TraceInfo] = []
-    spans: list[Span] = []
-    offset_ns = 0
-    rows = zip(samples, responses, values, question_keys(samples), strict=True)
-    for sample, response, row_values, key in rows:
-        info, trace_spans = question_trace(
-            sample,
-            response,
-            row_values,
-            specs,
-            sources=sources,
-            audit=by_id.get(sample.id),
-            experiment_id=experiment_id,
-            run_id=run_id,
-            model=model,
-            start_ns=now_ns + offset_ns,
-            question_key=key,
-        )
-        offset_ns += 1_000  # keep the questions' order in the UI's time-sorted list
-        infos.append(info)
-        spans.extend(trace_spans)
-    built = time.perf_counter()
+    keys = question_keys(samples)
     sql = _SqlTraceWriter.open(client.store, experiment_id)
-    if sql is not None:
-        replaced = sql.delete_existing(client, [i.trace_id for i in infos])
-        by_trace: dict[str, list[Span]] = {}
-        for span in spans:
-            by_trace.setdefault(span.trace_id, []).append(span)
-        for chunk in _chunks(infos, TRACES_PER_TRANSACTION):
-            sql.insert(chunk, by_trace)
-    else:
-        replaced = _log_through_api(client, experiment_id, infos, spans)
-    n_assessments = sum(len(info.assessments) for info in infos)
+    api = None if sql is not None else _ApiTraceWriter(client, experiment_id)
+    trace_ids = [trace_id_for(run_id, key) for key in keys]
+    replaced = (sql or api).delete_existing(client, trace_ids)  # type: ignore[union-attr]
+    now_ns = time.time_ns()
+    n_spans = n_assessments = 0
+    rows = list(zip(samples, responses, values, keys, strict=True))
+    try:
+        for first in range(0, len(rows), TRACES_PER_TRANSACTION):  # built and written in chunks
+            infos: list[TraceInfo] = []
+            by_trace: dict[str, list[Span]] = {}
+            for i, (sample, response, row_values, key) in enumerate(
+                rows[first : first + TRACES_PER_TRANSACTION], start=first
+            ):
+                info, trace_spans = question_trace(
+                    sample,
+                    response,
+                    row_values,
+                    specs,
+                    sources=sources,
+                    audit=by_id.get(sample.id),
+                    experiment_id=experiment_id,
+                    run_id=run_id,
+                    model=model,
+                    start_ns=now_ns + 1_000 * i,  # keep the questions' order in the UI's list
+                    question_key=key,
+                )
+                infos.append(info)
+                by_trace[info.trace_id] = trace_spans
+                n_spans += len(trace_spans)
+                n_assessments += len(info.assessments)
+            if sql is not None:
+                sql.insert(infos, by_trace)
+            else:
+                api.write(infos, [s for spans in by_trace.values() for s in spans])  # type: ignore[union-attr]
+    finally:
+        if api is not None:
+            api.close()
     elapsed = time.perf_counter() - started
     log.info(
-        "logged %d traces (%d spans, %d assessments%s) in %.1f s (built in %.1f s)",
-        len(infos),
-        len(spans),
+        "logged %d traces (%d spans, %d assessments%s) in %.1f s",
+        len(rows),
+        n_spans,
         n_assessments,
         f", {replaced} replaced" if replaced else "",
         elapsed,
-        built - started,
     )
-    return TraceLogStats(len(infos), len(spans), n_assessments, elapsed, replaced)
+    return TraceLogStats(len(rows), n_spans, n_assessments, elapsed, replaced)
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -621,29 +625,40 @@ def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[i : i + size]
 
 
-def _log_through_api(
-    client: TracingClient, experiment_id: str, infos: Sequence[TraceInfo], spans: Sequence[Span]
-) -> int:
-    """Write traces with MLflow's client API (a tracking server, or a store this module does
-    not know): delete those of the same ids, then one ``start_trace`` per trace (with its
-    assessments), then the spans in ``log_spans`` calls, :data:`API_CONCURRENCY` requests at
-    a time; each phase ends before the next starts. Returns the traces deleted."""
-    with ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="traces") as pool:
-        ids = [i.trace_id for i in infos]
-        replaced = sum(
-            pool.map(
-                lambda chunk: client.delete_traces(experiment_id, trace_ids=list(chunk)),
-                _chunks(ids, TRACES_PER_TRANSACTION),
+class _ApiTraceWriter:
+    """Writes traces with MLflow's client API (a tracking server, or a store this module does
+    not know), :data:`API_CONCURRENCY` requests at a time: one ``StartTraceV3`` per trace
+    (with its assessments), then the chunk's spans in ``log_spans`` calls (OTLP on a
+    server)."""
+
+    def __init__(self, client: TracingClient, experiment_id: str) -> None:
+        self.client = client
+        self.experiment_id = experiment_id
+        self.pool = ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="traces")
+
+    def delete_existing(self, client: TracingClient, trace_ids: Sequence[str]) -> int:
+        """Delete the traces with these ids (none on a first write); returns how many."""
+        return int(
+            sum(
+                self.pool.map(
+                    lambda chunk: client.delete_traces(self.experiment_id, trace_ids=list(chunk)),
+                    _chunks(trace_ids, TRACES_PER_TRANSACTION),
+                )
             )
         )
-        list(pool.map(client.start_trace, infos))
+
+    def write(self, infos: Sequence[TraceInfo], spans: Sequence[Span]) -> None:
+        """Trace infos (with assessments) first, then their spans."""
+        list(self.pool.map(self.client.start_trace, infos))
         list(
-            pool.map(
-                lambda chunk: client.log_spans(experiment_id, list(chunk)),
+            self.pool.map(
+                lambda chunk: self.client.log_spans(self.experiment_id, list(chunk)),
                 _chunks(spans, SPANS_PER_CALL),
             )
         )
-    return int(replaced)
+
+    def close(self) -> None:
+        self.pool.shutdown()
 
 
 def _is_folder_store(store: Any) -> bool:
