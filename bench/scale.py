@@ -3,10 +3,11 @@
 Each N runs ``rag-exp run`` in a fresh process (as a user would) on the bundled sample
 (``datasets/sample``, 69 questions) repeated with distinct ids until it has N questions, with
 the fake models (``llm=fake judge=fake embedder=hash metrics=custom``) and a new sqlite
-store, or with ``--judge-server`` against the fake OpenAI-compatible server
-(:mod:`rag_experiments.fakes.openai_server`, in its own process: ``judge=openai``, every call
-``--latency`` seconds in one of ``--slots`` slots). The child process times its phases by
-wrapping the functions that do them (nothing in the package is changed):
+store (created before the timed run, as a user's store exists after the first run;
+``--new-store`` times its creation too), or with ``--judge-server`` against the fake
+OpenAI-compatible server (:mod:`rag_experiments.fakes.openai_server`, in its own process:
+``judge=openai``, every call ``--latency`` seconds in one of ``--slots`` slots). The child
+process times its phases by wrapping the functions that do them (the package is unchanged):
 
 =======================  ===================================================================
 phase                    what
@@ -159,6 +160,12 @@ def run_once(n: int, args: argparse.Namespace, work: Path, judge: list[str]) -> 
         "max_failure_rate=1.0",
         *args.override,
     ]
+    if not args.new_store:  # as a user's usual run: the store exists (its tables are made once)
+        subprocess.run(
+            [sys.executable, "-c", "import mlflow, sys; mlflow.MlflowClient(sys.argv[1])",
+             f"sqlite:///{folder / 'mlruns.db'}"],
+            check=True, capture_output=True,
+        )  # fmt: skip
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(out)]
     if args.profile:
         cmd += ["--profile", f"{args.profile}.{n}"]
@@ -203,6 +210,9 @@ def main() -> None:
     parser.add_argument("--judge-server", action="store_true", help="judge=openai, fake server")
     parser.add_argument("--latency", type=float, default=0.01, help="fake server, s per call")
     parser.add_argument("--slots", type=int, default=32, help="fake server's parallel slots")
+    parser.add_argument(
+        "--new-store", action="store_true", help="start-up includes creating the sqlite store"
+    )
     parser.add_argument("--profile", help="cProfile the child's main thread to <path>.<n>")
     parser.add_argument("--override", nargs="*", default=[], help="more Hydra overrides")
     parser.add_argument("--child", help=argparse.SUPPRESS)
