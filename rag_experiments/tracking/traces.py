@@ -570,10 +570,8 @@ def log_traces(
             "(tracking.uri=sqlite:///mlruns.db) or a server, or set tracking.traces=false"
         )
     keys = question_keys(samples)
-    sql = _SqlTraceWriter.open(client.store, experiment_id)
-    api = None if sql is not None else _ApiTraceWriter(client, experiment_id)
-    trace_ids = [trace_id_for(run_id, key) for key in keys]
-    replaced = (sql or api).delete_existing(client, trace_ids)  # type: ignore[union-attr]
+    writer = _SqlTraceWriter.open(client, experiment_id) or _ApiTraceWriter(client, experiment_id)
+    replaced = writer.delete_existing([trace_id_for(run_id, key) for key in keys])
     now_ns = time.time_ns()
     n_spans = n_assessments = 0
     rows = list(zip(samples, responses, values, keys, strict=True))
@@ -601,13 +599,9 @@ def log_traces(
                 by_trace[info.trace_id] = trace_spans
                 n_spans += len(trace_spans)
                 n_assessments += len(info.assessments)
-            if sql is not None:
-                sql.insert(infos, by_trace)
-            else:
-                api.write(infos, [s for spans in by_trace.values() for s in spans])  # type: ignore[union-attr]
+            writer.write(infos, by_trace)
     finally:
-        if api is not None:
-            api.close()
+        writer.close()
     elapsed = time.perf_counter() - started
     log.info(
         "logged %d traces (%d spans, %d assessments%s) in %.1f s",
@@ -636,8 +630,9 @@ class _ApiTraceWriter:
         self.experiment_id = experiment_id
         self.pool = ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="traces")
 
-    def delete_existing(self, client: TracingClient, trace_ids: Sequence[str]) -> int:
+    def delete_existing(self, trace_ids: Sequence[str]) -> int:
         """Delete the traces with these ids (none on a first write); returns how many."""
+        client = self.client
         return int(
             sum(
                 self.pool.map(
@@ -647,17 +642,19 @@ class _ApiTraceWriter:
             )
         )
 
-    def write(self, infos: Sequence[TraceInfo], spans: Sequence[Span]) -> None:
-        """Trace infos (with assessments) first, then their spans."""
+    def write(self, infos: Sequence[TraceInfo], spans: Mapping[str, Sequence[Span]]) -> None:
+        """Trace infos (with assessments) first, then their spans (by trace id)."""
         list(self.pool.map(self.client.start_trace, infos))
+        flat = [span for trace_spans in spans.values() for span in trace_spans]
         list(
             self.pool.map(
                 lambda chunk: self.client.log_spans(self.experiment_id, list(chunk)),
-                _chunks(spans, SPANS_PER_CALL),
+                _chunks(flat, SPANS_PER_CALL),
             )
         )
 
     def close(self) -> None:
+        """Stop the request threads."""
         self.pool.shutdown()
 
 
@@ -674,10 +671,11 @@ class _SqlTraceWriter:
     """Multi-row INSERTs of trace infos, tags, metadata and assessments into the tables of
     MLflow's database store (see :func:`_insert_sql`)."""
 
-    def __init__(self, store: Any, experiment: Any, models: Any) -> None:
+    def __init__(self, client: TracingClient, experiment: Any, models: Any) -> None:
         import sqlalchemy
 
-        self.store = store
+        self.client = client
+        self.store = client.store
         self.experiment = experiment
         self.models = models
         self._sqlalchemy = sqlalchemy
@@ -687,7 +685,7 @@ class _SqlTraceWriter:
         }
 
     @classmethod
-    def open(cls, store: Any, experiment_id: str) -> _SqlTraceWriter | None:
+    def open(cls, client: TracingClient, experiment_id: str) -> _SqlTraceWriter | None:
         """A writer for ``store``, or None when it is not a database store this code knows
         (a server, another MLflow layout, trace rollups on): then the API is used."""
         try:
@@ -702,11 +700,12 @@ class _SqlTraceWriter:
             )
         except ImportError:  # another MLflow layout
             return None
+        store = client.store
         if type(store) is not SqlAlchemyStore or rollups_enabled():
             return None
-        return cls(store, store.get_experiment(experiment_id), models)
+        return cls(client, store.get_experiment(experiment_id), models)
 
-    def delete_existing(self, client: TracingClient, trace_ids: Sequence[str]) -> int:
+    def delete_existing(self, trace_ids: Sequence[str]) -> int:
         """Delete the traces among ``trace_ids`` that the store holds (with MLflow's own
         ``delete_traces``, which removes their spans and assessments); returns how many."""
         table = self.models.SqlTraceInfo.__table__
@@ -718,13 +717,16 @@ class _SqlTraceWriter:
                 )
                 found.extend(row[0] for row in session.execute(query))
         for chunk in _chunks(found, TRACES_PER_TRANSACTION):
-            client.delete_traces(self.experiment.experiment_id, trace_ids=list(chunk))
+            self.client.delete_traces(self.experiment.experiment_id, trace_ids=list(chunk))
         return len(found)
 
-    def insert(self, infos: Sequence[TraceInfo], spans: Mapping[str, Sequence[Span]]) -> None:
+    def write(self, infos: Sequence[TraceInfo], spans: Mapping[str, Sequence[Span]]) -> None:
         """Write ``infos`` with their assessments and spans (by trace id) in ONE transaction
         (:func:`_insert_sql`)."""
         _insert_sql(self, infos, spans)
+
+    def close(self) -> None:
+        """Nothing to release (the store's engine is MLflow's)."""
 
 
 def _insert_sql(
