@@ -74,7 +74,6 @@ from mlflow.entities import (
     AssessmentError,
     AssessmentSource,
     AssessmentSourceType,
-    Document,
     Expectation,
     Feedback,
     LiveSpan,
@@ -334,6 +333,7 @@ def question_trace(
     model: str | None,
     start_ns: int,
     question_key: str | None = None,
+    assessed: Sequence[str] | None = None,
 ) -> tuple[TraceInfo, list[Span]]:
     """The trace of one question (see the module docstring for its layout and which values
     become assessments).
@@ -352,6 +352,8 @@ def question_trace(
             ``response.latency_ms`` (split into retrieval and generation when the target
             recorded ``generation_ms``).
         question_key: The question's key in :func:`trace_id_for` (default ``sample.id``).
+        assessed: :func:`assessed_columns` of ``specs`` and ``sources`` (computed when None;
+            :func:`log_traces` computes it once per run).
 
     Returns:
         ``(trace info with assessments, spans)``; the ids depend only on ``run_id`` and the
@@ -387,7 +389,7 @@ def question_trace(
         start_ns,
         split_ns,
         {"query": sample.user_input},
-        [d.to_dict() for d in docs],
+        docs,
     )
     spans.append(retrieve)
     if response.response or "prompt_tokens" in response.metadata:
@@ -416,7 +418,7 @@ def question_trace(
         spans.append(generate)
     assessments: list[Any] = []
     not_applicable: dict[str, list[str]] = {}
-    for name in assessed_columns(specs, sources):
+    for name in assessed if assessed is not None else assessed_columns(specs, sources):
         value = values.get(name, MetricValue.nan("missing"))
         if is_not_applicable(value):
             not_applicable.setdefault(str(value.reason), []).append(name)
@@ -472,8 +474,9 @@ def question_trace(
     return info, spans
 
 
-def _documents(response: RagResponse) -> list[Document]:
-    """The retrieved contexts as MLflow documents (rank 1 = best)."""
+def _documents(response: RagResponse) -> list[dict[str, Any]]:
+    """The retrieved contexts as :class:`mlflow.entities.Document` dicts (what its
+    ``to_dict`` gives, built directly: ``asdict`` deep-copies), rank 1 = best."""
     chunk_ids = response.retrieved_ids or []
     doc_ids = response.retrieved_doc_ids or []
     docs = []
@@ -486,9 +489,8 @@ def _documents(response: RagResponse) -> list[Document]:
         else:
             doc_id = doc_ids[i] if i < len(doc_ids) else None
         meta = {"rank": i + 1, "chunk_id": chunk_id, "doc_id": doc_id}
-        docs.append(
-            Document(page_content=text, metadata={k: v for k, v in meta.items() if v is not None})
-        )
+        metadata = {k: v for k, v in meta.items() if v is not None}
+        docs.append({"page_content": text, "metadata": metadata, "id": None})
     return docs
 
 
@@ -575,6 +577,7 @@ def log_traces(
     now_ns = time.time_ns()
     n_spans = n_assessments = 0
     rows = list(zip(samples, responses, values, keys, strict=True))
+    assessed = assessed_columns(specs, sources)
     try:
         for first in range(0, len(rows), TRACES_PER_TRANSACTION):  # built and written in chunks
             infos: list[TraceInfo] = []
@@ -594,6 +597,7 @@ def log_traces(
                     model=model,
                     start_ns=now_ns + 1_000 * i,  # keep the questions' order in the UI's list
                     question_key=key,
+                    assessed=assessed,
                 )
                 infos.append(info)
                 by_trace[info.trace_id] = trace_spans
