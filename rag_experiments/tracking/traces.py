@@ -692,6 +692,10 @@ class _SqlTraceWriter:
     def open(cls, client: TracingClient, experiment_id: str) -> _SqlTraceWriter | None:
         """A writer for ``store``, or None when it is not a database store this code knows
         (a server, another MLflow layout, trace rollups on): then the API is used."""
+        from mlflow.store.tracking.rest_store import RestStore
+
+        if isinstance(client.store, RestStore):  # a server: skip the SQL store's imports
+            return None
         try:
             from mlflow.store.tracking.dbmodels import models
             from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
