@@ -24,8 +24,9 @@ other logging            everything else until the process exits: dataset input,
                          metrics, ``average_results.csv``, judge audit, ending the run, exit
 =======================  ===================================================================
 
-Printed per N, side by side: each phase (s), the whole process, questions/s, peak RSS of the
-process, overhead = everything but answering+judging, overhead / work, and the cost per
+Printed per N, side by side: each phase (wall s, then CPU s of the process: on a shared
+machine the wall time also counts waiting for a core), the whole process, questions/s, peak
+RSS of the process, overhead = everything but answering+judging, overhead / work, and the cost per
 question relative to the first N. A benchmark, not a test; absolute times depend on the
 machine, compare ratios::
 
@@ -85,7 +86,9 @@ def make_dataset(n: int, path: Path) -> None:
 def _child(out: str, profile: str | None, overrides: list[str]) -> None:
     """Run ``rag-exp run <overrides>`` with phase timers; write them to ``out`` (JSON)."""
     durations: dict[str, float] = defaultdict(float)
+    cpu: dict[str, float] = defaultdict(float)
     first_start: dict[str, float] = {}
+    first_cpu: dict[str, float] = {}
 
     def timed(owner: Any, name: str, phase: str) -> None:
         original = getattr(owner, name)
@@ -93,11 +96,13 @@ def _child(out: str, profile: str | None, overrides: list[str]) -> None:
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             first_start.setdefault(phase, time.time())
-            started = time.perf_counter()
+            first_cpu.setdefault(phase, time.process_time())
+            started, started_cpu = time.perf_counter(), time.process_time()
             try:
                 return original(*args, **kwargs)
             finally:
                 durations[phase] += time.perf_counter() - started
+                cpu[phase] += time.process_time() - started_cpu
 
         setattr(owner, name, wrapper)
 
@@ -117,7 +122,15 @@ def _child(out: str, profile: str | None, overrides: list[str]) -> None:
 
     def write() -> None:
         Path(out).write_text(
-            json.dumps({"durations": durations, "first_start": first_start}), encoding="utf-8"
+            json.dumps(
+                {
+                    "durations": durations,
+                    "first_start": first_start,
+                    "cpu": cpu,
+                    "first_cpu": first_cpu,
+                }
+            ),
+            encoding="utf-8",
         )
 
     import atexit
@@ -201,6 +214,15 @@ def run_once(n: int, args: argparse.Namespace, work: Path, judge: list[str]) -> 
     phases["overhead"] = whole - phases[WORK]
     phases["overhead/work"] = phases["overhead"] / max(phases[WORK], 1e-9)
     phases["per question ms"] = 1000 * whole / n
+    c = timing["cpu"]
+    cpu_whole = usage.ru_utime + usage.ru_stime
+    cpu = {
+        "start-up": timing["first_cpu"].get("index", 0.0) - c.get("dataset input", 0.0),
+        **{p: c.get(p, 0.0) for p in PHASES[1:-1]},
+    }
+    cpu["other logging"] = cpu_whole - sum(cpu.values())
+    cpu["whole"] = cpu_whole
+    phases.update({f"cpu {k}": v for k, v in cpu.items()})
     return phases
 
 
@@ -257,6 +279,10 @@ def main() -> None:
         print(f"{row:<22}{cells}")
     cells = "".join(f"{results[n]['per question ms'] / first:>12.2f}" for n in args.n)
     print(f"{'cost/question (x)':<22}{cells}")
+    print("\nCPU seconds of the process (all threads; on a shared machine wall >> CPU)")
+    for row in [*PHASES, "whole"]:
+        cells = "".join(f"{results[n][f'cpu {row}']:>12.2f}" for n in args.n)
+        print(f"{row:<22}{cells}")
 
 
 if __name__ == "__main__":
