@@ -16,17 +16,28 @@ from omegaconf import DictConfig
 
 from rag_experiments.app import run_job
 from rag_experiments.errors import TrackingError
+from rag_experiments.metrics.keys import KEY_METRICS
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 from rag_experiments.tracking import traces as traces_mod
 from rag_experiments.tracking.mlflow_tracker import ensure_experiment, open_client, read_table
-from rag_experiments.tracking.traces import ColumnSource, log_traces, rationale
+from rag_experiments.tracking.traces import (
+    FAILURE_REASONS,
+    ColumnSource,
+    log_traces,
+    rationale,
+    trace_id_for,
+)
 
 FAKE = ("llm=fake", "judge=fake", "embedder=hash", "metrics=custom")
 
 
-def _search(uri: str, experiment_id: str) -> list:
+def _search(uri: str, experiment_id: str, include_spans: bool = True) -> list:
+    """The experiment's traces; ``include_spans=False`` also finds traces without spans
+    (MLflow leaves those out otherwise)."""
     mlflow.set_tracking_uri(uri)
-    return mlflow.search_traces(locations=[experiment_id], return_type="list")
+    return mlflow.search_traces(
+        locations=[experiment_id], return_type="list", include_spans=include_spans
+    )
 
 
 @pytest.mark.slow
@@ -40,9 +51,17 @@ def test_run_logs_a_trace_per_question_with_retriever_span_and_judged_assessment
     (run,) = client.search_runs([exp.experiment_id])
     table = read_table(client, run.info.run_id).set_index("id")
     traces = _search(uri, exp.experiment_id)
-    assert len(traces) >= 6
     assert len(traces) == len(table) == 6
     assert {t.info.trace_metadata["mlflow.sourceRun"] for t in traces} == {run.info.run_id}
+    judged = {"faithfulness", "answer_relevancy", "context_precision", "context_recall"}
+    judged |= {"context_utilization", "answer_judge"}  # metrics=custom's LLM-judged metrics
+    metric_columns = [c for c in table.columns if f"{c}.reason" in table.columns]
+    judged_columns = {c for c in metric_columns if c.split(".")[0] in judged}
+    assert "answer_judge.accuracy" in judged_columns
+    assessed = judged_columns | (set(KEY_METRICS) & set(metric_columns))
+    assert {"nDCG@10", "keyword_faithfulness"} <= assessed and "MAP@10" in metric_columns
+    assert len(assessed) < len(metric_columns) / 2  # not one feedback per column any more
+    shown_as_error = 0
     for trace in traces:
         row = table.loc[trace.info.client_request_id]
         (retriever,) = [s for s in trace.data.spans if s.span_type == "RETRIEVER"]
@@ -57,22 +76,40 @@ def test_run_logs_a_trace_per_question_with_retriever_span_and_judged_assessment
         (llm,) = [s for s in trace.data.spans if s.span_type == "LLM"]
         assert llm.attributes["mlflow.llm.model"] == "fake-chat"
         feedback = {a.name: a for a in trace.info.assessments if a.feedback is not None}
-        for name in ("faithfulness", "context_recall", "answer_relevancy", "context_precision"):
+        # the judged and key columns, each once; a NaN by design is left out and tagged
+        not_applicable = {
+            name: reason
+            for name in assessed
+            if isinstance(row[name], float)
+            and math.isnan(row[name])
+            and (reason := row[f"{name}.reason"]) not in FAILURE_REASONS
+        }
+        assert set(feedback) == assessed - set(not_applicable)
+        if not_applicable:
+            tag = trace.info.tags["not_applicable"]
+            for name, reason in not_applicable.items():
+                assert any(
+                    part.startswith(f"{reason}: ") and name in part[len(reason) + 2 :].split(", ")
+                    for part in tag.split("; ")
+                )
+        else:
+            assert "not_applicable" not in trace.info.tags
+        for name, fb in feedback.items():
+            if isinstance(row[name], float) and math.isnan(row[name]):
+                assert fb.value is None
+                assert fb.error.error_code == row[f"{name}.reason"] in FAILURE_REASONS
+                shown_as_error += 1
+            else:
+                assert fb.value == pytest.approx(float(row[name]))
+                assert fb.error is None
+        for name in judged_columns - set(not_applicable):
             assert feedback[name].source.source_type == AssessmentSourceType.LLM_JUDGE
             assert feedback[name].source.source_id == "fake-judge"
-            assert feedback[name].rationale  # the judge's verdicts, or the NaN reason
-        # one feedback per metric column, equal to the per-query table's cell
-        metric_columns = [c for c in table.columns if f"{c}.reason" in table.columns]
-        assert set(feedback) == set(metric_columns)
-        for name in metric_columns:
-            if isinstance(row[name], float) and math.isnan(row[name]):
-                assert feedback[name].value is None
-                assert feedback[name].error.error_code == row[f"{name}.reason"]
-            else:
-                assert feedback[name].value == pytest.approx(float(row[name]))
-        assert feedback["nDCG@10"].source.source_type == AssessmentSourceType.CODE
+            assert feedback[name].rationale  # the judge's verdicts
+        if "nDCG@10" not in not_applicable:
+            assert feedback["nDCG@10"].source.source_type == AssessmentSourceType.CODE
         # the fake judge scripts claims 1 (context 1) and 2 (no context): hand-written lines
-        if feedback["faithfulness"].value is not None:
+        if "faithfulness" in feedback:
             assert feedback["faithfulness"].rationale == (
                 "✓ The answer states a fact from the first passage. (context 1)\n"
                 "✗ The answer states a fact found in no passage. (no context)"
@@ -82,6 +119,56 @@ def test_run_logs_a_trace_per_question_with_retriever_span_and_judged_assessment
             assert [(e.name, e.value) for e in expectations] == [
                 ("expected_response", row["reference"])
             ]
+    assert shown_as_error == 0  # the fake models fail nowhere: no red "Error" in any trace
+    unanswerable = [t for t in traces if t.info.tags.get("answerable") == "false"]
+    assert unanswerable and all("nDCG@10" in t.info.tags["not_applicable"] for t in unanswerable)
+
+
+@pytest.mark.slow
+def test_metrics_both_traces_carry_both_backends_values_with_rationales(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path
+) -> None:
+    """Issue 27 (1): ``metrics=both`` logged no trace at all (DeepEval's audit records are
+    not the custom backend's); now both write the same record shape."""
+    v5 = ",".join(["{verdict:yes,reason:r}"] * 3 + ["{verdict:no,reason:why-not}"] * 2)
+    run_job(
+        compose_cfg(
+            "metrics=both", "judge=fake", "llm=fake", "embedder=hash", "max_samples=4",
+            "+judge.responses.Truths={truths:[t]}",
+            "+judge.responses.Claims={claims:[a,b,c,d,e]}",
+            "+judge.responses.Statements={statements:[a,b,c,d,e]}",
+            f"+judge.responses.Verdicts={{verdicts:[{v5}]}}",
+            "+judge.responses.ContextualRelevancyVerdicts={verdicts:[{statement:s,verdict:yes}]}",
+        )
+    )  # fmt: skip
+    uri = f"sqlite:///{tmp_path}/mlruns.db"
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("rag-experiments")
+    (run,) = client.search_runs([exp.experiment_id])
+    assert "traces.error" not in run.data.tags
+    table = read_table(client, run.info.run_id).set_index("id")
+    traces = _search(uri, exp.experiment_id)
+    assert len(traces) == len(table) == 4
+    deepeval = [c for c in table.columns if c.startswith("deepeval.") and "." not in c[9:]]
+    assert "deepeval.faithfulness" in deepeval and "deepeval.context_relevancy" in deepeval
+    checked = 0
+    for trace in traces:
+        row = table.loc[trace.info.client_request_id]
+        feedback = {a.name: a for a in trace.info.assessments if a.feedback is not None}
+        for name in [*deepeval, "faithfulness", "context_precision"]:
+            if isinstance(row[name], float) and math.isnan(row[name]):
+                assert name not in feedback or feedback[name].error is not None
+                continue
+            assert feedback[name].value == pytest.approx(float(row[name]))
+            assert feedback[name].source.source_type == AssessmentSourceType.LLM_JUDGE
+            assert feedback[name].rationale
+            checked += 1
+        if "deepeval.faithfulness" in feedback and feedback["deepeval.faithfulness"].value:
+            # DeepEval's claims with its verdicts and reasons, one line each (3 yes, 2 no)
+            assert feedback["deepeval.faithfulness"].rationale.splitlines() == [
+                "✓ a (r)", "✓ b (r)", "✓ c (r)", "✗ d (why-not)", "✗ e (why-not)",
+            ]  # fmt: skip
+    assert checked >= 4 * len(deepeval)
 
 
 @pytest.mark.slow
@@ -95,7 +182,7 @@ def test_traces_false_logs_no_trace(compose_cfg: Callable[..., DictConfig], tmp_
 def _rows() -> tuple[list[Sample], list[RagResponse], list[dict], list[MetricSpec]]:
     samples = [
         Sample(id="a", user_input="Who approves?", reference="The lead."),
-        Sample(id="b", user_input="When?", question_type="timeline_sla"),
+        Sample(id="b", user_input="When?", question_type="timeline_sla", answerable=False),
     ]
     responses = [
         RagResponse(
@@ -107,12 +194,24 @@ def _rows() -> tuple[list[Sample], list[RagResponse], list[dict], list[MetricSpe
         ),
         RagResponse(error="timeout", error_message="no answer in 30 s", latency_ms=30000.0),
     ]
-    specs = [MetricSpec("faithfulness"), MetricSpec("nDCG@10")]
+    specs = [MetricSpec("faithfulness"), MetricSpec("nDCG@10"), MetricSpec("MAP@10")]
     values = [
-        {"faithfulness": MetricValue(0.5), "nDCG@10": MetricValue(1.0)},
-        {"faithfulness": MetricValue.nan("target_error"), "nDCG@10": MetricValue(0.0)},
+        {"faithfulness": MetricValue(0.5), "nDCG@10": MetricValue(1.0), "MAP@10": MetricValue(1.0)},
+        {
+            "faithfulness": MetricValue.nan("target_error"),  # a failure: shown as an error
+            "nDCG@10": MetricValue.nan("unanswerable"),  # by design: left out, tagged
+            "MAP@10": MetricValue.nan("unanswerable"),  # not a key metric: never assessed
+        },
     ]
     return samples, responses, values, specs
+
+
+SOURCES = {
+    "faithfulness": ColumnSource(AssessmentSourceType.LLM_JUDGE, "judge-x", "faithfulness"),
+    "nDCG@10": ColumnSource(AssessmentSourceType.CODE, "rag-experiments"),
+    "MAP@10": ColumnSource(AssessmentSourceType.CODE, "rag-experiments"),
+}
+AUDIT = [{"id": "a", "faithfulness": {"claims": [{"claim": "c"}], "rationale": ["✓ c (ctx 1)"]}}]
 
 
 def _store(tmp_path: Path, name: str) -> tuple[str, str, str]:
@@ -120,6 +219,14 @@ def _store(tmp_path: Path, name: str) -> tuple[str, str, str]:
     client = open_client(uri)
     experiment_id = ensure_experiment(client, name, uri)
     return uri, experiment_id, client.create_run(experiment_id).info.run_id
+
+
+def _log(uri: str, experiment_id: str, run_id: str):
+    samples, responses, values, specs = _rows()
+    return log_traces(
+        uri, experiment_id, run_id, samples, responses, values, specs,
+        sources=SOURCES, audit=AUDIT, model="m-1",
+    )  # fmt: skip
 
 
 def _summary(trace) -> dict:
@@ -151,49 +258,154 @@ def _summary(trace) -> dict:
     }
 
 
+def _summaries(uri: str, experiment_id: str) -> list[dict]:
+    found = sorted(_search(uri, experiment_id), key=lambda t: t.info.client_request_id)
+    return [_summary(t) for t in found]
+
+
+def _check_rows_written(summaries: list[dict]) -> None:
+    """The two questions of :func:`_rows` as the module docstring's rules store them."""
+    a, b = summaries
+    assert a["duration"] == 12 and b["duration"] == 30000  # the answers' latencies, ms
+    assert a["assessments"] == [
+        ("expected_response", '"The lead."', None, "HUMAN", "dataset", None),
+        ("faithfulness", "0.5", "✓ c (ctx 1)", "LLM_JUDGE", "judge-x", None),
+        ("nDCG@10", "1.0", None, "CODE", "rag-experiments", None),
+    ]
+    assert b["assessments"] == [
+        ("faithfulness", "null", "NaN: target_error", "LLM_JUDGE", "judge-x", "target_error")
+    ]
+    assert b["tags"]["not_applicable"] == "unanswerable: nDCG@10"
+    assert "not_applicable" not in a["tags"]
+    assert [s[1] for s in b["spans"]] == ["CHAIN", "RETRIEVER"]  # no generation on a timeout
+    assert b["spans"][0][4] == "ERROR" and b["tags"]["error"].startswith("timeout")
+
+
 @pytest.mark.slow
 def test_batch_writer_stores_what_mlflow_start_trace_stores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    samples, responses, values, specs = _rows()
-    sources = {
-        "faithfulness": ColumnSource(AssessmentSourceType.LLM_JUDGE, "judge-x", "faithfulness"),
-        "nDCG@10": ColumnSource(AssessmentSourceType.CODE, "rag-experiments"),
-    }
-    audit = [
-        {"id": "a", "faithfulness": {"claims": [{"claim": "c", "context": 1, "supported": True}]}}
-    ]
     summaries = []
     for name, batch in (("bulk", True), ("api", False)):
         if not batch:  # MLflow's own start_trace, one trace per call
-            monkeypatch.setattr(traces_mod, "_insert_sql", lambda *a: False)
+            monkeypatch.setattr(traces_mod._SqlTraceWriter, "open", lambda *a: None)
         uri, experiment_id, run_id = _store(tmp_path, name)
-        stats = log_traces(
-            uri, experiment_id, run_id, samples, responses, values, specs,
-            sources=sources, audit=audit, model="m-1",
-        )  # fmt: skip
-        assert (stats.traces, stats.spans, stats.assessments) == (2, 5, 5)
+        stats = _log(uri, experiment_id, run_id)
+        assert (stats.traces, stats.spans, stats.assessments, stats.replaced) == (2, 5, 4, 0)
         found = sorted(_search(uri, experiment_id), key=lambda t: t.info.client_request_id)
         assert [t.info.trace_metadata["mlflow.sourceRun"] for t in found] == [run_id, run_id]
-        summaries.append([_summary(t) for t in found])
+        assert [t.info.trace_id for t in found] == [
+            trace_id_for(run_id, "a"), trace_id_for(run_id, "b")
+        ]  # fmt: skip
+        summaries.append(_summaries(uri, experiment_id))
     bulk, api = summaries
     assert bulk == api
-    a, b = bulk
-    assert a["duration"] == 12 and b["duration"] == 30000  # the answers' latencies, ms
-    assert ("faithfulness", "0.5", "✓ c (context 1)", "LLM_JUDGE", "judge-x", None) in a[
-        "assessments"
-    ]
-    assert ("expected_response", '"The lead."', None, "HUMAN", "dataset", None) in a["assessments"]
-    assert (
-        "faithfulness",
-        "null",
-        "NaN: target_error",
-        "LLM_JUDGE",
-        "judge-x",
-        "target_error",
-    ) in (b["assessments"])
-    assert [s[1] for s in b["spans"]] == ["CHAIN", "RETRIEVER"]  # no generation on a timeout
-    assert b["spans"][0][4] == "ERROR" and b["tags"]["error"].startswith("timeout")
+    _check_rows_written(bulk)
+
+
+VOLATILE = {
+    "created_timestamp", "last_updated_timestamp", "timestamp_ms", "trace_timestamp_ms",
+    "start_time_unix_nano", "end_time_unix_nano",
+}  # fmt: skip
+"""Columns (and span content keys) holding the time of writing, not what was written."""
+
+
+def _rows_of(uri: str) -> dict[str, list[tuple]]:
+    """Every row of MLflow's trace tables (columns in VOLATILE and the artifact location,
+    which names the database's folder, left out), sorted."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(uri)
+    out = {}
+    with engine.connect() as conn:
+        for table in ("trace_info", "trace_tags", "trace_request_metadata", "assessments", "spans"):
+            result = conn.execute(sqlalchemy.text(f"SELECT * FROM {table}"))
+            keys = list(result.keys())
+            rows = []
+            for row in result:
+                cells = dict(zip(keys, row, strict=True))
+                if cells.get("key") == "mlflow.artifactLocation":
+                    continue
+                if table == "spans":
+                    content = json.loads(cells["content"])
+                    cells["content"] = {k: v for k, v in content.items() if k not in VOLATILE}
+                rows.append(sorted((k, v) for k, v in cells.items() if k not in VOLATILE))
+            out[table] = sorted(rows, key=repr)
+    engine.dispose()
+    return out
+
+
+@pytest.mark.slow
+def test_batch_writer_writes_the_rows_mlflows_start_trace_and_log_spans_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Row for row, column for column: the ids depend only on the run id and the question,
+    so with one run id both stores must hold the very same rows."""
+    found = []
+    for name, batch in (("bulk", True), ("api", False)):
+        if not batch:
+            monkeypatch.setattr(traces_mod._SqlTraceWriter, "open", lambda *a: None)
+        uri, experiment_id, _ = _store(tmp_path, name)
+        _log(uri, experiment_id, "run-0")
+        found.append(_rows_of(uri))
+    bulk, api = found
+    assert {table: len(rows) for table, rows in bulk.items()} == {
+        "trace_info": 2, "trace_tags": 8, "trace_request_metadata": 6, "assessments": 4,
+        "spans": 5,
+    }  # fmt: skip
+    for table in bulk:
+        assert bulk[table] == api[table], table
+
+
+@pytest.mark.slow
+def test_writing_again_after_a_partial_write_leaves_one_complete_trace_per_question(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27 (2): trace infos written, then the spans refused (a kill or an outage half-way);
+    writing again (a resume, a retry) replaces them instead of adding traces."""
+    uri, experiment_id, run_id = _store(tmp_path, "partial")
+    calls = []
+    # the API path (a server's): trace infos and their spans are separate requests (the
+    # sqlite path writes a trace and its spans in one transaction)
+    monkeypatch.setattr(traces_mod._SqlTraceWriter, "open", lambda *a: None)
+
+    def refuse(self, location, spans):  # noqa: ANN001, ANN202
+        calls.append(len(spans))
+        raise RuntimeError("connection dropped")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(traces_mod.TracingClient, "log_spans", refuse)
+        with pytest.raises(RuntimeError, match="connection dropped"):
+            _log(uri, experiment_id, run_id)
+    assert calls == [5]
+    assert _search(uri, experiment_id) == []  # no trace has spans
+    assert len(_search(uri, experiment_id, include_spans=False)) == 2  # infos only
+    stats = _log(uri, experiment_id, run_id)
+    assert stats.replaced == 2
+    assert _log(uri, experiment_id, run_id).replaced == 2  # and again: still the same two
+    summaries = _summaries(uri, experiment_id)
+    assert len(_search(uri, experiment_id, include_spans=False)) == 2
+    _check_rows_written(summaries)
+    assert [len(s["spans"]) for s in summaries] == [3, 2]
+
+
+def test_trace_ids_depend_on_the_run_and_the_question_only() -> None:
+    samples, responses, values, specs = _rows()
+
+    def build(run_id: str, start_ns: int):
+        return traces_mod.question_trace(
+            samples[0], responses[0], values[0], specs, sources=SOURCES, audit=None,
+            experiment_id="1", run_id=run_id, model="m-1", start_ns=start_ns,
+        )  # fmt: skip
+
+    (info1, spans1), (info2, spans2) = build("r1", 1), build("r1", 5_000_000)
+    assert info1.trace_id == info2.trace_id == trace_id_for("r1", "a")
+    assert [s.span_id for s in spans1] == [s.span_id for s in spans2]
+    assert len({s.span_id for s in spans1}) == 3
+    ids = [a.assessment_id for a in info1.assessments]
+    assert ids == [a.assessment_id for a in info2.assessments] and len(set(ids)) == len(ids)
+    assert build("r2", 1)[0].trace_id != info1.trace_id
+    assert traces_mod.question_keys([samples[0], samples[1], samples[0]]) == ["a", "b", "a#1"]
 
 
 def test_retriever_documents_and_llm_span_timing(tmp_path: Path) -> None:
@@ -221,18 +433,42 @@ def test_retriever_documents_and_llm_span_timing(tmp_path: Path) -> None:
     assert info.execution_duration == 12
 
 
-def test_rationale_lists_verdicts_and_nan_reasons() -> None:
-    record = {
-        "verdicts": [{"rank": 1, "relevant": True}, {"rank": 2, "relevant": False}],
-        "judgement": {"error_message": None},
-    }
+def test_rationale_reads_the_records_lines_after_the_nan_reason_or_flag() -> None:
+    record = {"rationale": ["context 1: relevant", "context 2: not relevant"], "verdicts": []}
     assert rationale(MetricValue(1.0), record) == "context 1: relevant\ncontext 2: not relevant"
-    failed = {"judgement": {"error_message": "bad JSON at line 1"}, "verdicts": []}
+    failed = {"rationale": ["bad JSON at line 1"], "judgement": {"error": "parse_error"}}
     assert rationale(MetricValue.nan("parse_error"), failed) == (
         "NaN: parse_error\nbad JSON at line 1"
     )
     assert rationale(MetricValue(0.0, "empty_context"), None) == "flag: empty_context"
     assert rationale(MetricValue(0.3), None) is None
+
+
+def test_both_backends_write_the_rationale_lines_of_their_records() -> None:
+    """One record shape: the custom backend's claims and DeepEval's verdicts both end up as
+    ``rationale`` lines (what the trace writer reads)."""
+    from rag_experiments.metrics.deepeval_backend import DeepEvalContextPrecision
+    from rag_experiments.metrics.judge import verdict_lines
+
+    custom = {
+        "judgement": {"error": None, "error_message": None},
+        "claims": [{"claim": "x", "context": 2, "supported": True}],
+        "questions": [{"question": "q?", "cosine": 0.5}],
+    }
+    assert verdict_lines(custom) == ["✓ x (context 2)", "generated question: q? (cosine 0.5)"]
+    assert verdict_lines({"judgement": {"error_message": "cut at 256 tokens"}}) == [
+        "cut at 256 tokens"
+    ]
+    assert verdict_lines({"skipped": "target_error"}) == []
+    precision = DeepEvalContextPrecision(judge=None)
+    state = {
+        "verdicts": [{"verdict": "yes", "reason": "names the lead"}, {"verdict": "no"}],
+        "reason": "one of two",
+    }
+    assert precision.verdict_lines(state) == [
+        "✓ context 1 (names the lead)", "✗ context 2", "DeepEval: one of two",
+    ]  # fmt: skip
+    assert precision.verdict_lines({"error_message": "timeout after 5 s"}) == ["timeout after 5 s"]
 
 
 def test_a_folder_store_is_refused_before_anything_is_written(

@@ -5,6 +5,13 @@ questions, per-context verdicts, the judge's raw text, and its usage as ``judge_
 ``judge_prompt_tokens``, ``judge_completion_tokens``). :func:`collect_audit` joins them per
 question into the rows of ``judge_audit.jsonl`` and sums the usage into run-level values, the
 same way for every backend.
+
+**One record shape for explanations.** Whatever else a backend keeps, every judged metric's
+record holds :data:`RATIONALE_KEY`: a list of readable lines saying why the row got its value
+(the claims with their verdicts, the per-context verdicts, the generated questions, the
+backend's own reason) or, when the judgement failed, the error message; ``[]`` when no judge
+was asked. Readers that show a verdict (MLflow trace assessments, scorers) read only these
+lines, never a backend's own fields.
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ from rag_experiments.records import Sample
 
 USAGE_KEYS = ("judge_calls", "judge_prompt_tokens", "judge_completion_tokens")
 """Per-record usage counters summed over metrics."""
+
+RATIONALE_KEY = "rationale"
+"""Key of the explanation lines in every judged metric's audit record (``list[str]``)."""
 
 
 def collect_audit(

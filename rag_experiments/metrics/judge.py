@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.llm.base import ChatModel, Message
 from rag_experiments.llm.parsing import LLMParseError, StructuredOutput, parse_structured
-from rag_experiments.metrics.audit import USAGE_KEYS
+from rag_experiments.metrics.audit import RATIONALE_KEY, USAGE_KEYS
 from rag_experiments.metrics.definitions import spec
 from rag_experiments.metrics.prompts.base import JudgePrompt
 from rag_experiments.metrics.scheduler import JudgedRowMetric
@@ -232,6 +232,7 @@ class JudgedMetric(JudgedRowMetric):
         values, record = self._score(sample, resp)
         for key in USAGE_KEYS:
             record.setdefault(key, 0)
+        record[RATIONALE_KEY] = verdict_lines(record)
         return {self.prefix + k: v for k, v in values.items()}, record
 
     def _score(
@@ -275,6 +276,34 @@ class JudgedMetric(JudgedRowMetric):
             )
         record = {**judge_usage([judgement]), "judgement": judgement.to_dict()}
         return judgement, record
+
+
+def verdict_lines(record: Mapping[str, Any]) -> list[str]:
+    """The explanation lines of a custom metric's audit record
+    (:data:`~rag_experiments.metrics.audit.RATIONALE_KEY`): one line per claim
+    (``✓ claim (context k)`` / ``✗ claim (no context)``), per context verdict, per generated
+    question, then the noncommittal flag, the rubric scores and the judge's feedback; the
+    judge's error message when the judgement failed; ``[]`` when no judge was asked."""
+    judgement = record.get("judgement") or {}
+    if judgement.get("error_message"):
+        return [str(judgement["error_message"])]
+    lines = []
+    for claim in record.get("claims") or []:
+        ok = claim.get("supported", claim.get("attributed"))
+        where = f"context {claim.get('context')}" if claim.get("context") else "no context"
+        lines.append(f"{'✓' if ok else '✗'} {claim.get('claim')} ({where})")
+    for verdict in record.get("verdicts") or []:
+        useful = "relevant" if verdict.get("relevant") else "not relevant"
+        lines.append(f"context {verdict.get('rank')}: {useful}")
+    for q in record.get("questions") or []:
+        lines.append(f"generated question: {q.get('question')} (cosine {q.get('cosine')})")
+    if record.get("noncommittal"):
+        lines.append("the answer is noncommittal")
+    if record.get("scores"):
+        lines.append("scores: " + ", ".join(f"{k} {v}" for k, v in record["scores"].items()))
+    if record.get("feedback"):
+        lines.append(str(record["feedback"]))
+    return lines
 
 
 def has_context(contexts: Sequence[str]) -> bool:

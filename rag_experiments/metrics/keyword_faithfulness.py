@@ -30,12 +30,11 @@ from rag_experiments.metrics.refusal import compile_patterns, is_refusal
 from rag_experiments.protocols import MetricBase
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 from rag_experiments.text.normalize import word_tokens
+from rag_experiments.text.stop_words import ENGLISH_STOP_WORDS
 
 
 def _stop_words() -> frozenset[str]:
-    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
-
-    return frozenset(ENGLISH_STOP_WORDS)
+    return ENGLISH_STOP_WORDS  # scikit-learn's list, copied (its import costs seconds)
 
 
 def content_words(text: str, stop_words: frozenset[str]) -> set[str]:

@@ -12,22 +12,47 @@ the run (trace metadata ``mlflow.sourceRun``):
   ``metadata`` = ``doc_id``, ``chunk_id``, ``rank`` (1 = best));
 * child span ``generate`` (type ``LLM``) when the target generated an answer: model id, token
   usage (``mlflow.chat.tokenUsage``) and the generation's wall time when the target timed it;
-* one :class:`mlflow.entities.Feedback` per metric value: name = canonical metric name, value =
-  the float (None with an ``error`` carrying the reason when NaN), rationale = the judge's
-  reasons from the audit record or the NaN reason, source = ``LLM_JUDGE`` with the judge's model
-  id for judged columns, ``CODE`` (``rag-experiments``) for the others;
-* the reference answer as the :class:`mlflow.entities.Expectation` ``expected_response``.
+* the reference answer as the :class:`mlflow.entities.Expectation` ``expected_response``;
+* one :class:`mlflow.entities.Feedback` per **assessed** value (below): name = canonical
+  metric name, value = the float, rationale = the explanation lines of the judge's audit
+  record (:data:`~rag_experiments.metrics.audit.RATIONALE_KEY`, the same shape for every
+  backend) after a ``flag: <reason>`` line for a flagged value, source = ``LLM_JUDGE`` with
+  the judge's model id for judged columns, ``CODE`` (``rag-experiments``) for the others.
 
-**Batching.** MLflow has no bulk call for assessments: ``mlflow.log_feedback`` is one
-transaction per value (about 25 ms on a sqlite store: 65 metric columns x 1,000 questions would
-take half an hour), and ``start_trace`` one transaction per trace with its assessments (40-80
-ms each with 65 assessments). So on a database store (``sqlite:///…``) the trace, tag,
-metadata and assessment rows of 100 questions go in one transaction (:func:`_insert_sql`,
-with MLflow's own row classes and value mapping; 100, so that parallel sweep jobs sharing the
-sqlite file never wait long for its write lock), and the spans of all traces in a few
-``log_spans`` calls; on a server, traces go through ``start_trace`` one by one. Spans are
-built offline with a private OpenTelemetry tracer (never MLflow's global one), so nothing here
-touches the caller's own tracing.
+**Which values become assessments.** A trace carries the columns of the LLM-judged metrics
+(both backends) and the key metrics (:data:`~rag_experiments.metrics.keys.KEY_METRICS`, e.g.
+``nDCG@10``, ``keyword_coverage``) the run computed; every other column stays in the run's
+per-query table, which keeps all of them. Of those values:
+
+* a number is a feedback with that value;
+* a NaN that says something **failed** — the target (``target_error``), the judge (a reason of
+  :data:`~rag_experiments.llm.errors.JUDGE_ERROR_REASONS`: ``timeout``, ``parse_error`` …),
+  the metric (``metric_error``, ``judge_error``), or a missing cell (``missing``) — is a
+  feedback without value whose error code is the reason (MLflow shows it as an error, as it
+  should);
+* a NaN **by design** — any other reason: the metric does not apply to this question
+  (``unanswerable``, ``no_reference``, ``no_reference_docs``, ``has_reference``, ``refusal``,
+  ``no_claims``, ``missing_params`` …) — is not an assessment (MLflow would show a red
+  "Error"); the trace tag ``not_applicable`` lists them (``<reason>: <column>, …``).
+
+**Idempotent per (run, question).** The trace id is derived from the run id and the question id
+(:func:`trace_id_for`), span and assessment ids from the trace id, so the same question of the
+same run always makes the same rows. :func:`log_traces` first deletes the traces with those
+ids that the store already holds (a run killed while writing them, then resumed, or a retry
+after a partial write), then writes them all: whatever was interrupted, one complete trace per
+question remains.
+
+**Batching.** MLflow has no bulk call for assessments (``log_feedback`` is one transaction per
+value, ``start_trace`` one per trace). So on a database store (``sqlite:///…``,
+``postgresql://…``) the trace, tag, metadata and assessment rows of
+:data:`TRACES_PER_TRANSACTION` questions go in one transaction as multi-row INSERTs on
+MLflow's own tables (:func:`_insert_sql`, the values mapped as ``SqlAlchemyStore.start_trace``
+maps them; ``tests/test_traces.py`` checks both store the same traces). On a tracking server
+(``http://…``) each trace with its assessments is one ``StartTraceV3`` request (the server has
+no batch endpoint for assessments), sent :data:`API_CONCURRENCY` at a time. The spans of all
+traces go in ``log_spans`` calls of :data:`SPANS_PER_CALL` spans (on a server, OTLP
+``/v1/traces`` requests). Spans are built offline with a private OpenTelemetry tracer (never
+MLflow's global one), so nothing here touches the caller's own tracing.
 
 Traces need a database-backed store (``sqlite:///…``) or a tracking server; a plain folder
 store keeps no spans.
@@ -35,10 +60,13 @@ store keeps no spans.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +74,6 @@ from mlflow.entities import (
     AssessmentError,
     AssessmentSource,
     AssessmentSourceType,
-    Document,
     Expectation,
     Feedback,
     LiveSpan,
@@ -61,15 +88,21 @@ from mlflow.tracing.constant import (
     TRACE_SCHEMA_VERSION,
     TRACE_SCHEMA_VERSION_KEY,
     SpanAttributeKey,
+    SpansLocation,
     TokenUsageKey,
     TraceMetadataKey,
     TraceTagKey,
 )
 from mlflow.tracing.utils import generate_mlflow_trace_id_from_otel_trace_id
 from opentelemetry import trace as otel_trace
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from rag_experiments.errors import TrackingError
+from rag_experiments.llm.errors import JUDGE_ERROR_REASONS
+from rag_experiments.metrics.audit import RATIONALE_KEY
+from rag_experiments.metrics.keys import KEY_METRICS
 from rag_experiments.metrics.scheduler import JudgedRowMetric
 from rag_experiments.protocols import Metric
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
@@ -82,16 +115,80 @@ CODE_SOURCE_ID = "rag-experiments"
 EXPECTATION_NAME = "expected_response"
 """MLflow's conventional expectation name for a reference answer."""
 
+NOT_APPLICABLE_TAG = "not_applicable"
+"""Trace tag listing the assessed columns left out because their NaN is by design."""
+
+FAILURE_REASONS: frozenset[str] = JUDGE_ERROR_REASONS | {
+    "target_error",
+    "metric_error",
+    "judge_error",
+    "missing",
+}
+"""NaN reasons that say something failed (shown as an assessment error); every other NaN
+reason means the metric does not apply to the question (left out, see the module docstring)."""
+
 TRACE_NAME = "question"
 TRACES_PER_TRANSACTION = 100
 """Traces (with their assessments) per database transaction: short enough that parallel sweep
 jobs sharing a sqlite file never wait long for its write lock."""
 SPANS_PER_CALL = 600
-"""Spans per ``log_spans`` call (each call is one transaction; contexts make spans large)."""
+"""Spans per ``log_spans`` call (one transaction, or one OTLP request on a server; contexts
+make spans large)."""
+API_CONCURRENCY = 8
+"""Requests in flight at once to a tracking server (each trace is one ``StartTraceV3``)."""
 
 _PREVIEW_CHARS = 1000
-_TRACER = TracerProvider().get_tracer("rag_experiments.tracking.traces")
-"""A tracer with no span processor: spans built here are never exported by OpenTelemetry."""
+_TAG_CHARS = 4000
+
+
+class _SeededIds(IdGenerator):
+    """OpenTelemetry ids derived from a seed: the trace id set by :meth:`seed` (per thread),
+    span ids hashed from it and a counter, so a trace rebuilt from the same question has the
+    same ids."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def seed(self, otel_trace_id: int) -> None:
+        self._local.trace_id = otel_trace_id
+        self._local.spans = 0
+
+    def generate_trace_id(self) -> int:
+        return int(self._local.trace_id)
+
+    def generate_span_id(self) -> int:
+        self._local.spans += 1
+        digest = hashlib.blake2b(
+            f"{self._local.trace_id:032x}/{self._local.spans}".encode(), digest_size=8
+        ).digest()
+        return int.from_bytes(digest, "big") or 1
+
+
+_IDS = _SeededIds()
+_TRACER = TracerProvider(id_generator=_IDS, resource=Resource.get_empty()).get_tracer(
+    "rag_experiments.tracking.traces"
+)
+"""A tracer with no span processor (spans built here are never exported by OpenTelemetry) and
+no resource attributes (MLflow would store them as trace tags: ``service.name`` …)."""
+
+
+def _otel_trace_id(run_id: str, question_key: str) -> int:
+    digest = hashlib.blake2b(f"{run_id}\n{question_key}".encode(), digest_size=16).digest()
+    return int.from_bytes(digest, "big") or 1
+
+
+def trace_id_for(run_id: str, question_key: str) -> str:
+    """The MLflow trace id of one question of one run (``tr-`` + 32 hex digits): a BLAKE2b
+    hash of both, so rewriting a question's trace replaces it instead of adding one.
+
+    Args:
+        run_id: The MLflow run.
+        question_key: The question's id (``Sample.id``; a repeated id gets ``#<n>``).
+
+    Returns:
+        The trace id.
+    """
+    return generate_mlflow_trace_id_from_otel_trace_id(_otel_trace_id(run_id, question_key))
 
 
 @dataclass(frozen=True)
@@ -108,6 +205,9 @@ class ColumnSource:
     source_type: str
     source_id: str
     audit_key: str | None = None
+
+
+_CODE = ColumnSource(AssessmentSourceType.CODE, CODE_SOURCE_ID)
 
 
 def column_sources(metrics: Sequence[Metric]) -> dict[str, ColumnSource]:
@@ -131,54 +231,53 @@ def column_sources(metrics: Sequence[Metric]) -> dict[str, ColumnSource]:
                     AssessmentSourceType.LLM_JUDGE, model or "judge", str(metric.name)
                 )
             else:
-                out[spec.name] = ColumnSource(AssessmentSourceType.CODE, CODE_SOURCE_ID)
+                out[spec.name] = _CODE
     return out
 
 
+def assessed_columns(specs: Sequence[MetricSpec], sources: Mapping[str, ColumnSource]) -> list[str]:
+    """The columns that become trace assessments: LLM-judged ones and the key metrics.
+
+    Args:
+        specs: The run's metric columns, in output order.
+        sources: Who computed each column (:func:`column_sources`).
+
+    Returns:
+        Column names in ``specs`` order.
+    """
+    keys = set(KEY_METRICS)
+    return [
+        s.name
+        for s in specs
+        if s.name in keys
+        or sources.get(s.name, _CODE).source_type == AssessmentSourceType.LLM_JUDGE
+    ]
+
+
+def is_not_applicable(value: MetricValue) -> bool:
+    """True for a NaN by design (its reason is not in :data:`FAILURE_REASONS`)."""
+    return not value.is_valid and value.reason not in FAILURE_REASONS
+
+
 def rationale(value: MetricValue, record: Mapping[str, Any] | None) -> str | None:
-    """A readable reason for one value: the judge's verdicts from its audit record, or why the
-    value is NaN.
+    """A readable reason for one value: the explanation lines of the judge's audit record
+    (:data:`~rag_experiments.metrics.audit.RATIONALE_KEY`), after ``NaN: <reason>`` for a NaN
+    or ``flag: <reason>`` for a flagged value.
 
     Args:
         value: The cell.
-        record: The judged metric's audit record of this question (claims, verdicts, generated
-            questions, feedback, the raw judgement), or None for code metrics.
+        record: The judged metric's audit record of this question, or None for code metrics.
 
     Returns:
         One or more lines, or None when a code metric's value needs no reason.
     """
     lines: list[str] = []
-    judgement = (record or {}).get("judgement") or {}
     if not value.is_valid:
         lines.append(f"NaN: {value.reason}")
-        if judgement.get("error_message"):
-            lines.append(str(judgement["error_message"]))
     elif value.reason:
         lines.append(f"flag: {value.reason}")
-    if record and value.is_valid:  # a NaN's verdicts (if any) are another column's
-        lines.extend(_verdict_lines(record))
+    lines.extend(str(line) for line in (record or {}).get(RATIONALE_KEY) or [])
     return "\n".join(lines) or None
-
-
-def _verdict_lines(record: Mapping[str, Any]) -> list[str]:
-    """The verdicts of an audit record, one line each (see the metrics' ``_score``)."""
-    lines = []
-    for claim in record.get("claims") or []:
-        ok = claim.get("supported", claim.get("attributed"))
-        where = f"context {claim.get('context')}" if claim.get("context") else "no context"
-        lines.append(f"{'✓' if ok else '✗'} {claim.get('claim')} ({where})")
-    for verdict in record.get("verdicts") or []:
-        useful = "relevant" if verdict.get("relevant") else "not relevant"
-        lines.append(f"context {verdict.get('rank')}: {useful}")
-    for q in record.get("questions") or []:
-        lines.append(f"generated question: {q.get('question')} (cosine {q.get('cosine')})")
-    if record.get("noncommittal"):
-        lines.append("the answer is noncommittal")
-    if record.get("scores"):
-        lines.append("scores: " + ", ".join(f"{k} {v}" for k, v in record["scores"].items()))
-    if record.get("feedback"):
-        lines.append(str(record["feedback"]))
-    return lines
 
 
 def feedback(
@@ -233,14 +332,17 @@ def question_trace(
     run_id: str,
     model: str | None,
     start_ns: int,
+    question_key: str | None = None,
+    assessed: Sequence[str] | None = None,
 ) -> tuple[TraceInfo, list[Span]]:
-    """The trace of one question (see the module docstring for its layout).
+    """The trace of one question (see the module docstring for its layout and which values
+    become assessments).
 
     Args:
         sample: The question.
         response: The target's answer.
         values: Its metric values by column.
-        specs: The run's metric columns, in output order (one feedback each).
+        specs: The run's metric columns, in output order (the assessed ones become feedback).
         sources: Who computed each column (:func:`column_sources`).
         audit: The question's row of ``judge_audit.jsonl`` (``{metric name: record}``), if any.
         experiment_id: The run's experiment.
@@ -249,10 +351,15 @@ def question_trace(
         start_ns: Start time of the trace, ns since the epoch; the spans last
             ``response.latency_ms`` (split into retrieval and generation when the target
             recorded ``generation_ms``).
+        question_key: The question's key in :func:`trace_id_for` (default ``sample.id``).
+        assessed: :func:`assessed_columns` of ``specs`` and ``sources`` (computed when None;
+            :func:`log_traces` computes it once per run).
 
     Returns:
-        ``(trace info with assessments, spans)``.
+        ``(trace info with assessments, spans)``; the ids depend only on ``run_id`` and the
+        question key.
     """
+    _IDS.seed(_otel_trace_id(run_id, question_key or sample.id))
     total_ns = int(max(response.latency_ms, 0.0) * 1e6)
     end_ns = start_ns + total_ns
     generation_ns = int(float(response.metadata.get("generation_ms", 0.0)) * 1e6)
@@ -282,7 +389,7 @@ def question_trace(
         start_ns,
         split_ns,
         {"query": sample.user_input},
-        [d.to_dict() for d in docs],
+        docs,
     )
     spans.append(retrieve)
     if response.response or "prompt_tokens" in response.metadata:
@@ -310,11 +417,15 @@ def question_trace(
         )
         spans.append(generate)
     assessments: list[Any] = []
-    for spec in specs:
-        value = values.get(spec.name, MetricValue.nan("missing"))
-        source = sources.get(spec.name, ColumnSource(AssessmentSourceType.CODE, CODE_SOURCE_ID))
+    not_applicable: dict[str, list[str]] = {}
+    for name in assessed if assessed is not None else assessed_columns(specs, sources):
+        value = values.get(name, MetricValue.nan("missing"))
+        if is_not_applicable(value):
+            not_applicable.setdefault(str(value.reason), []).append(name)
+            continue
+        source = sources.get(name, _CODE)
         record = (audit or {}).get(source.audit_key) if source.audit_key else None
-        assessments.append(feedback(spec.name, value, source, record))
+        assessments.append(feedback(name, value, source, record))
     if sample.reference:
         assessments.append(
             Expectation(
@@ -328,6 +439,9 @@ def question_trace(
     for a in assessments:
         a.trace_id = trace_id
         a.span_id = root.span_id
+        a.assessment_id = (
+            "a-" + hashlib.blake2b(f"{trace_id}/{a.name}".encode(), digest_size=16).hexdigest()
+        )
     tags = {TraceTagKey.TRACE_NAME: TRACE_NAME, "question_id": sample.id}
     if sample.question_type:
         tags["question_type"] = sample.question_type
@@ -335,6 +449,10 @@ def question_trace(
         tags["answerable"] = "false"
     if failed:
         tags["error"] = f"{response.error}: {response.error_message or ''}"[:250]
+    if not_applicable:
+        tags[NOT_APPLICABLE_TAG] = "; ".join(
+            f"{reason}: {', '.join(names)}" for reason, names in sorted(not_applicable.items())
+        )[:_TAG_CHARS]
     info = TraceInfo(
         trace_id=trace_id,
         trace_location=TraceLocation.from_experiment_id(experiment_id),
@@ -356,8 +474,9 @@ def question_trace(
     return info, spans
 
 
-def _documents(response: RagResponse) -> list[Document]:
-    """The retrieved contexts as MLflow documents (rank 1 = best)."""
+def _documents(response: RagResponse) -> list[dict[str, Any]]:
+    """The retrieved contexts as :class:`mlflow.entities.Document` dicts (what its
+    ``to_dict`` gives, built directly: ``asdict`` deep-copies), rank 1 = best."""
     chunk_ids = response.retrieved_ids or []
     doc_ids = response.retrieved_doc_ids or []
     docs = []
@@ -370,10 +489,21 @@ def _documents(response: RagResponse) -> list[Document]:
         else:
             doc_id = doc_ids[i] if i < len(doc_ids) else None
         meta = {"rank": i + 1, "chunk_id": chunk_id, "doc_id": doc_id}
-        docs.append(
-            Document(page_content=text, metadata={k: v for k, v in meta.items() if v is not None})
-        )
+        metadata = {k: v for k, v in meta.items() if v is not None}
+        docs.append({"page_content": text, "metadata": metadata, "id": None})
     return docs
+
+
+def question_keys(samples: Sequence[Sample]) -> list[str]:
+    """Each sample's key in :func:`trace_id_for`: its id, with ``#<n>`` appended to the
+    ``n``-th repeat of an id already seen (so repeated ids still get distinct traces)."""
+    seen: dict[str, int] = {}
+    keys = []
+    for sample in samples:
+        n = seen.get(sample.id, 0)
+        seen[sample.id] = n + 1
+        keys.append(sample.id if n == 0 else f"{sample.id}#{n}")
+    return keys
 
 
 @dataclass(frozen=True)
@@ -385,12 +515,15 @@ class TraceLogStats:
         spans: Spans written.
         assessments: Feedback and expectations written.
         seconds: Wall time of building and writing, seconds.
+        replaced: Traces of the same questions found in the store and replaced (a resumed or
+            retried run), 0 normally.
     """
 
     traces: int
     spans: int
     assessments: int
     seconds: float
+    replaced: int = 0
 
 
 def log_traces(
@@ -406,7 +539,9 @@ def log_traces(
     audit: Sequence[Mapping[str, Any]] = (),
     model: str | None = None,
 ) -> TraceLogStats:
-    """Write one trace per question into ``experiment_id``, linked to ``run_id``.
+    """Write one trace per question into ``experiment_id``, linked to ``run_id``, replacing
+    the traces of the same (run, question) already in the store (see the module docstring:
+    layout, assessed values, idempotency, batching per store).
 
     Args:
         tracking_uri: Resolved tracking URI (a database store or a server).
@@ -415,7 +550,7 @@ def log_traces(
         samples: The questions, in row order.
         responses: One response per sample.
         values: One ``{column: MetricValue}`` per sample.
-        specs: The metric columns (one feedback per column per question).
+        specs: The metric columns (the judged and key ones become feedback).
         sources: Who computed each column (:func:`column_sources`).
         audit: ``judge_audit.jsonl`` rows (matched to samples by ``id``).
         model: The generator's model id, for the LLM spans.
@@ -426,7 +561,7 @@ def log_traces(
     Raises:
         TrackingError: ``tracking_uri`` is a folder store (it keeps no spans).
         MlflowException: The store refused a trace or the spans (the caller decides whether
-            that fails the run).
+            that fails the run); calling again writes everything again, without duplicates.
     """
     started = time.perf_counter()
     by_id = {str(row.get("id")): row for row in audit}
@@ -436,43 +571,95 @@ def log_traces(
             f"the folder store {tracking_uri} keeps no trace spans: log to a database store "
             "(tracking.uri=sqlite:///mlruns.db) or a server, or set tracking.traces=false"
         )
+    keys = question_keys(samples)
+    writer = _SqlTraceWriter.open(client, experiment_id) or _ApiTraceWriter(client, experiment_id)
+    replaced = writer.delete_existing([trace_id_for(run_id, key) for key in keys])
     now_ns = time.time_ns()
-    infos: list[TraceInfo] = []
-    spans: list[Span] = []
-    offset_ns = 0
-    for sample, response, row_values in zip(samples, responses, values, strict=True):
-        info, trace_spans = question_trace(
-            sample,
-            response,
-            row_values,
-            specs,
-            sources=sources,
-            audit=by_id.get(sample.id),
-            experiment_id=experiment_id,
-            run_id=run_id,
-            model=model,
-            start_ns=now_ns + offset_ns,
-        )
-        offset_ns += 1_000  # keep the questions' order in the UI's time-sorted list
-        infos.append(info)
-        spans.extend(trace_spans)
-    for i in range(0, len(infos), TRACES_PER_TRANSACTION):
-        chunk = infos[i : i + TRACES_PER_TRANSACTION]
-        if not _insert_sql(client, experiment_id, chunk):
-            for info in chunk:  # trace + its assessments: one transaction each
-                client.start_trace(info)
-    for i in range(0, len(spans), SPANS_PER_CALL):
-        client.log_spans(experiment_id, spans[i : i + SPANS_PER_CALL])
-    n_assessments = sum(len(info.assessments) for info in infos)
+    n_spans = n_assessments = 0
+    rows = list(zip(samples, responses, values, keys, strict=True))
+    assessed = assessed_columns(specs, sources)
+    try:
+        for first in range(0, len(rows), TRACES_PER_TRANSACTION):  # built and written in chunks
+            infos: list[TraceInfo] = []
+            by_trace: dict[str, list[Span]] = {}
+            for i, (sample, response, row_values, key) in enumerate(
+                rows[first : first + TRACES_PER_TRANSACTION], start=first
+            ):
+                info, trace_spans = question_trace(
+                    sample,
+                    response,
+                    row_values,
+                    specs,
+                    sources=sources,
+                    audit=by_id.get(sample.id),
+                    experiment_id=experiment_id,
+                    run_id=run_id,
+                    model=model,
+                    start_ns=now_ns + 1_000 * i,  # keep the questions' order in the UI's list
+                    question_key=key,
+                    assessed=assessed,
+                )
+                infos.append(info)
+                by_trace[info.trace_id] = trace_spans
+                n_spans += len(trace_spans)
+                n_assessments += len(info.assessments)
+            writer.write(infos, by_trace)
+    finally:
+        writer.close()
     elapsed = time.perf_counter() - started
     log.info(
-        "logged %d traces (%d spans, %d assessments) in %.1f s",
-        len(infos),
-        len(spans),
+        "logged %d traces (%d spans, %d assessments%s) in %.1f s",
+        len(rows),
+        n_spans,
         n_assessments,
+        f", {replaced} replaced" if replaced else "",
         elapsed,
     )
-    return TraceLogStats(len(infos), len(spans), n_assessments, elapsed)
+    return TraceLogStats(len(rows), n_spans, n_assessments, elapsed, replaced)
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+class _ApiTraceWriter:
+    """Writes traces with MLflow's client API (a tracking server, or a store this module does
+    not know), :data:`API_CONCURRENCY` requests at a time: one ``StartTraceV3`` per trace
+    (with its assessments), then the chunk's spans in ``log_spans`` calls (OTLP on a
+    server)."""
+
+    def __init__(self, client: TracingClient, experiment_id: str) -> None:
+        self.client = client
+        self.experiment_id = experiment_id
+        self.pool = ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="traces")
+
+    def delete_existing(self, trace_ids: Sequence[str]) -> int:
+        """Delete the traces with these ids (none on a first write); returns how many."""
+        client = self.client
+        return int(
+            sum(
+                self.pool.map(
+                    lambda chunk: client.delete_traces(self.experiment_id, trace_ids=list(chunk)),
+                    _chunks(trace_ids, TRACES_PER_TRANSACTION),
+                )
+            )
+        )
+
+    def write(self, infos: Sequence[TraceInfo], spans: Mapping[str, Sequence[Span]]) -> None:
+        """Trace infos (with assessments) first, then their spans (by trace id)."""
+        list(self.pool.map(self.client.start_trace, infos))
+        flat = [span for trace_spans in spans.values() for span in trace_spans]
+        list(
+            self.pool.map(
+                lambda chunk: self.client.log_spans(self.experiment_id, list(chunk)),
+                _chunks(flat, SPANS_PER_CALL),
+            )
+        )
+
+    def close(self) -> None:
+        """Stop the request threads."""
+        self.pool.shutdown()
 
 
 def _is_folder_store(store: Any) -> bool:
@@ -484,71 +671,271 @@ def _is_folder_store(store: Any) -> bool:
     return isinstance(store, FileStore)
 
 
-def _insert_sql(client: TracingClient, experiment_id: str, infos: Sequence[TraceInfo]) -> bool:
-    """Write trace infos with their assessments in ONE transaction of a database store.
+class _SqlTraceWriter:
+    """Multi-row INSERTs of trace infos, tags, metadata and assessments into the tables of
+    MLflow's database store (see :func:`_insert_sql`)."""
 
-    MLflow's ``start_trace`` writes one trace per transaction; this inserts the rows
-    ``SqlAlchemyStore.start_trace`` inserts (trace info, tags with the artifact location,
-    metadata marked finalized, and the assessments as ``SqlAssessments.from_mlflow_entity``
-    maps them) in one session, assessments with one multi-row INSERT. The rollup rebuild
-    queue (off unless ``MLFLOW_SQL_TRACE_ROLLUPS_ENABLED``) is not maintained, so with rollups
-    on the API is used. ``tests/test_traces.py`` checks that both paths store the same traces
-    (re-run it when MLflow is upgraded: this relies on the store's row classes).
-
-    Returns:
-        False when the store is not one this code knows (a server, another MLflow layout,
-        rollups on): the caller then uses the API.
-    """
-    try:
+    def __init__(self, client: TracingClient, experiment: Any, models: Any) -> None:
         import sqlalchemy
-        from mlflow.store.tracking.dbmodels.models import (
-            SqlAssessments,
-            SqlTraceInfo,
-            SqlTraceMetadata,
-            SqlTraceTag,
-        )
-        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-        from mlflow.store.tracking.utils.sql_trace_rollups import rollups_enabled
-    except ImportError:  # another MLflow layout
-        return False
-    store = client.store
-    if type(store) is not SqlAlchemyStore or rollups_enabled():
-        return False
-    experiment = store.get_experiment(experiment_id)
-    columns = {a.key: a.columns[0].key for a in sqlalchemy.inspect(SqlAssessments).column_attrs}
-    assessment_rows: list[dict[str, Any]] = []
-    with store.ManagedSessionMaker(read_only=False) as session, session.no_autoflush:
-        for info in infos:
-            trace_id = info.trace_id
-            row = SqlTraceInfo(
-                request_id=trace_id,
-                experiment_id=experiment_id,
-                timestamp_ms=info.request_time,
-                execution_time_ms=info.execution_duration,
-                status=info.state.value,
-                client_request_id=info.client_request_id,
-                request_preview=info.request_preview,
-                response_preview=info.response_preview,
-                trace_name=info.tags.get(TraceTagKey.TRACE_NAME),
+
+        self.client = client
+        self.store = client.store
+        self.experiment = experiment
+        self.models = models
+        self._sqlalchemy = sqlalchemy
+        assessments = models.SqlAssessments
+        self._assessment_columns = {
+            a.key: a.columns[0].key for a in sqlalchemy.inspect(assessments).column_attrs
+        }
+
+    @classmethod
+    def open(cls, client: TracingClient, experiment_id: str) -> _SqlTraceWriter | None:
+        """A writer for ``store``, or None when it is not a database store this code knows
+        (a server, another MLflow layout, trace rollups on): then the API is used."""
+        from mlflow.store.tracking.rest_store import RestStore
+
+        if isinstance(client.store, RestStore):  # a server: skip the SQL store's imports
+            return None
+        try:
+            from mlflow.store.tracking.dbmodels import models
+            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+            from mlflow.store.tracking.utils.sql_trace_rollups import rollups_enabled
+            from mlflow.store.tracking.utils.trace_analytics import (  # noqa: F401 - layout check
+                PROMOTED_TRACE_METADATA_KEYS,
+                analytics_columns_from_metadata,
+                assessment_aggregate,
+                validate_trace_name,
             )
-            row.tags = [
-                SqlTraceTag(request_id=trace_id, key=k, value=v)
-                for k, v in info.tags.items()
-                if k != TraceTagKey.TRACE_NAME
-            ] + [store._get_trace_artifact_location_tag(experiment, trace_id)]
-            metadata = {**info.trace_metadata, TraceMetadataKey.TRACE_INFO_FINALIZED: "true"}
-            row.request_metadata = [
-                SqlTraceMetadata(request_id=trace_id, key=k, value=v)
-                for k, v in sorted(metadata.items())
-            ]
-            for a in info.assessments:  # MLflow's own mapping, inserted in bulk below
-                sql = SqlAssessments.from_mlflow_entity(a)
-                sql.trace_id = trace_id
-                sql.experiment_id = int(experiment_id)
-                sql.trace_timestamp_ms = info.request_time
-                assessment_rows.append({col: getattr(sql, attr) for attr, col in columns.items()})
-            session.add(row)
-        session.flush()  # the trace rows exist before their assessments
+        except ImportError:  # another MLflow layout
+            return None
+        store = client.store
+        if type(store) is not SqlAlchemyStore or rollups_enabled():
+            return None
+        return cls(client, store.get_experiment(experiment_id), models)
+
+    def delete_existing(self, trace_ids: Sequence[str]) -> int:
+        """Delete the traces among ``trace_ids`` that the store holds (with MLflow's own
+        ``delete_traces``, which removes their spans and assessments); returns how many."""
+        table = self.models.SqlTraceInfo.__table__
+        found: list[str] = []
+        with self.store.ManagedSessionMaker() as session:
+            for chunk in _chunks(trace_ids, 500):
+                query = self._sqlalchemy.select(table.c.request_id).where(
+                    table.c.request_id.in_(list(chunk))
+                )
+                found.extend(row[0] for row in session.execute(query))
+        for chunk in _chunks(found, TRACES_PER_TRANSACTION):
+            self.client.delete_traces(self.experiment.experiment_id, trace_ids=list(chunk))
+        return len(found)
+
+    def write(self, infos: Sequence[TraceInfo], spans: Mapping[str, Sequence[Span]]) -> None:
+        """Write ``infos`` with their assessments and spans (by trace id) in ONE transaction
+        (:func:`_insert_sql`)."""
+        _insert_sql(self, infos, spans)
+
+    def close(self) -> None:
+        """Nothing to release (the store's engine is MLflow's)."""
+
+
+def _insert_sql(
+    writer: _SqlTraceWriter, infos: Sequence[TraceInfo], spans: Mapping[str, Sequence[Span]]
+) -> None:
+    """Write trace infos with their assessments and spans in ONE transaction of a database
+    store.
+
+    MLflow writes one trace per transaction through ORM objects (``start_trace``), then its
+    spans (``log_spans``: an upsert, then per-trace updates and tag merges). Here the rows the
+    two calls leave behind for a new trace are inserted with one multi-row INSERT per table:
+    the trace info (with the analytics columns ``start_trace`` derives from metadata and the
+    token usage and cost ``log_spans`` aggregates from the spans; payload generation 1, as
+    after one ``log_spans``), tags with the artifact location and the spans' location,
+    metadata marked finalized, the assessments as ``SqlAssessments.from_mlflow_entity`` maps
+    them, and the spans as ``log_spans`` stores them (MLflow's own
+    ``translate_span_when_storing`` and JSON encoder). The rollup rebuild queue (off unless
+    ``MLFLOW_SQL_TRACE_ROLLUPS_ENABLED``) is not maintained, so with rollups on the API is
+    used. ``tests/test_traces.py`` checks that both paths store the same rows (re-run it when
+    MLflow is upgraded: this relies on the store's tables and value mapping).
+    """
+    from mlflow.store.tracking.utils.trace_analytics import (
+        PROMOTED_TRACE_METADATA_KEYS,
+        analytics_columns_from_metadata,
+        assessment_aggregate,
+        validate_trace_name,
+    )
+
+    m = writer.models
+    store = writer.store
+    span_rows: list[dict[str, Any]] = []
+    experiment = writer.experiment
+    experiment_id = int(experiment.experiment_id)
+    info_rows: list[dict[str, Any]] = []
+    tag_rows: list[dict[str, Any]] = []
+    metadata_rows: list[dict[str, Any]] = []
+    assessment_rows: list[dict[str, Any]] = []
+    analytics_keys: set[str] = set()
+    for info in infos:
+        trace_id = info.trace_id
+        metadata = dict(info.trace_metadata)
+        analytics = analytics_columns_from_metadata(metadata)
+        analytics_keys.update(analytics)
+        for key in PROMOTED_TRACE_METADATA_KEYS:
+            metadata.pop(key, None)
+        metadata[TraceMetadataKey.TRACE_INFO_FINALIZED] = "true"
+        usage = _span_rows(spans.get(trace_id, ()), experiment_id, span_rows)
+        analytics = {**usage, **analytics}  # start_trace's values take precedence
+        analytics_keys.update(usage)
+        info_rows.append(
+            {
+                "db_payload_generation": 1,
+                "request_id": trace_id,
+                "experiment_id": experiment_id,
+                "timestamp_ms": info.request_time,
+                "execution_time_ms": info.execution_duration,
+                "status": info.state.value,
+                "client_request_id": info.client_request_id,
+                "request_preview": info.request_preview,
+                "response_preview": info.response_preview,
+                "trace_name": validate_trace_name(info.tags.get(TraceTagKey.TRACE_NAME)),
+                **analytics,
+            }
+        )
+        location = store._get_trace_artifact_location_tag(experiment, trace_id)
+        tags = {k: v for k, v in info.tags.items() if k != TraceTagKey.TRACE_NAME}
+        tags[location.key] = location.value
+        tags[TraceTagKey.SPANS_LOCATION] = SpansLocation.TRACKING_STORE.value
+        tag_rows.extend({"request_id": trace_id, "key": k, "value": v} for k, v in tags.items())
+        metadata_rows.extend(
+            {"request_id": trace_id, "key": k, "value": v} for k, v in sorted(metadata.items())
+        )
+        columns = writer._assessment_columns
+        for a in info.assessments:
+            row = _assessment_row(a, trace_id, experiment_id, info.request_time)
+            aggregate = assessment_aggregate(row.pop("_value"))
+            row["aggregate_value"], row["is_numeric_value"] = aggregate
+            assessment_rows.append({columns[k]: v for k, v in row.items()})
+    for row in info_rows:  # one column set for the multi-row INSERT
+        for key in analytics_keys:
+            row.setdefault(key, None)
+    with store.ManagedSessionMaker(read_only=False) as session:
+        session.execute(m.SqlTraceInfo.__table__.insert(), info_rows)
+        if tag_rows:
+            session.execute(m.SqlTraceTag.__table__.insert(), tag_rows)
+        session.execute(m.SqlTraceMetadata.__table__.insert(), metadata_rows)
         if assessment_rows:
-            session.execute(SqlAssessments.__table__.insert(), assessment_rows)
-    return True
+            session.execute(m.SqlAssessments.__table__.insert(), assessment_rows)
+        if span_rows:
+            session.execute(m.SqlSpan.__table__.insert(), span_rows)
+
+
+def _span_rows(
+    spans: Sequence[Span], experiment_id: int, out: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Append the ``spans`` rows of one trace's spans to ``out``, as
+    ``SqlAlchemyStore.log_spans`` writes them; return the trace info's token and cost columns
+    it aggregates from them (tree-aware, MLflow's own aggregation)."""
+    from mlflow.store.tracking.sqlalchemy_store import (
+        _span_aggregation_node,
+        _try_parse_json_string,
+    )
+    from mlflow.store.tracking.utils.trace_analytics import (
+        COST_COLUMN_BY_KEY,
+        TOKEN_COLUMN_BY_KEY,
+        bounded_model_dimension,
+        finite_float_or_none,
+        token_count_or_none,
+    )
+    from mlflow.tracing.otel.translation import translate_span_when_storing
+    from mlflow.tracing.utils import (
+        TraceJSONEncoder,
+        aggregate_cost_from_span_nodes,
+        aggregate_usage_from_span_nodes,
+    )
+
+    usage_nodes = []
+    cost_nodes = []
+    for span in spans:
+        span_dict = translate_span_when_storing(span)
+        attributes = span_dict.get("attributes", {})
+        usage_nodes.append(
+            _span_aggregation_node(
+                span.span_id, span.parent_id, attributes, SpanAttributeKey.CHAT_USAGE
+            )
+        )
+        cost_nodes.append(
+            _span_aggregation_node(
+                span.span_id, span.parent_id, attributes, SpanAttributeKey.LLM_COST
+            )
+        )
+        cost: dict[str, Any] = {}
+        if attributes.get(SpanAttributeKey.LLM_COST):
+            try:
+                cost = json.loads(attributes[SpanAttributeKey.LLM_COST])
+            except (TypeError, ValueError):
+                cost = {}
+        out.append(
+            {
+                "trace_id": span.trace_id,
+                "experiment_id": experiment_id,
+                "span_id": span.span_id,
+                "parent_span_id": span.parent_id,
+                "name": span.name,
+                "type": span.span_type,
+                "status": span.status.status_code,
+                "start_time_unix_nano": span.start_time_ns,
+                "end_time_unix_nano": span.end_time_ns,
+                "content": json.dumps(span_dict, cls=TraceJSONEncoder, ensure_ascii=False),
+                "input_cost": finite_float_or_none(cost.get("input_cost")),
+                "output_cost": finite_float_or_none(cost.get("output_cost")),
+                "total_cost": finite_float_or_none(cost.get("total_cost")),
+                "model_name": bounded_model_dimension(
+                    _try_parse_json_string(attributes.get(SpanAttributeKey.MODEL))
+                ),
+                "model_provider": bounded_model_dimension(
+                    _try_parse_json_string(attributes.get(SpanAttributeKey.MODEL_PROVIDER))
+                ),
+            }
+        )
+    columns: dict[str, Any] = {}
+    usage = aggregate_usage_from_span_nodes(usage_nodes) or {}
+    for key, column in TOKEN_COLUMN_BY_KEY.items():
+        if (value := token_count_or_none(usage.get(key))) is not None:
+            columns[column] = value
+    total_cost = aggregate_cost_from_span_nodes(cost_nodes) or {}
+    for key, column in COST_COLUMN_BY_KEY.items():
+        if (value := finite_float_or_none(total_cost.get(key))) is not None:
+            columns[column] = value
+    return columns
+
+
+def _assessment_row(
+    a: Any, trace_id: str, experiment_id: int, trace_timestamp_ms: int
+) -> dict[str, Any]:
+    """The ``assessments`` row of one assessment, keyed by ``SqlAssessments`` attribute, as
+    ``SqlAssessments.from_mlflow_entity`` maps it (plus ``_value``, for the aggregate columns);
+    feedback and expectations only."""
+    if a.feedback is not None:
+        kind, value = "feedback", a.feedback.value
+        error = json.dumps(a.feedback.error.to_dictionary()) if a.feedback.error else None
+    else:
+        kind, value, error = "expectation", a.expectation.value, None
+    return {
+        "assessment_id": a.assessment_id,
+        "trace_id": trace_id,
+        "name": a.name,
+        "assessment_type": kind,
+        "value": json.dumps(value),
+        "_value": value,
+        "error": error,
+        "created_timestamp": a.create_time_ms,
+        "last_updated_timestamp": a.last_update_time_ms,
+        "source_type": a.source.source_type,
+        "source_id": a.source.source_id,
+        "run_id": a.run_id,
+        "span_id": a.span_id,
+        "rationale": a.rationale,
+        "overrides": a.overrides,
+        "valid": True,
+        "assessment_metadata": json.dumps(a.metadata) if a.metadata else None,
+        "experiment_id": experiment_id,
+        "trace_timestamp_ms": trace_timestamp_ms,
+    }

@@ -36,13 +36,14 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
 
 from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.llm.base import ChatModel
-from rag_experiments.metrics.audit import USAGE_KEYS
+from rag_experiments.metrics.audit import RATIONALE_KEY, USAGE_KEYS
 from rag_experiments.metrics.definitions import spec
 from rag_experiments.metrics.scheduler import JudgedRowMetric
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
@@ -94,6 +95,8 @@ class DeepEvalMetric(JudgedRowMetric):
     needs_response = False
     """True for a metric that judges the answer: NaN ``no_response`` when none was recorded."""
     state_attrs: tuple[str, ...] = ()
+    verdict_item = "item"
+    """What one DeepEval verdict judges when DeepEval keeps no list of them (audit lines)."""
 
     def __init__(
         self,
@@ -166,7 +169,36 @@ class DeepEvalMetric(JudgedRowMetric):
         value, record = self._score_row(sample, resp)
         for key in USAGE_KEYS:
             record.setdefault(key, 0)
+        record[RATIONALE_KEY] = self.verdict_lines(record)
         return {self.column: value}, record
+
+    def verdict_lines(self, record: Mapping[str, Any]) -> list[str]:
+        """The explanation lines of this metric's audit record
+        (:data:`~rag_experiments.metrics.audit.RATIONALE_KEY`): one line per DeepEval verdict
+        (``✓`` yes, ``✗`` no, ``?`` borderline/idk) on the claim or statement it judges (or
+        ``<verdict_item> k`` when DeepEval keeps no list of them), with DeepEval's reason for
+        it; then DeepEval's overall reason (``include_reason``). The error message when the
+        row failed; ``[]`` when no judge was asked.
+
+        Args:
+            record: The row's audit record (DeepEval's state, see :meth:`score_row`).
+
+        Returns:
+            The lines, in DeepEval's order.
+        """
+        if record.get("error_message"):
+            return [str(record["error_message"])]
+        items = record.get("claims") or record.get("statements") or []
+        lines = []
+        for k, verdict in enumerate(record.get("verdicts") or [], start=1):
+            what = str(items[k - 1]) if k <= len(items) else f"{self.verdict_item} {k}"
+            lines.append(_verdict_line(what, verdict))
+        for k, context in enumerate(record.get("verdicts_list") or [], start=1):
+            for verdict in (context or {}).get("verdicts") or []:
+                lines.append(_verdict_line(f"context {k}: {verdict.get('statement')}", verdict))
+        if record.get("reason"):
+            lines.append(f"DeepEval: {record['reason']}")
+        return lines
 
     def _score_row(self, sample: Sample, resp: RagResponse) -> tuple[MetricValue, dict[str, Any]]:
         if resp.error is not None:
@@ -294,6 +326,19 @@ def _reason(error: BaseException) -> str:
     if isinstance(error, ValueError | KeyError):  # DeepEval's own JSON parsing (unused path)
         return "parse_error"
     return "metric_error"
+
+
+_MARKS = {"yes": "✓", "no": "✗"}
+
+
+def _verdict_line(what: str, verdict: Any) -> str:
+    """``<mark> <what>`` and DeepEval's reason for the verdict (a dict ``{"verdict",
+    "reason"}``, or the bare verdict)."""
+    if not isinstance(verdict, Mapping):
+        verdict = {"verdict": verdict}
+    mark = _MARKS.get(str(verdict.get("verdict", "")).strip().lower(), "?")
+    reason = verdict.get("reason")
+    return f"{mark} {what}" + (f" ({reason})" if reason else "")
 
 
 def _plain(value: Any) -> Any:

@@ -113,6 +113,7 @@ class DeepEvalContextPrecision(DeepEvalMetric):
     deepeval_class = "deepeval.metrics:ContextualPrecisionMetric"
     needs_reference = True
     state_attrs = ("verdicts",)
+    verdict_item = "context"
 
     def _expected_verdicts(self, case: Any) -> int | None:
         return len(case.retrieval_context)
@@ -134,6 +135,7 @@ class DeepEvalContextRecall(DeepEvalMetric):
     deepeval_class = "deepeval.metrics:ContextualRecallMetric"
     needs_reference = True
     state_attrs = ("verdicts",)
+    verdict_item = "reference sentence"
 
 
 class DeepEvalContextRelevancy(DeepEvalMetric):
