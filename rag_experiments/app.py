@@ -199,6 +199,6 @@ def hydra_main(cfg: DictConfig) -> float | None:
     """``rag-exp run [overrides…]``. Our own errors leave as one line, exit code 1
     (:mod:`rag_experiments.config.reporting`)."""
     with reported():
-        if not cfg.dataset:
+        if OmegaConf.is_missing(cfg, "dataset") or not cfg.dataset:
             raise ConfigError("no dataset selected: pass dataset=<name>")
         return run_job(cfg)

@@ -34,9 +34,13 @@ Subcommands::
 ``rag-exp run --help`` shows Hydra's help (config groups and options); ``rag-exp run --cfg job``
 prints the resolved config without running.
 
-Errors of the package (:class:`~rag_experiments.errors.RagExpError`) print as one line,
-``rag-exp <command>: error: <message>``, with exit code 1; ``rag-exp --verbose <command> …``
-(or ``HYDRA_FULL_ERROR=1``) shows the stack trace too.
+Errors are handled in one place, :func:`main`, for every command: our own errors
+(:class:`~rag_experiments.errors.RagExpError`) and Hydra's config errors print as
+``rag-exp <command>: error: <message>``, with exit code 1 and no stack trace; any other
+exception is a bug and shows its stack trace. Hydra's own reporting is turned off for the
+command (``HYDRA_FULL_ERROR=1`` while it runs), so its errors reach :func:`main` too.
+``rag-exp --verbose <command> …`` (or ``HYDRA_FULL_ERROR=1``) shows the stack trace of every
+error.
 """
 
 from __future__ import annotations
@@ -44,9 +48,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
-from rag_experiments.errors import RagExpError
 from rag_experiments.locations import with_user_conf  # ./conf of this folder, if any
 
 
@@ -170,13 +174,31 @@ COMMANDS = {
 }
 
 
+@contextmanager
+def _hydra_raises() -> Iterator[None]:
+    """``HYDRA_FULL_ERROR=1`` for the block: Hydra re-raises a task's or a composition's
+    exception instead of printing it, so :func:`main` reports it like any other."""
+    before = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = before
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Dispatch ``rag-exp <command> …``; returns the process exit code."""
+    """Dispatch ``rag-exp <command> …``; returns the process exit code (errors: see the
+    module docstring)."""
+    from rag_experiments.config.reporting import error_message
+
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = bool(args) and args[0] == "--verbose"
     if verbose:
         args = args[1:]
-        os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises: the full stack is shown
+    traces = verbose or os.environ.get("HYDRA_FULL_ERROR") == "1"
     parser = argparse.ArgumentParser(
         prog="rag-exp",
         description="Evaluate RAG systems offline with local models; results go to MLflow.",
@@ -194,16 +216,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] not in COMMANDS:
         parser.parse_args(args or ["--help"])
         return 2
-    handler = COMMANDS[args[0]][0]
+    command, handler = args[0], COMMANDS[args[0]][0]
     try:
-        code = handler(args[1:])
+        with _hydra_raises():
+            code = handler(args[1:])
         sys.stdout.flush()
         return code
-    except RagExpError as exc:
-        if verbose or os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        print(f"rag-exp {args[0]}: error: {exc}", file=sys.stderr)
-        return 1
     except BrokenPipeError:  # `rag-exp … | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python docs, signal)
         return 0
+    except Exception as exc:
+        message = error_message(exc)
+        if message is None or traces:
+            raise
+        print(f"rag-exp {command}: error: {message}", file=sys.stderr)
+        return 1
