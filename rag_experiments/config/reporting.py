@@ -62,12 +62,15 @@ def error_message(exc: BaseException) -> str | None:
       message (what failed, where, the fix);
     * a mandatory config value (``???``) that was never set: which key, and how to set it;
     * Hydra's config errors (a ``CompactHydraException``: an override that does not parse,
-      an unknown option or key): Hydra's message and OmegaConf's cause, as Hydra prints
-      them.
+      an unknown option or key): our line first when it names an unknown key (the schema's
+      closest keys, :func:`rag_experiments.config.keys.explain`), then Hydra's message and
+      OmegaConf's cause, as Hydra prints them.
 
     Args:
         exc: The exception that ended the command.
     """
+    from rag_experiments.config.keys import explain
+
     if isinstance(exc, ReportedError):
         exc = exc.error
     if isinstance(exc, RagExpError):
@@ -80,4 +83,5 @@ def error_message(exc: BaseException) -> str | None:
     lines = [str(exc)]
     if isinstance(exc.__cause__, OmegaConfBaseException):
         lines.append(str(exc.__cause__))
-    return "\n".join(lines)
+    ours = explain(exc)
+    return "\n".join([ours, *lines] if ours else lines)
