@@ -41,17 +41,21 @@ schema has, e.g. "did you mean retriever.top_k"), with exit code 1 and no stack 
 exception is a bug and shows its stack trace. Hydra's own reporting is turned off for the
 command (``HYDRA_FULL_ERROR=1`` while it runs), so its errors reach :func:`main` too.
 ``rag-exp --verbose <command> …`` (or ``HYDRA_FULL_ERROR=1``) shows the stack trace of every
-error.
+error. SIGINT (Ctrl-C) and SIGTERM stop a command the same way
+(:mod:`rag_experiments.common.interrupt`): its MLflow runs end KILLED with tag ``error``
+naming the signal, and the exit code is 128 + the signal number (130, 143).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from rag_experiments.common import interrupt
 from rag_experiments.locations import with_user_conf  # ./conf of this folder, if any
 
 
@@ -219,10 +223,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     command, handler = args[0], COMMANDS[args[0]][0]
     try:
-        with _hydra_raises():
+        with interrupt.handled(), _hydra_raises():
             code = handler(args[1:])
         sys.stdout.flush()
         return code
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM, after every run was closed KILLED
+        name = interrupt.received() or "SIGINT"
+        print(f"rag-exp {command}: {exc or f'stopped by {name}'}", file=sys.stderr)
+        return 128 + int(signal.Signals[name])
     except BrokenPipeError:  # `rag-exp … | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python docs, signal)
         return 0

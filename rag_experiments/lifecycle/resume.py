@@ -19,6 +19,7 @@ from rag_experiments.lifecycle.checkpoint import CheckpointedTarget, ResponseChe
 
 JOB_DIR_TAG = "job.dir"
 RESUMED_TAG = "resumed"
+RESUMED_AFTER_TAG = "resumed.after"
 
 
 @dataclass
@@ -34,10 +35,13 @@ class JobCheckpoint:
     checkpoint: ResponseCheckpoint | None
     resume_run_id: str | None = None
     dataset_digest: str | None = None
+    previous_error: str | None = None
 
     def attach(self, tracker: Any) -> None:
         """Inside the open run: write ``checkpoint.json`` and tag ``job.dir`` (and
-        ``resumed``)."""
+        ``resumed``). A resumed run's ``error`` tag (why it stopped: ``Interrupted: stopped by
+        SIGTERM …``) moves to ``resumed.after``, so the tag ``error`` is only ever about the
+        run's current attempt."""
         if self.checkpoint is None:
             return
         if not self.resume_run_id:
@@ -46,6 +50,11 @@ class JobCheckpoint:
         tags = {JOB_DIR_TAG: str(self.checkpoint.job_dir.resolve())}
         if self.resume_run_id:
             tags[RESUMED_TAG] = "true"
+            if self.previous_error:
+                tags[RESUMED_AFTER_TAG] = self.previous_error
+                import mlflow
+
+                mlflow.MlflowClient(tracker.uri).delete_tag(self.resume_run_id, "error")
         tracker.set_tags(tags)
 
     def wrap(self, target: Any, dataset_digest: str) -> Any:
@@ -110,7 +119,12 @@ def job_checkpoint(cfg: Any, tracking_uri: str) -> JobCheckpoint:
             f"run {run_id} already FINISHED: there is nothing to resume. Use `rag-exp rerun "
             f"{run_id}` to repeat it in a new run"
         )
-    return JobCheckpoint(ResponseCheckpoint(job_dir), run_id, run.data.tags.get("dataset.digest"))
+    return JobCheckpoint(
+        ResponseCheckpoint(job_dir),
+        run_id,
+        run.data.tags.get("dataset.digest"),
+        run.data.tags.get("error"),
+    )
 
 
 def _get_run(tracking_uri: str, run_id: str) -> Any:
