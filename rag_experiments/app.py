@@ -211,7 +211,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
     with reported():
-        if not cfg.dataset:
+        if OmegaConf.is_missing(cfg, "dataset") or not cfg.dataset:
             raise ConfigError("no dataset selected: pass dataset=<name>")
         # one store, caches and datasets whatever hydra.job.chdir says: paths are the ones
         # of the folder the command was started in

@@ -33,6 +33,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from rag_experiments.config.keys import check_keys
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError, RagExpError
 from rag_experiments.lifecycle.shard import select_shard
@@ -338,9 +339,12 @@ def build(cfg: DictConfig) -> Experiment:
         The built :class:`Experiment`.
 
     Raises:
+        ConfigError: The config holds a key no schema declares (``+retriever.topk=3``); the
+            message names the closest keys.
         RagExpError: A part refused its config (e.g. ``ConfigError`` for ``retriever.top_k=0``)
             or the dataset could not be loaded.
     """
+    check_keys(cfg)
     configure_from_config(cfg)  # LLM response cache + fresh per-role usage meters
     with own_errors():
         shared = SharedParts(cfg)
@@ -383,8 +387,10 @@ def build_generation(cfg: DictConfig, *, with_judge: bool) -> GenerationParts:
             with ``judge.require_distinct``, when it is the question writer's model.
 
     Raises:
+        ConfigError: The config holds a key no schema declares (see :func:`build`).
         RagExpError: A part refused its config.
     """
+    check_keys(cfg)
     chat = build_role_chat(cfg.llm, "dataset_generator")
     judge = None
     if with_judge:

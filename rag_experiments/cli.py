@@ -34,20 +34,29 @@ Subcommands::
 ``rag-exp run --help`` shows Hydra's help (config groups and options); ``rag-exp run --cfg job``
 prints the resolved config without running.
 
-Errors of the package (:class:`~rag_experiments.errors.RagExpError`) print as one line,
-``rag-exp <command>: error: <message>``, with exit code 1; ``rag-exp --verbose <command> …``
-(or ``HYDRA_FULL_ERROR=1``) shows the stack trace too.
+Errors are handled in one place, :func:`main`, for every command: our own errors
+(:class:`~rag_experiments.errors.RagExpError`) and Hydra's config errors print as
+``rag-exp <command>: error: <message>`` (an unknown config key first says which keys the
+schema has, e.g. "did you mean retriever.top_k"), with exit code 1 and no stack trace; any other
+exception is a bug and shows its stack trace. Hydra's own reporting is turned off for the
+command (``HYDRA_FULL_ERROR=1`` while it runs), so its errors reach :func:`main` too.
+``rag-exp --verbose <command> …`` (or ``HYDRA_FULL_ERROR=1``) shows the stack trace of every
+error. SIGINT (Ctrl-C) and SIGTERM stop a command the same way
+(:mod:`rag_experiments.common.interrupt`): its MLflow runs end KILLED with tag ``error``
+naming the signal, and the exit code is 128 + the signal number (130, 143).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
+from rag_experiments.common import interrupt
 from rag_experiments.common.redact import scrubbed_console
-from rag_experiments.errors import RagExpError
 from rag_experiments.locations import with_user_conf  # ./conf of this folder, if any
 
 
@@ -171,13 +180,31 @@ COMMANDS = {
 }
 
 
+@contextmanager
+def _hydra_raises() -> Iterator[None]:
+    """``HYDRA_FULL_ERROR=1`` for the block: Hydra re-raises a task's or a composition's
+    exception instead of printing it, so :func:`main` reports it like any other."""
+    before = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = before
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Dispatch ``rag-exp <command> …``; returns the process exit code."""
+    """Dispatch ``rag-exp <command> …``; returns the process exit code (errors: see the
+    module docstring)."""
+    from rag_experiments.config.reporting import error_message
+
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = bool(args) and args[0] == "--verbose"
     if verbose:
         args = args[1:]
-        os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises: the full stack is shown
+    traces = verbose or os.environ.get("HYDRA_FULL_ERROR") == "1"
     parser = argparse.ArgumentParser(
         prog="rag-exp",
         description="Evaluate RAG systems offline with local models; results go to MLflow.",
@@ -195,17 +222,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] not in COMMANDS:
         parser.parse_args(args or ["--help"])
         return 2
-    handler = COMMANDS[args[0]][0]
+    command, handler = args[0], COMMANDS[args[0]][0]
     with scrubbed_console(args[1:]):  # a secret typed as an argument is never echoed
         try:
-            code = handler(args[1:])
+            with interrupt.handled(), _hydra_raises():
+                code = handler(args[1:])
             sys.stdout.flush()
             return code
-        except RagExpError as exc:
-            if verbose or os.environ.get("HYDRA_FULL_ERROR") == "1":
-                raise
-            print(f"rag-exp {args[0]}: error: {exc}", file=sys.stderr)
-            return 1
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM, after every run was closed KILLED
+            name = interrupt.received() or "SIGINT"
+            print(f"rag-exp {command}: {exc or f'stopped by {name}'}", file=sys.stderr)
+            return 128 + int(signal.Signals[name])
         except BrokenPipeError:  # `rag-exp … | head`: the reader left; not an error of ours
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python docs)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python docs, signal)
             return 0
+        except Exception as exc:
+            message = error_message(exc)
+            if message is None or traces:
+                raise
+            print(f"rag-exp {command}: error: {message}", file=sys.stderr)
+            return 1

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Sequence
 
 import hydra
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rag_experiments.build import build, chat_class, is_assembled, part_class, run_caveat
 from rag_experiments.config import register
@@ -123,7 +123,7 @@ def main(argv: Sequence[str], host: str = "127.0.0.1", port: int = 8000) -> None
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     def _serve(cfg: DictConfig) -> None:
-        if not cfg.dataset:
+        if OmegaConf.is_missing(cfg, "dataset") or not cfg.dataset:
             raise ConfigError("no dataset selected: pass dataset=<name> (its corpus is served)")
         serve_job(cfg, host=host, port=port)
 

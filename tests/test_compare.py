@@ -293,3 +293,76 @@ def test_nan_values_leave_the_pair_out_and_thresholds_follow_the_metric_kind() -
         ("answer_judge.accuracy_raw", "q1", "gained"),
         ("answer_judge.accuracy_raw", "q2", "lost"),
     }
+
+
+def _sign_flip_p(d: np.ndarray) -> float:
+    """Exact two-sided sign-flip p: share of the 2^n sign patterns whose |mean| is at least the
+    observed one (Good 2000, §3.1), by enumeration."""
+    observed = abs(d.mean())
+    patterns = list(itertools.product((1.0, -1.0), repeat=d.size))
+    hits = sum(abs(np.mean(d * np.array(s))) >= observed - 1e-12 for s in patterns)
+    return hits / len(patterns)
+
+
+def test_paired_test_is_defined_for_zero_one_and_two_pairs() -> None:
+    # no pair: nothing to say
+    assert all(math.isnan(v) for v in paired_test([], []))
+    # one pair: the difference; no interval; the exact sign-flip test of one pair, p = 1
+    diff, low, high, p = paired_test([0.2], [0.7], n_resamples=N_RESAMPLES)
+    assert diff == pytest.approx(0.5) and math.isnan(low) and math.isnan(high)
+    assert p == 1.0 == _sign_flip_p(np.array([0.5]))
+    # two pairs: exact (4 patterns); the CI spans the two differences (bootstrap means of
+    # {0.1, 0.5} are 0.1, 0.3 or 0.5, the extremes each with probability 1/4 > 2.5 %)
+    diff, low, high, p = paired_test([0.0, 0.0], [0.1, 0.5], n_resamples=N_RESAMPLES)
+    assert diff == pytest.approx(0.3) and (low, high) == pytest.approx((0.1, 0.5))
+    assert p == pytest.approx(_sign_flip_p(np.array([0.1, 0.5])))  # 2/4
+    # a run against its own rerun: every difference 0
+    diff, low, high, p = paired_test([0.4, 1.0], [0.4, 1.0], n_resamples=N_RESAMPLES)
+    assert (diff, low, high, p) == (0.0, 0.0, 0.0, 1.0)
+
+
+def test_groups_of_one_question_give_too_few_pairs_not_an_error() -> None:
+    """8 questions as `make run` evaluates them: one per type, so every per-type group has a
+    single pair (today's scipy call raised "each sample in `data` must contain two or more
+    observations"); one metric is NaN on all but one question."""
+    import pandas as pd
+
+    from rag_experiments.analysis.compare import TOO_FEW_PAIRS
+
+    ids = [f"q{i}" for i in range(8)]
+    types = [f"type{i}" for i in range(8)]
+    a_vals = np.linspace(0.1, 0.8, 8)
+    rare = [0.5] + [math.nan] * 7
+    a = pd.DataFrame({"id": ids, "question_type": types, "nDCG@10": a_vals, "refusal": rare})
+    b = a.assign(**{"nDCG@10": a_vals + 0.05})
+    specs = [MetricInfo("nDCG@10"), MetricInfo("refusal", False)]
+    result = compare_tables(a, b, specs, n_resamples=N_RESAMPLES)
+    overall = {s.metric: s for s in result.overall()}
+    assert overall["nDCG@10"].n == 8 and overall["nDCG@10"].reason == ""
+    d = b["nDCG@10"].to_numpy() - a_vals
+    assert overall["nDCG@10"].p_value == pytest.approx(_sign_flip_p(d))  # 2/256
+    assert overall["refusal"].n == 1 and overall["refusal"].reason == TOO_FEW_PAIRS
+    assert overall["refusal"].p_value == 1.0 and math.isnan(overall["refusal"].ci_low)
+    cells = [s for s in result.stats if s.group != "all"]
+    assert len(cells) == 16 and {s.reason for s in cells} == {TOO_FEW_PAIRS}
+    empty = [s for s in cells if s.metric == "refusal" and s.n == 0]
+    assert len(empty) == 7 and all(math.isnan(s.diff) and math.isnan(s.p_value) for s in empty)
+    assert all(s.diff == pytest.approx(0.05) for s in cells if s.metric == "nDCG@10")
+    text = result.format()
+    assert "refusal" in text and "nDCG@10" in text
+    assert result.to_json()["by_type"]["type3"]["refusal"]["reason"] == TOO_FEW_PAIRS
+
+
+def test_compare_of_one_question_per_type_writes_its_report(tmp_path: Path) -> None:
+    """The report files (CSV, JSON, plots with NaN intervals) are written for tiny groups."""
+    import pandas as pd
+
+    from rag_experiments.analysis.plots import write_compare_report
+
+    a = pd.DataFrame({"id": ["q1", "q2"], "question_type": ["x", "y"], "Hit@5": [0.0, 1.0]})
+    b = a.assign(**{"Hit@5": [1.0, 1.0]})
+    result = compare_tables(a, b, [MetricInfo("Hit@5")], n_resamples=N_RESAMPLES)
+    files = write_compare_report(result, tmp_path)
+    rows = pd.read_csv(files["compare.csv"])
+    assert list(rows["reason"].fillna("")) == ["", "too_few_pairs", "too_few_pairs"]
+    assert json.loads(files["compare.json"].read_text())["by_type"]["x"]["Hit@5"]["ci_low"] is None

@@ -583,27 +583,76 @@ def test_row_problem_rendering_is_file_line_field(tmp_path: Path) -> None:
         log.raise_if_any("see the schema")
 
 
-def test_subset_is_stratified_seeded_and_ordered():
-    from collections import Counter
-
+def _strata_dataset(counts: dict[tuple[str, bool], int]):
     from rag_experiments.data.base import EvalDataset
     from rag_experiments.records import Sample
 
     samples = [
-        Sample(id=f"{t}{i}", user_input="q?", question_type=t, answerable=(i != 3))
-        for t in ("a", "b", "c")
-        for i in range(4)
+        Sample(id=f"{t}{'+' if ok else '-'}{i}", user_input="q?", question_type=t, answerable=ok)
+        for (t, ok), k in counts.items()
+        for i in range(k)
     ]
-    ds = EvalDataset("x", samples)
-    sub = ds.subset(6, seed=1)
-    assert len(sub.samples) == 6
-    # 6 strata (3 types x answerable/unanswerable): one sample from each
+    return EvalDataset("x", samples)
+
+
+def test_subset_is_proportional_seeded_and_ordered():
+    from collections import Counter
+
+    # a: 8 answerable + 2 not, b: 6, c: 3 + 1 (17 answerable, 3 not, N = 20)
+    ds = _strata_dataset({("a", True): 8, ("a", False): 2, ("b", True): 6, ("c", True): 3,
+                          ("c", False): 1})  # fmt: skip
+    sub = ds.subset(8, seed=1)
+    # by hand: answerability 8*17/20 = 6.8 -> 6, 8*3/20 = 1.2 -> 1, the seat left to .8:
+    # 7 + 1. Answerable over types: 7*8/17 = 3.29, 7*6/17 = 2.47, 7*3/17 = 1.24 -> 3, 2, 1
+    # and the seat left to b (.47): 3, 3, 1. Unanswerable: 1*2/3 = .67 (a), .33 (c) -> a.
     assert Counter((s.question_type, s.answerable) for s in sub.samples) == {
-        (t, a): 1 for t in "abc" for a in (True, False)
-    }
-    order = [s.id for s in samples]
+        ("a", True): 3, ("b", True): 3, ("c", True): 1, ("a", False): 1,
+    }  # fmt: skip
+    order = [s.id for s in ds.samples]
     assert [order.index(s.id) for s in sub.samples] == sorted(
         order.index(s.id) for s in sub.samples
     )
-    assert [s.id for s in ds.subset(6, seed=1).samples] == [s.id for s in sub.samples]
+    assert [s.id for s in ds.subset(8, seed=1).samples] == [s.id for s in sub.samples]
+    assert len({tuple(s.id for s in ds.subset(8, seed=k).samples) for k in range(5)}) > 1
     assert sub.digest != ds.digest and ds.subset(100) is ds
+
+
+def test_subset_gives_every_type_a_seat_when_n_reaches_the_number_of_types():
+    from collections import Counter
+
+    # d has 1 of 21 questions: its quota 4*1/21 = .19 gets no seat by the remainders
+    ds = _strata_dataset({("a", True): 8, ("a", False): 2, ("b", True): 6, ("c", True): 3,
+                          ("c", False): 1, ("d", True): 1})  # fmt: skip
+    # by hand: answerability 4*18/21 = 3.43, 4*3/21 = .57 -> 3 + 1; answerable 3*8/18 = 1.33,
+    # 3*6/18 = 1, 3*3/18 = .5, 3*1/18 = .17 -> a, b, c; unanswerable 2/3 vs 1/3 -> a. Type d
+    # has none: it takes the seat of a's answerable stratum (a keeps its unanswerable one).
+    for seed in range(3):
+        sub = ds.subset(4, seed=seed)
+        assert Counter((s.question_type, s.answerable) for s in sub.samples) == {
+            ("a", False): 1, ("b", True): 1, ("c", True): 1, ("d", True): 1,
+        }  # fmt: skip
+    # fewer seats than types: no minimum, the remainders decide (d's .1 loses)
+    assert "d" not in {s.question_type for s in ds.subset(3).samples}
+
+
+def test_max_samples_8_of_the_bundled_sample_spreads_types_and_answerability():
+    """The bundled sample: 8 types, 9 of 69 questions unanswerable. ``make run``'s 8
+    questions are one per type, 7 answerable and 1 unanswerable (quota 8*9/69 = 1.04), for any
+    seed; 16 give 2 unanswerable (2.09) and every type."""
+    from collections import Counter
+
+    from rag_experiments.data.base import EvalDataset
+    from rag_experiments.locations import PROJECT_ROOT
+    from rag_experiments.records import Sample
+
+    lines = (PROJECT_ROOT / "datasets" / "sample" / "eval.jsonl").read_text().splitlines()
+    ds = EvalDataset("sample", [Sample.model_validate(json.loads(x)) for x in lines if x])
+    types = {s.question_type for s in ds.samples}
+    assert len(types) == 8 and sum(not s.answerable for s in ds.samples) == 9
+    for seed in range(5):
+        sub = ds.subset(8, seed=seed)
+        assert Counter(s.question_type for s in sub.samples) == {t: 1 for t in types}
+        assert sum(not s.answerable for s in sub.samples) == 1
+        sub16 = ds.subset(16, seed=seed)
+        assert {s.question_type for s in sub16.samples} == types
+        assert sum(not s.answerable for s in sub16.samples) == 2

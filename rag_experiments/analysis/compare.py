@@ -15,6 +15,13 @@ metric). For every metric, over all questions and per question type:
   "samples")`` with ``n_resamples`` random sign patterns from ``rng=seed`` (the exact
   distribution when 2^n ≤ n_resamples); scipy's p counts the observed pattern, so p ≥
   1 / (n_resamples + 1).
+* **Few pairs** (a small run, a question type with one question, a metric most questions
+  leave NaN): every statistic is still defined, never an error. n = 0: diff, CI and p are NaN
+  with reason ``too_few_pairs``. n = 1: diff = d_1; the CI is NaN with reason
+  ``too_few_pairs`` (a bootstrap of one value is a point, not an interval); p is the exact
+  sign-flip test, which for one pair has the two equally likely outcomes ±d_1, both as extreme
+  as the observed one, so p = 1 (no evidence either way). n ≥ 2: as above (for n = 2 the
+  exact distribution of 4 sign patterns gives p ≥ 0.5, and the CI spans the two differences).
 * **p_holm**: Holm's step-down adjustment across the metrics of the same group (Holm 1979,
   *Scand. J. Statist.* 6(2)): with m p-values sorted p_(1) ≤ … ≤ p_(m),
   p̃_(i) = max_{j ≤ i} min(1, (m − j + 1) · p_(j)). It controls the family-wise error rate:
@@ -82,6 +89,12 @@ CONFIDENCE = 0.95
 ALL = "all"
 """Group name of the comparison over every question."""
 
+MIN_PAIRS_CI = 2
+"""Fewest pairs with a confidence interval (below it: NaN, reason :data:`TOO_FEW_PAIRS`)."""
+
+TOO_FEW_PAIRS = "too_few_pairs"
+"""Reason of a statistic left NaN because there are too few pairs for it."""
+
 _CLAIM_RATIOS = ("faithfulness", "context_recall")
 
 
@@ -101,6 +114,8 @@ class PairedStat:
         p_value: Two-sided paired permutation (sign-flip) test p-value, in (0, 1].
         p_holm: Holm-adjusted p across the metrics of the group, in (0, 1].
         higher_is_better: The metric's direction.
+        reason: Why some of the statistics are NaN (:data:`TOO_FEW_PAIRS`: n <
+            :data:`MIN_PAIRS_CI`), ``""`` when all are defined.
     """
 
     metric: str
@@ -114,6 +129,7 @@ class PairedStat:
     p_value: float
     p_holm: float
     higher_is_better: bool = True
+    reason: str = ""
 
     @property
     def verdict(self) -> str:
@@ -265,6 +281,9 @@ def paired_test(
 ) -> tuple[float, float, float, float]:
     """Difference of means with its paired bootstrap CI and permutation p-value.
 
+    Defined for any number of pairs (the few-pairs rules are in the module docstring): no
+    pairs give all NaN; one pair gives its difference, a NaN CI and the exact p = 1.
+
     Args:
         a: Values of run a, one per question (no NaN).
         b: Values of run b for the same questions, same order.
@@ -272,7 +291,8 @@ def paired_test(
         n_resamples: Bootstrap resamples and sign patterns.
 
     Returns:
-        ``(diff, ci_low, ci_high, p_value)`` as in the module docstring; all NaN for no pairs.
+        ``(diff, ci_low, ci_high, p_value)`` as in the module docstring; diff in the metric's
+        units, p in (0, 1]; NaN where :func:`too_few_pairs` says so.
 
     Raises:
         ValueError: ``a`` and ``b`` differ in length.
@@ -284,12 +304,20 @@ def paired_test(
     if x.size == 0:
         return math.nan, math.nan, math.nan, math.nan
     diff = float(np.mean(y) - np.mean(x))
+    if x.size < MIN_PAIRS_CI:  # one pair: sign flips give ±d_1, both as extreme: exact p = 1
+        return diff, math.nan, math.nan, 1.0
     low, high = bootstrap_ci(y - x, seed=seed, n_resamples=n_resamples, confidence=CONFIDENCE)
     test = stats.permutation_test(
         (x, y), mean_difference, permutation_type="samples", vectorized=True,
         n_resamples=n_resamples, alternative="two-sided", rng=seed,
     )  # fmt: skip
     return diff, low, high, float(test.pvalue)
+
+
+def too_few_pairs(n: int) -> str:
+    """The reason some statistics of ``n`` pairs are NaN: :data:`TOO_FEW_PAIRS` when
+    ``n`` < :data:`MIN_PAIRS_CI` (no CI; for n = 0 no diff and no p either), else ``""``."""
+    return TOO_FEW_PAIRS if n < MIN_PAIRS_CI else ""
 
 
 def mean_difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -409,6 +437,7 @@ def compare_tables(
                     p,
                     p_holm,
                     spec.higher_is_better,
+                    too_few_pairs(int(x.size)),
                 )
             )
     for spec in chosen:
@@ -658,6 +687,7 @@ def _stat_json(s: PairedStat) -> dict[str, Any]:
         "mean_b": s.mean_b,
         "higher_is_better": s.higher_is_better,
         "verdict": s.verdict,
+        "reason": s.reason,
     }
 
 

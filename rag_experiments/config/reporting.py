@@ -9,6 +9,10 @@ leaving a Hydra task (or a sweeper) is re-raised as :class:`ReportedError`: the 
 ``rag-exp --verbose`` shows the stack. In a multirun, the failed job's own run is already
 FAILED (see :func:`rag_experiments.app.run_job`); the sweeper re-raises the job's error and the
 process ends with the same one line and exit code 1.
+
+``rag-exp`` itself (:func:`rag_experiments.cli.main`) runs every command with Hydra's reporting
+off and prints :func:`error_message` for our errors and Hydra's config errors, whichever
+command raised them.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from hydra.errors import CompactHydraException
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from rag_experiments.errors import RagExpError
 
@@ -47,3 +52,36 @@ def reported(command: str = "rag-exp run") -> Iterator[None]:
         raise
     except RagExpError as exc:
         raise ReportedError(exc, command) from exc
+
+
+def error_message(exc: BaseException) -> str | None:
+    """What ``rag-exp`` prints after ``error:`` for an error that is not a bug, or None for
+    one that is (a stack trace then says where).
+
+    * our own errors (:class:`RagExpError`, also inside :class:`ReportedError`): their
+      message (what failed, where, the fix);
+    * a mandatory config value (``???``) that was never set: which key, and how to set it;
+    * Hydra's config errors (a ``CompactHydraException``: an override that does not parse,
+      an unknown option or key): our line first when it names an unknown key (the schema's
+      closest keys, :func:`rag_experiments.config.keys.explain`), then Hydra's message and
+      OmegaConf's cause, as Hydra prints them.
+
+    Args:
+        exc: The exception that ended the command.
+    """
+    from rag_experiments.config.keys import explain
+
+    if isinstance(exc, ReportedError):
+        exc = exc.error
+    if isinstance(exc, RagExpError):
+        return str(exc)
+    if isinstance(exc, MissingMandatoryValue):  # a `???` value nobody set
+        key = exc.full_key or exc.key
+        return f"config key {key} has no value: set it ({key}=…) on the command line. {exc}"
+    if not isinstance(exc, CompactHydraException):
+        return None
+    lines = [str(exc)]
+    if isinstance(exc.__cause__, OmegaConfBaseException):
+        lines.append(str(exc.__cause__))
+    ours = explain(exc)
+    return "\n".join([ours, *lines] if ours else lines)

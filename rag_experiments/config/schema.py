@@ -503,8 +503,8 @@ class RootConf:
     max_failure_rate: float = 0.2
     progress: bool = True
     max_samples: int | None = None
-    """Evaluate a seeded subset of this many samples, stratified by question type and
-    answerability (``EvalDataset.subset``); null = all."""
+    """Evaluate a seeded subset of this many samples in proportion to question type and
+    answerability, at least one per type when it allows (``EvalDataset.subset``); null = all."""
     shard: ShardConf = field(default_factory=lambda: ShardConf())
     max_concurrency: int | None = None
     """Questions answered at once; null = what the target declares (its generator's

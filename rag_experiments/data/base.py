@@ -6,6 +6,7 @@ import hashlib
 import json
 import random
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 
 from rag_experiments.errors import ConfigError
@@ -35,6 +36,77 @@ def samples_digest(samples: list[Sample]) -> str:
         h.update(json.dumps(data, sort_keys=True, ensure_ascii=False).encode())
         h.update(b"\n")
     return h.hexdigest()[:16]
+
+
+Stratum = tuple[str, bool]
+"""``(question_type, answerable)``."""
+
+
+def largest_remainder(n: int, sizes: Mapping[Stratum, int], rng: random.Random) -> dict:
+    """Hamilton's largest-remainder apportionment of ``n`` seats in proportion to ``sizes``.
+
+    Each key k gets ⌊n · size_k / total⌋ seats; the seats left go one each to the keys with
+    the largest remainders n · size_k mod total (exact integer arithmetic), equal remainders
+    in the order of a draw from ``rng`` (keys visited in sorted order).
+
+    Args:
+        n: Seats, 0 ≤ n ≤ sum of sizes.
+        sizes: ``{key: size ≥ 1}``.
+        rng: Tie-break generator.
+
+    Returns:
+        ``{key: seats}``, seats ≤ size, summing to ``n``.
+    """
+    total = sum(sizes.values())
+    keys = sorted(sizes)
+    seats = {k: n * sizes[k] // total for k in keys}
+    ties = {k: rng.random() for k in keys}
+    order = sorted(keys, key=lambda k: (-(n * sizes[k] % total), ties[k]))
+    for k in order[: n - sum(seats.values())]:
+        seats[k] += 1
+    return seats
+
+
+def stratified_allocation(
+    n: int, sizes: Mapping[Stratum, int], rng: random.Random
+) -> dict[Stratum, int]:
+    """Seats per ``(question_type, answerable)`` stratum for a subset of ``n`` (the rule is in
+    :meth:`EvalDataset.subset`: answerability first, then types within each class, then at
+    least one seat per type when ``n`` ≥ the number of types).
+
+    Args:
+        n: Subset size, 1 ≤ n ≤ sum of sizes.
+        sizes: ``{stratum: samples in it}``.
+        rng: Tie-break generator.
+
+    Returns:
+        ``{stratum: seats}`` summing to ``n``, seats ≤ size.
+    """
+    total = sum(sizes.values())
+    by_class: Counter[bool] = Counter()
+    for (_, answerable), size in sizes.items():
+        by_class[answerable] += size
+    seats: dict[Stratum, int] = {}
+    for cls, k in sorted(largest_remainder(n, dict(by_class), rng).items()):
+        seats.update(largest_remainder(k, {s: v for s, v in sizes.items() if s[1] == cls}, rng))
+    types = sorted({t for t, _ in sizes})
+    if n < len(types):
+        return seats
+    ties = {s: rng.random() for s in sorted(sizes)}
+    for t in types:
+        per_type = Counter()
+        for (u, _), k in seats.items():
+            per_type[u] += k
+        if per_type[t]:
+            continue
+        receiver = max((s for s in sizes if s[0] == t), key=lambda s: (sizes[s], ties[s]))
+        donor = max(
+            (s for s in sizes if seats[s] and per_type[s[0]] >= 2),
+            key=lambda s: (s[1] == receiver[1], seats[s] * total - n * sizes[s], ties[s]),
+        )
+        seats[donor] -= 1
+        seats[receiver] += 1
+    return seats
 
 
 DROPPED_IDS_SHOWN = 5
@@ -111,16 +183,29 @@ class EvalDataset:
         return h.hexdigest()[:16]
 
     def subset(self, n: int, seed: int = 0) -> EvalDataset:
-        """A seeded subset of ``n`` samples, stratified by ``(question_type, answerable)``.
+        """A seeded subset of ``n`` samples in proportion to ``(question_type, answerable)``.
 
-        Strata are visited round-robin (in sorted order), each drawing from its own seeded
-        shuffle, so every type is represented before any type gets a second sample. The kept
-        samples stay in dataset order and the corpus is unchanged; the digest reflects the
-        subset, so a rerun with the same ``n`` and ``seed`` sees the same digest.
+        The seats of each stratum (a type × answerability cell with N_s of the N samples) are
+        allocated by the largest-remainder (Hamilton) rule, first over answerability, then
+        over types within each answerability class, so both margins are proportional:
+
+        1. answerable / unanswerable get n · N_c / N seats each, rounded down; the seats left
+           go to the largest remainders;
+        2. within class c, stratum s gets n_c · N_s / N_c seats by the same rule;
+        3. when n ≥ the number of types, a type left without a seat gets one for its largest
+           stratum, taken from the stratum with the most seats above its quota n · N_s / N
+           among types that keep at least one (same answerability class first).
+
+        Equal remainders are ordered by a draw from ``random.Random(seed)``; each stratum's
+        samples are shuffled by the same generator and the first ones taken. The kept samples
+        stay in dataset order and the corpus is unchanged; the digest reflects the subset, so a
+        rerun with the same ``n`` and ``seed`` sees the same digest. Example (the bundled
+        sample: 8 types, 9 of 69 questions unanswerable): ``n = 8`` gives one question per
+        type, 7 answerable and 1 unanswerable (quota 8 · 9 / 69 = 1.04).
 
         Args:
             n: Number of samples to keep (all when ``n`` ≥ the dataset size).
-            seed: Seed of the per-stratum shuffles.
+            seed: Seed of the tie-breaks and of the per-stratum shuffles.
 
         Returns:
             A new dataset (``self`` when nothing is dropped).
@@ -136,15 +221,11 @@ class EvalDataset:
         for i, s in enumerate(self.samples):
             strata[(s.question_type or "", s.answerable)].append(i)
         rng = random.Random(seed)
-        queues = []
+        seats = stratified_allocation(n, {k: len(v) for k, v in strata.items()}, rng)
+        keep: list[int] = []
         for key in sorted(strata):
             idx = strata[key][:]
             rng.shuffle(idx)
-            queues.append(idx)
-        keep: list[int] = []
-        while len(keep) < n:
-            for q in queues:
-                if q and len(keep) < n:
-                    keep.append(q.pop(0))
+            keep.extend(idx[: seats[key]])
         chosen = sorted(keep)
         return replace(self, samples=[self.samples[i] for i in chosen])

@@ -43,7 +43,8 @@ class JobCheckpoint:
 
     def attach(self, tracker: Any) -> None:
         """Inside the open run: write ``checkpoint.json`` and tag ``job.dir`` (and
-        ``resumed``)."""
+        ``resumed``). A resumed run keeps its earlier attempt's ``error`` tag (why it stopped:
+        ``Interrupted: stopped by SIGTERM …``) until :meth:`finish`."""
         if self.checkpoint is None:
             return
         if not self.resume_run_id:

@@ -38,6 +38,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from omegaconf import DictConfig
 
+from rag_experiments.common import interrupt
 from rag_experiments.config.reporting import reported
 from rag_experiments.errors import TrackingError
 from rag_experiments.tracking.mlflow_tracker import (
@@ -66,7 +67,8 @@ class MlflowSweepCallback(Callback):
 
     Hydra skips ``on_multirun_end`` when a job raises (its sweeper re-raises the job's
     exception). For that case an ``atexit`` hook closes a parent that is still open, as FAILED
-    with tag ``error``.
+    with tag ``error``, or KILLED when SIGINT/SIGTERM stopped the sweep
+    (:mod:`rag_experiments.common.interrupt`).
 
     Args:
         uri: Tracking URI (same as the jobs' ``tracking.uri``).
@@ -126,7 +128,7 @@ class MlflowSweepCallback(Callback):
         sweep_dir, self._open_sweep = self._open_sweep, None
         atexit.unregister(self._close_aborted)
         try:
-            close_sweep(self.uri, str(sweep_dir), aborted=True)
+            close_sweep(self.uri, str(sweep_dir), aborted=True, signal_name=interrupt.received())
         except Exception as e:  # at interpreter exit, report instead of raising
             log.warning("Could not close the sweep's parent MLflow run: %s", e)
 
@@ -138,6 +140,7 @@ def close_sweep(
     aborted: bool = False,
     error: str | None = None,
     tolerated: str | None = None,
+    signal_name: str | None = None,
 ) -> str | None:
     """Terminate a sweep's parent run (idempotent: an already ended parent is left alone).
 
@@ -151,10 +154,14 @@ def close_sweep(
         tolerated: The sweep succeeded although some children failed (an Optuna study goes
             on past failed trials and has a best value): the parent ends FINISHED with this
             text as tag ``sweep.failed_children``, so its status agrees with the exit code.
+        signal_name: With ``aborted``: the signal that stopped the sweep (``SIGTERM``,
+            :func:`rag_experiments.common.interrupt.received`); the parent ends KILLED, as
+            does every child still RUNNING (a job in another process), with tag ``error``
+            naming it.
 
     Returns:
-        The status given to the parent (``FINISHED`` / ``FAILED``), or None when there was no
-        parent to close.
+        The status given to the parent (``FINISHED`` / ``FAILED`` / ``KILLED``), or None when
+        there was no parent to close.
 
     Raises:
         TrackingError: If the store cannot be reached or the parent run does not exist.
@@ -165,26 +172,36 @@ def close_sweep(
         return None
     uri = resolve_tracking_uri(uri)
     client = open_client(uri)
+    signal_name = signal_name if aborted and error is None else None
+    running = RunStatus.to_string(RunStatus.RUNNING)
     try:
         parent = client.get_run(parent_id)
-        if parent.info.status != RunStatus.to_string(RunStatus.RUNNING):
+        if parent.info.status != running:
             return None
-        counts = Counter(
-            r.info.status for r in child_runs(client, parent.info.experiment_id, parent_id)
-        )
+        children = child_runs(client, parent.info.experiment_id, parent_id)
+        tags = []
+        if signal_name is not None:
+            why = f"Interrupted: the sweep was stopped by {signal_name}"
+            tags.append(RunTag("error", why))
+            for child in children:  # a job in another process stopped with the sweep
+                if child.info.status == running:
+                    client.set_tag(child.info.run_id, "error", why)
+                    client.set_terminated(child.info.run_id, RunStatus.to_string(RunStatus.KILLED))
+            children = child_runs(client, parent.info.experiment_id, parent_id)
+        counts = Counter(r.info.status for r in children)
         children_ok = tolerated is not None or set(counts) <= {"FINISHED"}
         ok = not aborted and error is None and children_ok
-        status = RunStatus.to_string(RunStatus.FINISHED if ok else RunStatus.FAILED)
+        kind = RunStatus.FINISHED if ok else RunStatus.FAILED
+        status = RunStatus.to_string(RunStatus.KILLED if signal_name else kind)
         now = _now_ms()
         metrics = [Metric("sweep.children.total", float(sum(counts.values())), now, 0)]
         metrics += [
             Metric(f"sweep.children.{s.lower()}", float(counts.get(s, 0)), now, 0)
             for s in _STATUSES
         ]
-        tags = []
         if error is not None:
             tags += [RunTag("error", error), RunTag("mlflow.note.content", error)]
-        elif aborted:
+        elif aborted and signal_name is None:
             tags.append(RunTag("error", "the sweep stopped before all jobs ended (a job raised)"))
         elif tolerated is not None and set(counts) - {"FINISHED"}:
             tags.append(RunTag("sweep.failed_children", tolerated))
