@@ -9,7 +9,13 @@ from typing import Any
 import httpx
 
 from rag_experiments.common.http import HttpTransport, retry_after_s
-from rag_experiments.llm.errors import LLMHTTPError, LLMTimeoutError, LLMUnreachableError
+from rag_experiments.llm.errors import (
+    LLMBadBodyError,
+    LLMConnectionDroppedError,
+    LLMHTTPError,
+    LLMTimeoutError,
+    LLMUnreachableError,
+)
 
 CHECK_TIMEOUT_S = 10.0
 """Seconds a model check (``check()``, run once before a job answers anything) waits for one
@@ -68,8 +74,11 @@ class JsonHttp(HttpTransport):
 
         Raises:
             LLMTimeoutError: No complete answer within ``timeout_s``.
-            LLMUnreachableError: Connection refused, reset or name not resolved.
-            LLMHTTPError: Status >= 400 (body kept on the error), or a body that is not JSON.
+            LLMUnreachableError: No connection (refused, name not resolved).
+            LLMConnectionDroppedError: The connection was made, then closed or reset before
+                the answer (reason ``unreachable``, retried).
+            LLMHTTPError: Status >= 400 (body kept on the error).
+            LLMBadBodyError: A body that is not JSON (retried).
         """
         limit = self.timeout_s if timeout_s is None else timeout_s
         try:
@@ -80,10 +89,17 @@ class JsonHttp(HttpTransport):
                 f"({type(exc).__name__}); raise timeout_s in the llm/judge config or lower "
                 "max_tokens"
             ) from exc
-        except httpx.TransportError as exc:
+        except httpx.ConnectError as exc:
             raise LLMUnreachableError(
                 f"{self.where}: cannot connect ({type(exc).__name__}: {exc}); "
                 f"{self.unreachable_hint}"
+            ) from exc
+        except httpx.TransportError as exc:
+            raise LLMConnectionDroppedError(
+                f"{self.where}: the connection was dropped before an answer to {path} "
+                f"({type(exc).__name__}: {exc or 'no detail'}); the server accepted it, then "
+                "closed it: it may have crashed or restarted, or a proxy cut it. Retried; if it "
+                "persists, read the server's log"
             ) from exc
         if response.status_code >= 400:
             raise LLMHTTPError(
@@ -95,9 +111,10 @@ class JsonHttp(HttpTransport):
         try:
             return response.json()
         except ValueError as exc:
-            raise LLMHTTPError(
-                f"{self.where}: {path} answered with a body that is not JSON; "
-                "is base_url the right server?",
+            raise LLMBadBodyError(
+                f"{self.where}: {path} answered with a body that is not JSON (retried: a "
+                "server under load may send a cut or garbled body; if every answer is like "
+                "this, is base_url the right server?)",
                 status=response.status_code,
                 body=response.text,
             ) from exc
@@ -107,13 +124,16 @@ class JsonHttp(HttpTransport):
         retry, a transport failure said as "cannot reach <url>".
 
         Raises:
-            LLMUnreachableError: Connection refused, reset or name not resolved.
+            LLMUnreachableError: Connection refused or name not resolved.
+            LLMConnectionDroppedError: The connection was closed before the answer.
             LLMTimeoutError: No answer within :data:`CHECK_TIMEOUT_S`.
             LLMHTTPError: Status >= 400, or a body that is not JSON.
         """
         url = f"{self.base_url}{path}"
         try:
             return self.request(method, path, payload, timeout_s=CHECK_TIMEOUT_S)
+        except LLMConnectionDroppedError:
+            raise
         except LLMUnreachableError as exc:
             cause = exc.__cause__
             raise LLMUnreachableError(
