@@ -279,6 +279,7 @@ def test_server_gone_mid_run_fails_the_remaining_rows_quickly_as_unreachable() -
         model=server.model,
         base_url=server.url,
         max_concurrency=4,
+        in_flight=4,
         max_retries=2,
         backoff_s=0.2,
         timeout_s=30,
