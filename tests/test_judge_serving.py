@@ -140,9 +140,9 @@ def test_rerun_of_a_run_at_concurrency_16_against_a_varying_server_is_identical(
         assert server.requests == first_calls  # the rerun was answered from the cache
     assert report.identical, report.format()
     metrics = client.get_run(run.info.run_id).data.metrics
-    # each pair of identical prompts cost one call: the calls are those of 8 questions
-    assert metrics["judge.llm_calls"] - metrics["judge.llm_cache_hits"] == first_calls - 1
-    assert metrics["judge.llm_cache_hits"] >= 8
+    # each pair of identical prompts cost one call: half the judge calls were shared
+    assert metrics["judge.llm_calls"] - metrics["judge.llm_cache_hits"] == first_calls
+    assert metrics["judge.llm_cache_hits"] >= first_calls
     capsys.readouterr()
 
 
