@@ -16,7 +16,9 @@ metrics (faithfulness, answer relevancy, context precision, context recall) judg
 
 Each at every ``--slots`` value (default 8, 32, 128 and unbounded), a new server each time;
 our judge declares ``max_concurrency`` = the slots and keeps its default ``in_flight`` (twice
-that). For each: judge calls (counted by the server), wall time, the ideal time
+that). Before timing, our judge opens its connection pool (``in_flight`` warm-up requests at
+once, at most 300), as the first seconds of a long run do; DeepEval's client opens its own
+inside ``evaluate()``. For each: judge calls (counted by the server), wall time, the ideal time
 ``ceil(calls / slots) x latency`` (every slot busy) and wall / ideal, and each system's wall
 time over ours. No response cache: every call reaches the server. By default only ours and
 DeepEval's ``evaluate()`` with ``include_reason=False`` run (``--skip`` chooses). A benchmark,
@@ -46,6 +48,7 @@ from rag_experiments.chunking.semantic import SemanticChunker
 from rag_experiments.data.jsonl import JsonlDataset
 from rag_experiments.embedding.hash import HashEmbedder
 from rag_experiments.index.chroma import ChromaIndex
+from rag_experiments.llm.batch import ChatRequest, complete_many
 from rag_experiments.llm.fake import FakeChat
 from rag_experiments.llm.openai_compat import OpenAICompatChat
 from rag_experiments.metrics.answer_relevancy import AnswerRelevancy
@@ -226,6 +229,10 @@ def deepeval_evaluate(
     )
 
 
+WARM_UP_MAX = 300
+"""Most warm-up requests sent at once before timing (enough connections for 69 questions)."""
+
+
 def ideal_s(calls: int, latency: float, slots: int) -> float:
     """The shortest wall time of ``calls`` calls of ``latency`` seconds each on ``slots``
     slots (0 = unbounded), all available at the start: ``ceil(calls / slots)`` rounds of
@@ -257,7 +264,14 @@ def run_slots(
     server = ServerProcess(args.latency, slots)
     try:
         judge = judge_for(server, slots, args.in_flight)
-        judge.complete([{"role": "user", "content": "warm-up"}])
+        # steady state: open the connection pool first, as the first seconds of a long run do
+        warm = min(judge.max_concurrency, WARM_UP_MAX)
+        complete_many(
+            judge,
+            [ChatRequest([{"role": "user", "content": f"warm-up {i}"}]) for i in range(warm)],
+            max_concurrency=warm,
+            progress=False,
+        )
         if "custom" not in args.skip:
             core = [
                 Faithfulness(judge=judge),
