@@ -151,6 +151,8 @@ def deepeval_llm(url: str) -> Any:
 def theirs(url: str, slots: int, samples: list[Any], responses: list[Any]) -> dict:
     """DeepEval's ``evaluate()``, reason off, ``max_concurrent = slots``."""
     llm = deepeval_llm(url)
+    # DeepEval's own per-task deadline is far shorter than a 135M model on a loaded CPU needs
+    os.environ.setdefault("DEEPEVAL_PER_TASK_TIMEOUT_SECONDS_OVERRIDE", "7200")
     result = deepeval_evaluate(samples, responses, llm, include_reason=False, max_concurrent=slots)
     scores = [m.score for case in result.test_results for m in (case.metrics_data or [])]
     returned = sum(s is not None and not math.isnan(s) for s in scores)
