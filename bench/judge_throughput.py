@@ -14,11 +14,17 @@ metrics (faithfulness, answer relevancy, context precision, context recall) judg
 - ``deepeval evaluate()``: DeepEval's own runner with a ``DeepEvalBaseLLM`` that calls the same
   server (async, its default concurrency), with ``include_reason=False`` and with its defaults.
 
-For each: judge calls (counted by the server), wall time, the ideal time ``calls x latency /
-slots`` (every slot busy all the time) and wall / ideal, and DeepEval ``evaluate()``'s wall
-time over ours. No response cache: every call reaches the server. A benchmark, not a test::
+Each at every ``--slots`` value (default 8, 32, 128 and unbounded), a new server each time;
+our judge declares ``max_concurrency`` = the slots and keeps its default ``in_flight`` (twice
+that). Before timing, our judge opens its connection pool (``in_flight`` warm-up requests at
+once, at most 300), as the first seconds of a long run do; DeepEval's client opens its own
+inside ``evaluate()``. For each: judge calls (counted by the server), wall time, the ideal time
+``ceil(calls / slots) x latency`` (every slot busy) and wall / ideal, and each system's wall
+time over ours. No response cache: every call reaches the server. By default only ours and
+DeepEval's ``evaluate()`` with ``include_reason=False`` run (``--skip`` chooses). A benchmark,
+not a test::
 
-    .venv/bin/python bench/judge_throughput.py [--latency 0.2] [--slots 8] [--questions 69]
+    .venv/bin/python bench/judge_throughput.py [--latency 0.2] [--slots 8 32 128 0]
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -41,6 +48,7 @@ from rag_experiments.chunking.semantic import SemanticChunker
 from rag_experiments.data.jsonl import JsonlDataset
 from rag_experiments.embedding.hash import HashEmbedder
 from rag_experiments.index.chroma import ChromaIndex
+from rag_experiments.llm.batch import ChatRequest, complete_many
 from rag_experiments.llm.fake import FakeChat
 from rag_experiments.llm.openai_compat import OpenAICompatChat
 from rag_experiments.metrics.answer_relevancy import AnswerRelevancy
@@ -82,6 +90,7 @@ class ServerProcess:
     """``python -m rag_experiments.fakes.openai_server`` in a child process."""
 
     def __init__(self, latency: float, slots: int) -> None:
+        slots = slots or 100_000  # unbounded
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -172,9 +181,14 @@ def deepeval_llm(base_url: str, model: str) -> Any:
 
 
 def deepeval_evaluate(
-    samples: list[Any], responses: list[Any], llm: Any, include_reason: bool
+    samples: list[Any],
+    responses: list[Any],
+    llm: Any,
+    include_reason: bool,
+    max_concurrent: int | None = None,
 ) -> Any:
-    """DeepEval's own ``evaluate()`` on the four core metrics, quiet, no cache."""
+    """DeepEval's own ``evaluate()`` on the four core metrics, quiet, no cache
+    (``max_concurrent``: its ``AsyncConfig`` bound, None = its default)."""
     from deepeval import evaluate as de_evaluate
     from deepeval.evaluate import AsyncConfig, CacheConfig, DisplayConfig
     from deepeval.metrics import (
@@ -207,40 +221,56 @@ def deepeval_evaluate(
     return de_evaluate(
         test_cases=cases,
         metrics=metrics,
-        async_config=AsyncConfig(),
+        async_config=(
+            AsyncConfig() if max_concurrent is None else AsyncConfig(max_concurrent=max_concurrent)
+        ),
         display_config=DisplayConfig(show_indicator=False, print_results=False),
         cache_config=CacheConfig(write_cache=False, use_cache=False),
     )
 
 
-def main() -> None:
-    """Parse the arguments, run the four systems, print the table."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--latency", type=float, default=0.2, help="server latency per call (s)")
-    parser.add_argument("--slots", type=int, default=8, help="requests the server serves at once")
-    parser.add_argument("--questions", type=int, default=69, help="questions (69 = the sample)")
-    parser.add_argument(
-        "--skip",
-        nargs="*",
-        default=[],
-        choices=["custom", "deepeval", "evaluate", "evaluate-defaults"],
-        help="systems to leave out",
-    )
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.ERROR)
-    os.chdir(os.path.join(os.path.dirname(__file__), ".."))
-    samples, responses, embedder = answers(args.questions)
+WARM_UP_MAX = 300
+"""Most warm-up requests sent at once before timing (enough connections for 69 questions)."""
 
+
+def ideal_s(calls: int, latency: float, slots: int) -> float:
+    """The shortest wall time of ``calls`` calls of ``latency`` seconds each on ``slots``
+    slots (0 = unbounded), all available at the start: ``ceil(calls / slots)`` rounds of
+    ``latency`` (every slot busy in every round but the last). For a system whose calls depend
+    on each other (DeepEval's metrics make 2-3 calls in a row) it is a lower bound."""
+    rounds = 1 if slots == 0 else math.ceil(calls / slots)
+    return rounds * latency
+
+
+def judge_for(server: ServerProcess, slots: int, in_flight: int | None) -> OpenAICompatChat:
+    """Our judge as a user would configure it: ``max_concurrency`` = the server's slots
+    (``in_flight`` left at its default, twice that), or every call at once when unbounded."""
+    declared = slots or 512
+    return OpenAICompatChat(
+        base_url=server.url,
+        model=server.model,
+        max_retries=0,
+        max_concurrency=declared,
+        in_flight=in_flight,
+    )
+
+
+def run_slots(
+    args: argparse.Namespace, slots: int, samples: list[Any], responses: list[Any], embedder: Any
+) -> list[tuple[str, int, float]]:
+    """Every system against one server of ``slots`` slots (0 = unbounded):
+    ``[(system, calls, wall s)]``."""
     rows: list[tuple[str, int, float]] = []
-    server = ServerProcess(args.latency, args.slots)
+    server = ServerProcess(args.latency, slots)
     try:
-        judge = OpenAICompatChat(
-            base_url=server.url, model=server.model, max_retries=0, max_concurrency=args.slots
-        )
-        judge.complete([{"role": "user", "content": "warm-up"}])
-        print(
-            f"fake OpenAI-compatible judge at {server.url}: {args.latency * 1000:.0f} ms per "
-            f"call, {args.slots} slots; {len(samples)} questions; 4 core metrics"
+        judge = judge_for(server, slots, args.in_flight)
+        # steady state: open the connection pool first, as the first seconds of a long run do
+        warm = min(judge.max_concurrency, WARM_UP_MAX)
+        complete_many(
+            judge,
+            [ChatRequest([{"role": "user", "content": f"warm-up {i}"}]) for i in range(warm)],
+            max_concurrency=warm,
+            progress=False,
         )
         if "custom" not in args.skip:
             core = [
@@ -285,23 +315,64 @@ def main() -> None:
             rows.append((label, calls, wall))
     finally:
         server.stop()
+    return rows
 
-    ours_wall = {name: wall for name, _, wall in rows if name.startswith("rag-exp")}
-    print(
-        f"\n{'system':<44} {'calls':>6} {'wall s':>7} {'ideal s':>8} {'wall/ideal':>10} "
-        f"{'vs custom':>10}"
+
+def main() -> None:
+    """Parse the arguments, run the systems at every slot count, print one table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency", type=float, default=0.2, help="server latency per call (s)")
+    parser.add_argument(
+        "--slots",
+        type=int,
+        nargs="+",
+        default=[8, 32, 128, 0],
+        help="requests the server serves at once, one run per value (0 = unbounded)",
     )
-    for name, calls, wall in rows:
-        ideal = calls * args.latency / args.slots
-        vs = (
-            wall / ours_wall["rag-exp metrics=custom"]
-            if "rag-exp metrics=custom" in ours_wall
-            else float("nan")
-        )
-        print(f"{name:<44} {calls:>6} {wall:>7.2f} {ideal:>8.2f} {wall / ideal:>10.2f} {vs:>9.2f}x")
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        default=None,
+        help="our judge's in_flight (default: the config default, 2 x slots)",
+    )
+    parser.add_argument("--questions", type=int, default=69, help="questions (69 = the sample)")
+    parser.add_argument(
+        "--skip",
+        nargs="*",
+        default=["deepeval", "evaluate-defaults"],
+        choices=["custom", "deepeval", "evaluate", "evaluate-defaults"],
+        help="systems to leave out (default: ours with DeepEval's metrics, and evaluate() with "
+        "reasons)",
+    )
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    os.chdir(os.path.join(os.path.dirname(__file__), ".."))
+    samples, responses, embedder = answers(args.questions)
     print(
-        "\nwall/ideal: 1.00 = every slot busy the whole time; 'vs custom': that system's wall "
-        "time over rag-exp metrics=custom's (> 1 = slower than ours)."
+        f"fake OpenAI-compatible judge: {args.latency * 1000:.0f} ms per call; "
+        f"{len(samples)} questions; 4 core metrics; {os.cpu_count()} CPUs, load "
+        f"{os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"\n{'slots':>9} {'system':<44} {'calls':>6} {'wall s':>7} {'ideal s':>8} "
+        f"{'wall/ideal':>10} {'vs custom':>10}"
+    )
+    for slots in args.slots:
+        rows = run_slots(args, slots, samples, responses, embedder)
+        ours = next((wall for name, _, wall in rows if name == "rag-exp metrics=custom"), None)
+        for name, calls, wall in rows:
+            ideal = ideal_s(calls, args.latency, slots)
+            vs = wall / ours if ours else float("nan")
+            print(
+                f"{slots or 'unbounded':>9} {name:<44} {calls:>6} {wall:>7.2f} {ideal:>8.2f} "
+                f"{wall / ideal:>10.2f} {vs:>9.2f}x",
+                flush=True,
+            )
+    print(
+        "\nideal: ceil(calls / slots) x latency (every slot busy; 1 round when unbounded). "
+        "'vs custom': that system's wall time over rag-exp metrics=custom's (> 1 = slower than "
+        "ours). Our judge declares max_concurrency = slots (512 when unbounded), in_flight "
+        f"{'= ' + str(args.in_flight) if args.in_flight else 'default (2 x slots)'}."
     )
 
 

@@ -59,6 +59,21 @@ def shared_real() -> Path:
     return SHARED_REAL
 
 
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """llama-cpp-python's real OpenAI-compatible server serving the bundled SmolLM2 GGUF on
+    127.0.0.1 (one per test session, started on first use); yields its ``/v1`` URL."""
+    from rag_experiments.fakes.llama_cpp_server import LlamaCppServer
+
+    log = tmp_path_factory.mktemp("llama_server") / "server.log"
+    with LlamaCppServer(log, n_ctx=LLAMA_SERVER_N_CTX) as server:
+        yield server.url
+
+
+LLAMA_SERVER_N_CTX = 1024
+"""Context window of the session's ``llama_server`` (tokens)."""
+
+
 # Guard for the fast loop (`make test` = `pytest -m "not slow"`): a test not marked slow whose
 # setup + call + teardown took longer than this is listed at the end of the run, so it gets
 # `@pytest.mark.slow` before it makes the fast loop slow.

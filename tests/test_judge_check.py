@@ -46,6 +46,7 @@ class OracleJudge:
 
     provider = "oracle"
     max_concurrency = 4
+    slot_affinity = False
 
     def __init__(self, pairs):
         self.faithful = {p.answer for p in pairs if p.faithful}

@@ -53,6 +53,7 @@ class VariedJudge:
 
     provider = "varied"
     model = "varied"
+    slot_affinity = False
 
     def __init__(self, max_concurrency: int, jitter_s: float = 0.02) -> None:
         self.max_concurrency = max_concurrency
@@ -179,6 +180,7 @@ def test_429_with_retry_after_on_30_percent_every_row_completes_within_the_limit
             model=server.model,
             base_url=server.url,
             max_concurrency=4,
+            in_flight=4,
             max_retries=8,
             backoff_s=0.01,
             backoff_max_s=0.05,
@@ -192,7 +194,7 @@ def test_429_with_retry_after_on_30_percent_every_row_completes_within_the_limit
         metrics = [Faithfulness(judge=judge), ContextPrecision(judge=judge)]
         out = judge_rows(metrics, samples, responses, progress=False)
     assert server.faults > 0.2 * server.requests  # the server did push back
-    assert server.peak_in_flight <= 4  # never more than judge.max_concurrency in flight
+    assert server.peak_in_flight <= 4  # never more than judge.in_flight in flight
     assert judge.gate.peak_in_flight <= 4
     for m in metrics:
         assert out[id(m)].error is None
@@ -277,6 +279,7 @@ def test_server_gone_mid_run_fails_the_remaining_rows_quickly_as_unreachable() -
         model=server.model,
         base_url=server.url,
         max_concurrency=4,
+        in_flight=4,
         max_retries=2,
         backoff_s=0.2,
         timeout_s=30,

@@ -56,6 +56,7 @@ class SequenceJudge:
     """Replies from a list, one per call (the last one repeats); an exception is raised."""
 
     max_concurrency = 1  # stateful: one call at a time
+    slot_affinity = False
 
     def __init__(self, *replies):
         self.replies = list(replies)

@@ -219,7 +219,10 @@ def test_fake_model_is_metered_not_cached(tmp_path):
         "generator.llm_cache_hits": 0.0,
         "generator.llm_errors": 0.0,
         "generator.prompt_tokens": 2.0,
+        "generator.reused.prompt_tokens": 0.0,
         "generator.completion_tokens": 2.0,
+        "generator.cache_hit.prompt_tokens": 0.0,
+        "generator.cache_hit.completion_tokens": 0.0,
         "generator.llm_cache_hit_rate": 0.0,
     }
     assert factory.identity_by_role()["generator.provider"] == "fake"

@@ -5,13 +5,7 @@ for the server behaviours a real server cannot be told to show."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 
-import httpx
 import numpy as np
 import pytest
 from pydantic import BaseModel, Field
@@ -22,7 +16,6 @@ from rag_experiments.embedding.openai_compat import OpenAICompatEmbedder
 from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.llm import factory
 from rag_experiments.llm.batch import ChatRequest, complete_many
-from rag_experiments.llm.embedded import bundled_model_path
 from rag_experiments.llm.errors import (
     ContextOverflowError,
     LLMHTTPError,
@@ -31,7 +24,7 @@ from rag_experiments.llm.errors import (
 )
 from rag_experiments.llm.openai_compat import OpenAICompatChat
 
-SERVER_N_CTX = 1024
+SERVER_N_CTX = 1024  # tests/conftest.py LLAMA_SERVER_N_CTX
 
 
 class Answer(BaseModel):
@@ -42,77 +35,7 @@ def user(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-# --- the real llama.cpp server ------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``python -m llama_cpp.server`` with the bundled GGUF; yields its ``/v1`` URL."""
-    probe = subprocess.run(
-        [sys.executable, "-c", "import llama_cpp.server.app"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if probe.returncode != 0:
-        pytest.fail(
-            "llama_cpp.server does not import; install llama-cpp-python's server extras "
-            "(fastapi, uvicorn, pydantic-settings, sse-starlette, starlette-context):\n"
-            + probe.stderr[-500:]
-        )
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("llama_server") / "server.log"
-    log_file = log_path.open("w")  # a file, not a pipe: a full pipe would block the server
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            str(bundled_model_path()),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--n_ctx",
-            str(SERVER_N_CTX),
-            "--n_threads",
-            "1",
-            "--seed",
-            "0",
-        ],
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"llama_cpp.server exited: {log_path.read_text()[-1000:]}")
-            try:
-                if httpx.get(f"{url}/models", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("llama_cpp.server did not answer within 90 s")
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        log_file.close()
-
-
+# --- the real llama.cpp server (the session's `llama_server` fixture, tests/conftest.py) ---
 @pytest.mark.llm
 @pytest.mark.slow
 def test_llama_cpp_server_plain_and_deterministic(llama_server):

@@ -369,7 +369,17 @@ class RemoteChatConf(RemoteConf, GenerationConf):
 
     parse_retries: int = 2
     max_concurrency: int = 8
-    """Most requests in flight to the server at once (lowered under HTTP 429/503)."""
+    """The server's parallel slots: requests it computes at once (llama.cpp ``--parallel``,
+    ``OLLAMA_NUM_PARALLEL``, vLLM ``--max-num-seqs``)."""
+    in_flight: int | None = None
+    """Requests the client keeps in flight (lowered under HTTP 429/503); null = 2 x
+    ``max_concurrency``: the extra ones wait in the server's queue, so no slot idles while the
+    client turns a call round."""
+    slot_affinity: bool = False
+    """Compute-bound servers (llama.cpp): run each question's judge calls in sequence on one
+    lane of ``max_concurrency`` lanes and send ``id_slot`` + ``cache_prompt``, so the server
+    reuses the shared prompt prefix. Leave off for vLLM/SGLang (they share prefixes across
+    slots themselves) and for throughput at many slots."""
 
 
 @dataclass

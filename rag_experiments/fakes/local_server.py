@@ -13,7 +13,7 @@ S = TypeVar("S", bound="LocalServer")
 
 
 class _Server(ThreadingHTTPServer):
-    request_queue_size = 256  # many clients may connect at once (the default backlog is 5)
+    request_queue_size = 2048  # many clients may connect at once (the default backlog is 5)
     daemon_threads = True
 
 

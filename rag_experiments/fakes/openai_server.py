@@ -17,8 +17,8 @@ serves it in its own process (so a benchmark's client does not share a GIL with 
 its URL on the first line. Faults are injected on a deterministic share of the chat
 requests (request ``n`` is faulted when ``floor((n + 1) * share) > floor(n * share)``):
 ``429`` (with ``Retry-After: retry_after_s``), ``500``, ``garbage`` (a 200 whose content is
-not JSON) or ``drop`` (the connection is closed without an answer). The server counts requests
-and the peak number in flight.
+not JSON), ``badbody`` (a 200 whose HTTP body is not JSON) or ``drop`` (the connection is
+closed without an answer). The server counts requests and the peak number in flight.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 
 from rag_experiments.fakes.local_server import LocalServer
 
-FAULTS = ("429", "500", "garbage", "drop")
+FAULTS = ("429", "500", "garbage", "badbody", "drop")
 """Fault kinds :class:`FakeOpenAIServer` can inject."""
 
 
@@ -103,11 +103,17 @@ class FakeOpenAIServer(LocalServer):
         fault: One of :data:`FAULTS`, or None.
         fault_share: Share of chat requests that get the fault (0..1).
         retry_after_s: ``Retry-After`` of a ``429``, in seconds.
+        vary: Replies differ per call: request ``n`` picks its enum values, booleans and
+            bounded integers with ``pick(k) = n mod k`` (as a sampling server at a
+            temperature above 0, or a batched one whose numerics change with its load) —
+            for tests of what must not depend on which call answered.
 
     Attributes:
         requests: Chat requests received.
         faults: Chat requests that got the fault.
         peak_in_flight: Most chat requests being served or waiting at once.
+        seen: Per chat request in arrival order: ``(id_slot, cache_prompt, last message's
+            content)`` as sent (None for a field not sent).
 
     Use as a context manager, or call :meth:`start` / :meth:`stop`.
     """
@@ -121,6 +127,7 @@ class FakeOpenAIServer(LocalServer):
         fault: str | None = None,
         fault_share: float = 0.0,
         retry_after_s: float = 0.1,
+        vary: bool = False,
     ) -> None:
         if slots < 1 or not 0.0 <= fault_share <= 1.0 or (fault and fault not in FAULTS):
             raise ValueError(
@@ -132,11 +139,13 @@ class FakeOpenAIServer(LocalServer):
         self.fault = fault
         self.fault_share = fault_share
         self.retry_after_s = retry_after_s
+        self.vary = vary
         self.requests = 0
         self.faults = 0
         self.gone = False
         self.in_flight = 0
         self.peak_in_flight = 0
+        self.seen: list[tuple[Any, Any, str]] = []
         self._slots = threading.BoundedSemaphore(slots)
         self._lock = threading.Lock()
 
@@ -154,32 +163,39 @@ class FakeOpenAIServer(LocalServer):
         """``http://127.0.0.1:<port>/v1`` (an OpenAI ``base_url``)."""
         return f"{self.root}/v1"
 
-    def _next(self) -> str | None:
-        """Count a chat request; the fault it gets, or None."""
+    def _next(self, body: dict[str, Any]) -> tuple[int, str | None]:
+        """Count a chat request: its number and the fault it gets, or None."""
+        messages = body.get("messages") or [{}]
         with self._lock:
+            self.seen.append(
+                (body.get("id_slot"), body.get("cache_prompt"), str(messages[-1].get("content")))
+            )
             n = self.requests
             self.requests += 1
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
             if self.gone:
-                return "drop"
+                return n, "drop"
             share = self.fault_share
             if self.fault and math.floor((n + 1) * share) > math.floor(n * share):
                 self.faults += 1
-                return self.fault
-        return None
+                return n, self.fault
+        return n, None
 
     def _done(self) -> None:
         with self._lock:
             self.in_flight -= 1
 
-    def chat(self, body: dict[str, Any]) -> str:
-        """The content of the reply to one chat request (after its latency)."""
+    def chat(self, body: dict[str, Any], n: int = 0) -> str:
+        """The content of the reply to chat request number ``n`` (after its latency)."""
         with self._slots:
             time.sleep(self.latency_s)
         fmt = body.get("response_format") or {}
         schema = (fmt.get("json_schema") or {}).get("schema")
-        return json.dumps(schema_instance(schema)) if schema else "ok"
+        if not schema:
+            return "ok"
+        pick = (lambda k: n % k) if self.vary else None
+        return json.dumps(schema_instance(schema, pick=pick))
 
 
 def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
@@ -225,17 +241,25 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             if not self.path.rstrip("/").endswith("/chat/completions"):
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
                 return
-            fault = server._next()  # noqa: SLF001 - the handler is part of the server
+            n, fault = server._next(body)  # noqa: SLF001 - the handler is part of the server
             try:
                 if fault == "drop":
                     self.close_connection = True
                     self.connection.shutdown(2)
                     return
+                if fault == "badbody":
+                    data = b"<html>upstream cut"
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 if fault in ("429", "500"):
                     headers = {"Retry-After": f"{server.retry_after_s:g}"} if fault == "429" else {}
                     self._send(int(fault), {"error": {"message": f"injected {fault}"}}, headers)
                     return
-                content = "<html>not json" if fault == "garbage" else server.chat(body)
+                content = "<html>not json" if fault == "garbage" else server.chat(body, n)
                 prompt_tokens = sum(
                     len(str(m.get("content", "")).split()) for m in body.get("messages", [])
                 )

@@ -3,7 +3,9 @@ generator), and the record of one completion."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -12,13 +14,43 @@ from pydantic import BaseModel
 Message = dict[str, str]
 """``{"role": "system" | "user" | "assistant", "content": str}``."""
 
+LANE: ContextVar[int | None] = ContextVar("rag_experiments_llm_lane", default=None)
+"""The scheduling lane (0 .. slots-1) of the calls made in this context, set by a scheduler
+that keeps one question's calls on one lane; a model with ``slot_affinity`` sends it to the
+server as the slot to use (``id_slot``). None = no lane."""
+
 
 @dataclass(frozen=True)
 class Usage:
-    """Token counts reported by the model (0 when the server reports none)."""
+    """Token counts reported by the model (0 when the server reports none).
+
+    Attributes:
+        prompt_tokens: Prompt tokens of the request.
+        completion_tokens: Tokens generated.
+        cached_prompt_tokens: Of ``prompt_tokens``, those the server says it did not compute
+            again but took from its prompt (KV) cache: OpenAI's
+            ``usage.prompt_tokens_details.cached_tokens`` (vLLM, llama.cpp's ``llama-server``)
+            or llama.cpp's ``timings.cache_n``; 0 when the server does not say.
+    """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_prompt_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.cached_prompt_tokens + other.cached_prompt_tokens,
+        )
+
+
+@functools.lru_cache(maxsize=256)
+def schema_json(schema: type[BaseModel]) -> dict[str, Any]:
+    """``schema.model_json_schema()``, computed once per class (pydantic builds it anew on
+    every call, which costs more than a whole request to a local server). Treat the result as
+    read-only."""
+    return schema.model_json_schema()
 
 
 @dataclass
@@ -28,11 +60,15 @@ class Completion:
     Attributes:
         text: Raw generated text.
         parsed: The validated pydantic instance when a ``schema`` was given, else None.
-        usage: Token counts.
+        usage: Token counts of what was sent to the model for this completion (all 0 when it
+            was served from the response cache: nothing was sent).
         latency_ms: Wall time of the call in milliseconds (0 for a cache hit).
         finish_reason: ``stop``, ``length`` (cut by the token limit) or the server's word.
-        cached: True when served from the response cache (no model call made).
+        cached: True when served from the response cache, or shared with an identical
+            request in flight at the same time (no model call made for it).
         model: Model id as reported/configured.
+        cached_usage: For a ``cached`` completion, the token counts of the call that first
+            produced it (shown apart from ``usage``); zeros otherwise.
     """
 
     text: str
@@ -42,6 +78,7 @@ class Completion:
     finish_reason: str = "stop"
     cached: bool = False
     model: str = ""
+    cached_usage: Usage = field(default_factory=Usage)
 
 
 @runtime_checkable
@@ -53,8 +90,11 @@ class ChatModel(Protocol):
     validated instance. Failures raise :class:`~rag_experiments.errors.LLMError` subclasses.
 
     ``max_concurrency`` declares how many calls the model takes at once (1 for the embedded
-    model, whose calls are serialised; the configured bound for a server); schedulers size
-    their pools by it.
+    model, whose calls are serialised; for a server the requests kept in flight,
+    ``in_flight``); schedulers size their pools by it. ``slots`` is how many the model
+    computes at once (a server's parallel slots; ``max_concurrency`` elsewhere), and
+    ``slot_affinity`` asks schedulers to keep the calls that share a prompt prefix on one
+    lane of ``slots`` lanes (see :mod:`rag_experiments.metrics.scheduler`).
 
     What else a model declares (defaults in :class:`ChatModelBase`):
 
@@ -76,6 +116,8 @@ class ChatModel(Protocol):
     """
 
     max_concurrency: int
+    slots: int
+    slot_affinity: bool
     provider: str
     model: str
     cacheable: bool
@@ -144,12 +186,18 @@ class ChatModelBase:
     provider: str = "unknown"
     model: str = ""
     max_concurrency: int = 1
+    slot_affinity: bool = False
     cacheable: bool = True
     context_window: int | None = None
     max_tokens: int
     caveat: ClassVar[str] = ""
     form_fields: ClassVar[tuple[str, ...]] = ()
     scripted: ClassVar[bool] = False
+
+    @property
+    def slots(self) -> int:
+        """Calls the model computes at once: its ``max_concurrency`` unless it says more."""
+        return int(self.max_concurrency)
 
     @classmethod
     def check_settings(cls, settings: Mapping[str, Any], role: str) -> None:

@@ -10,11 +10,14 @@ a parse failure is tried again on the next run.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import sqlite3
+import threading
 import time
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from rag_experiments.errors import ConfigError
-from rag_experiments.llm.base import ChatModel, ChatModelBase, Completion, Message, Usage
+from rag_experiments.llm.base import (
+    ChatModel,
+    ChatModelBase,
+    Completion,
+    Message,
+    Usage,
+    schema_json,
+)
 from rag_experiments.llm.parsing import LLMParseError, parse_structured
 from rag_experiments.llm.usage import UsageMeter
 from rag_experiments.sqlite_store import connect, init_store, write
@@ -68,7 +78,7 @@ def request_key(
     doc = {
         "identity": identity,
         "messages": messages,
-        "schema": schema.model_json_schema() if schema is not None else None,
+        "schema": schema_json(schema) if schema is not None else None,
         "options": options,
     }
     blob = json.dumps(doc, sort_keys=True, ensure_ascii=False, default=str)
@@ -99,7 +109,8 @@ class ResponseCache:
         return connect(self.path)
 
     def get(self, key: str) -> Completion | None:
-        """The stored completion (``cached=True``, ``latency_ms=0``), or None."""
+        """The stored completion (``cached=True``, ``latency_ms=0``, ``usage`` zero: nothing is
+        sent; the stored token counts in ``cached_usage``), or None."""
         with self._connect() as conn:
             row = conn.execute(
                 "SELECT model, text, finish_reason, prompt_tokens, completion_tokens "
@@ -111,15 +122,16 @@ class ResponseCache:
         model, text, finish, pt, ct = row
         return Completion(
             text=text,
-            usage=Usage(pt, ct),
             latency_ms=0.0,
             finish_reason=finish,
             cached=True,
             model=model,
+            cached_usage=Usage(pt, ct),
         )
 
     def put(self, key: str, provider: str, completion: Completion) -> None:
-        """Store a completion (replacing an older one under the same key)."""
+        """Store a completion (replacing an older one under the same key) with the tokens of
+        the call that made it."""
         row = (
             key,
             provider,
@@ -140,6 +152,16 @@ class ResponseCache:
     def __len__(self) -> int:
         with self._connect() as conn:
             return int(conn.execute("SELECT COUNT(*) FROM llm_responses").fetchone()[0])
+
+
+def _as_cached(completion: Completion) -> Completion:
+    """``completion`` as served to a caller that made no call: ``cached``, no latency, no
+    usage of its own (the call's counts in ``cached_usage``)."""
+    if completion.cached:
+        return completion
+    return dataclasses.replace(
+        completion, cached=True, latency_ms=0.0, usage=Usage(), cached_usage=completion.usage
+    )
 
 
 class CachedChat(ChatModelBase):
@@ -173,6 +195,8 @@ class CachedChat(ChatModelBase):
         self.meter = meter
         self.mode = mode
         self.cache = cache if mode != "off" and inner.cacheable else None
+        self._flights: dict[str, Future[Completion]] = {}
+        self._flights_lock = threading.Lock()
 
     @property
     def provider(self) -> str:
@@ -187,7 +211,17 @@ class CachedChat(ChatModelBase):
     def complete(
         self, messages: list[Message], schema: type[BaseModel] | None = None, **options: Any
     ) -> Completion:
-        """Answer from the cache, or call the model (and store its answer in ``read_write``).
+        """Answer from the cache, or from an identical request already in flight, or call the
+        model (and store its answer in ``read_write``).
+
+        **Single flight.** Requests with the same key (same model identity, messages, schema
+        and options) that are in flight at the same time are sent once: the first caller calls
+        the model, the others wait for its answer and get it too (``cached=True``, their
+        ``usage`` zero: nothing was sent for them), and the one answer is what the cache
+        stores. So a run and its rerun from the cache give the same values even when the
+        server would have answered the duplicates differently, and the duplicate call is
+        saved. If the first caller fails, the waiting ones fail with its error. Models that
+        are not ``cacheable`` (the free fake) are called every time.
 
         Args:
             messages: Chat messages.
@@ -195,38 +229,82 @@ class CachedChat(ChatModelBase):
             **options: Per-call options (part of the key).
 
         Returns:
-            The completion; ``cached=True`` when it came from the cache.
+            The completion; ``cached=True`` when it came from the cache or an identical
+            request in flight (``cached_usage`` then holds the tokens of the call that made
+            it).
 
         Raises:
             LLMError: The model call failed (nothing is stored).
         """
-        key = None
-        if self.cache is not None:
+        if not self.inner.cacheable:
+            return self._call(messages, schema, options)
+        key = request_key(self.inner.describe(), messages, schema, options)
+        hit = self._lookup(key, schema)
+        if hit is not None:
+            self.meter.record(hit)
+            return hit
+        with self._flights_lock:
+            running = self._flights.get(key)
+            if running is None:
+                flight: Future[Completion] = Future()
+                self._flights[key] = flight
+        if running is not None:
             try:
-                key = request_key(self.inner.describe(), messages, schema, options)
-                hit = self.cache.get(key)
-                if hit is not None:
-                    if schema is not None:
-                        hit.parsed = parse_structured(
-                            hit.text, schema, finish_reason=hit.finish_reason
-                        )
-                    self.meter.record(hit)
-                    return hit
-            except LLMParseError:
-                log.warning("cached response no longer parses; calling the model")
+                first = running.result()
+            except Exception:
+                self.meter.record_error()
+                raise
+            shared = _as_cached(first)
+            self.meter.record(shared)
+            return shared
+        try:
+            # an identical request may have finished between the lookup above and taking the
+            # flight: it stored its answer before leaving, so look again before calling
+            completion = self._lookup(key, schema)
+            if completion is not None:
+                self.meter.record(completion)
+            else:
+                completion = self._call(messages, schema, options)
+        except BaseException as exc:
+            with self._flights_lock:
+                del self._flights[key]
+            flight.set_exception(exc)
+            raise
+        if not completion.cached and self.cache is not None and self.mode == "read_write":
+            try:
+                self.cache.put(key, self.provider, completion)
             except sqlite3.Error as exc:
-                log.warning("LLM cache %s unreadable (%s); calling the model", self.cache.path, exc)
+                log.warning("cannot store in the LLM cache %s: %s", self.cache.path, exc)
+        with self._flights_lock:
+            del self._flights[key]
+        flight.set_result(completion)
+        return completion
+
+    def _lookup(self, key: str, schema: type[BaseModel] | None) -> Completion | None:
+        """The cached completion of ``key`` (parsed with ``schema``), or None."""
+        if self.cache is None:
+            return None
+        try:
+            hit = self.cache.get(key)
+            if hit is not None and schema is not None:
+                hit.parsed = parse_structured(hit.text, schema, finish_reason=hit.finish_reason)
+            return hit
+        except LLMParseError:
+            log.warning("cached response no longer parses; calling the model")
+        except sqlite3.Error as exc:
+            log.warning("LLM cache %s unreadable (%s); calling the model", self.cache.path, exc)
+        return None
+
+    def _call(
+        self, messages: list[Message], schema: type[BaseModel] | None, options: dict[str, Any]
+    ) -> Completion:
+        """One call of the inner model, metered."""
         try:
             completion = self.inner.complete(messages, schema, **options)
         except Exception:
             self.meter.record_error()
             raise
         self.meter.record(completion)
-        if key is not None and self.mode == "read_write" and self.cache is not None:
-            try:
-                self.cache.put(key, self.provider, completion)
-            except sqlite3.Error as exc:
-                log.warning("cannot store in the LLM cache %s: %s", self.cache.path, exc)
         return completion
 
     def describe(self) -> dict[str, str]:
@@ -241,6 +319,16 @@ class CachedChat(ChatModelBase):
     def max_concurrency(self) -> int:
         """Calls the inner model takes at once (its declared ``max_concurrency``)."""
         return int(self.inner.max_concurrency)
+
+    @property
+    def slots(self) -> int:
+        """Calls the inner model computes at once (its ``slots``)."""
+        return int(self.inner.slots)
+
+    @property
+    def slot_affinity(self) -> bool:
+        """Whether the inner model wants one question's calls on one lane."""
+        return bool(self.inner.slot_affinity)
 
     @property
     def context_window(self) -> int | None:

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from rag_experiments.errors import ConfigError
-from rag_experiments.llm.base import ChatModelBase, Completion, Message, Usage
+from rag_experiments.llm.base import ChatModelBase, Completion, Message, Usage, schema_json
 from rag_experiments.llm.context import estimate_tokens
 from rag_experiments.llm.errors import ContextOverflowError, LLMTimeoutError
 from rag_experiments.llm.parsing import LLMParseError, parse_structured
@@ -205,7 +205,7 @@ class EmbeddedChat(ChatModelBase):
         if schema is not None:
             kwargs["response_format"] = {
                 "type": "json_object",
-                "schema": schema.model_json_schema(),
+                "schema": schema_json(schema),
             }
         started = time.perf_counter()
         deadline = started + self.timeout_s

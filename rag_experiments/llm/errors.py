@@ -1,22 +1,25 @@
-"""Typed errors of the model layer, one per failure reason, each naming the fix.
+r"""Typed errors of the model layer, one per failure reason, each naming the fix.
 
 Every class derives from :class:`~rag_experiments.errors.LLMError` and carries a short
 machine-readable ``reason`` that ends up in ``RagResponse.error`` and in metric NaN reasons:
 
-============================  ==================  =========  ================================
-class                         ``reason``          retried    typical fix
-============================  ==================  =========  ================================
-:class:`LLMTimeoutError`      ``timeout``         yes        raise ``timeout_s``
-:class:`LLMUnreachableError`  ``unreachable``     yes        start the server / fix base_url
-:class:`ModelNotFoundError`   ``model_not_found`` no         ``ollama pull <model>``
-:class:`LLMHTTPError`         ``http_error``      429, 5xx   read the body snippet
-:class:`ContextOverflowError` ``context_overflow`` no        raise num_ctx / fewer contexts
-:class:`LLMTruncatedError`    ``truncated``       no         raise ``max_tokens``
-:class:`LLMParseError`        ``parse_error``     N times    a larger model / clearer prompt
-============================  ==================  =========  ================================
+===================================  ====================  ========  ===============================
+class                                ``reason``            retried   typical fix
+===================================  ====================  ========  ===============================
+:class:`LLMTimeoutError`             ``timeout``           yes       raise ``timeout_s``
+:class:`LLMUnreachableError`         ``unreachable``       yes\*     start the server / fix base_url
+:class:`LLMConnectionDroppedError`   ``unreachable``       yes       read the server's log
+:class:`ModelNotFoundError`          ``model_not_found``   no        ``ollama pull <model>``
+:class:`LLMHTTPError`                ``http_error``        429, 5xx  read the body snippet
+:class:`LLMBadBodyError`             ``http_error``        yes       check ``base_url``
+:class:`ContextOverflowError`        ``context_overflow``  no        raise num_ctx / fewer contexts
+:class:`LLMTruncatedError`           ``truncated``         no        raise ``max_tokens``
+:class:`LLMParseError`               ``parse_error``       N times   a larger model / clearer prompt
+===================================  ====================  ========  ===============================
 
-(``parse_error`` is retried ``parse_retries`` times by asking the model to repair its reply;
-the others marked "yes" say ``retryable`` and are retried ``max_retries`` times with exponential
+(\* not at a model check, ``check()``: a refused connection there fails at once.
+``parse_error`` is retried ``parse_retries`` times by asking the model to repair its reply; the
+others marked "yes" say ``retryable`` and are retried ``max_retries`` times with exponential
 backoff and jitter: :class:`~rag_experiments.common.http.RetryPolicy`,
 :func:`~rag_experiments.common.http.is_retryable`.)
 """
@@ -31,6 +34,8 @@ __all__ = [
     "RETRYABLE_STATUS",
     "ContextOverflowError",
     "LLMError",
+    "LLMBadBodyError",
+    "LLMConnectionDroppedError",
     "LLMHTTPError",
     "LLMParseError",
     "LLMTimeoutError",
@@ -56,6 +61,12 @@ class LLMUnreachableError(LLMError):
 
     reason = "unreachable"
     retryable = True
+
+
+class LLMConnectionDroppedError(LLMUnreachableError):
+    """The server accepted the connection, then closed or reset it before answering (a crash,
+    a restart, a proxy's cut). Reason ``unreachable`` (no answer came), retried; the message
+    says what happened instead of "cannot connect"."""
 
 
 class ModelNotFoundError(LLMError):
@@ -86,6 +97,15 @@ class LLMHTTPError(LLMError):
         self.retry_after_s = retry_after_s
         snippet = " ".join(body.split())[:BODY_SNIPPET_CHARS]
         super().__init__(f"{message} (HTTP {status}: {snippet or '<empty body>'})")
+
+
+class LLMBadBodyError(LLMHTTPError):
+    """A success status whose body is not JSON (cut or garbled under load, or not a model
+    server at all). Reason ``http_error``; retried like other transient failures."""
+
+    def __init__(self, message: str, *, status: int, body: str = "") -> None:
+        super().__init__(message, status=status, body=body)
+        self.retryable = True
 
 
 class ContextOverflowError(LLMError):

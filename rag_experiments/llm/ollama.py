@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from rag_experiments.common.http import bearer_headers
 from rag_experiments.errors import ConfigError, LLMError
-from rag_experiments.llm.base import Message, Usage
+from rag_experiments.llm.base import Message, Usage, schema_json
 from rag_experiments.llm.errors import ContextOverflowError, LLMHTTPError, ModelNotFoundError
 from rag_experiments.llm.remote import RemoteChat, Reply
 from rag_experiments.llm.transport import JsonHttp
@@ -118,8 +118,10 @@ class OllamaChat(RemoteChat):
         backoff_s: First backoff scale in seconds.
         backoff_max_s: Cap of one backoff wait in seconds.
         parse_retries: Repair attempts for structured replies that do not validate.
-        max_concurrency: Most requests in flight to the server at once (see
-            :mod:`rag_experiments.llm.gate`).
+        max_concurrency: The server's parallel slots (``OLLAMA_NUM_PARALLEL``; see
+            :class:`~rag_experiments.llm.remote.RemoteChat`).
+        in_flight: Requests kept in flight (None = twice ``max_concurrency``).
+        slot_affinity: Keep one question's judge calls on one lane (prefix reuse).
         options: Other Ollama ``options`` (``top_k``, ``repeat_penalty`` …), sent as given.
         api_key_env: Environment variable holding a key for an Ollama behind an
             authenticating proxy (sent as ``Authorization: Bearer``), or None.
@@ -147,6 +149,8 @@ class OllamaChat(RemoteChat):
         backoff_max_s: float = 8.0,
         parse_retries: int = 2,
         max_concurrency: int = 8,
+        in_flight: int | None = None,
+        slot_affinity: bool = False,
         options: dict[str, Any] | None = None,
         api_key_env: str | None = None,
         api_key: str | None = None,
@@ -163,6 +167,8 @@ class OllamaChat(RemoteChat):
             backoff_max_s=backoff_max_s,
             parse_retries=parse_retries,
             max_concurrency=max_concurrency,
+            in_flight=in_flight,
+            slot_affinity=slot_affinity,
         )
         if num_ctx < 1:
             raise ConfigError(f"{self.where}: num_ctx must be >= 1, got {num_ctx}")
@@ -175,6 +181,7 @@ class OllamaChat(RemoteChat):
             where=self.where,
             headers=bearer_headers(api_key_env, self.where, "llm.api_key_env", api_key=api_key),
             unreachable_hint=unreachable_hint(),
+            max_connections=max(10, self.gate.limit),
         )
         self._identity: dict[str, str] | None = None
         self._identity_lock = threading.Lock()
@@ -205,7 +212,7 @@ class OllamaChat(RemoteChat):
             "keep_alive": self.keep_alive,
         }
         if schema is not None:
-            payload["format"] = schema.model_json_schema()
+            payload["format"] = schema_json(schema)
         try:
             data = self.http.request("POST", "/api/chat", payload)
         except LLMHTTPError as exc:
@@ -241,29 +248,30 @@ class OllamaChat(RemoteChat):
         check_ollama_model(self.http, self.model, self.where)
 
     def digest(self) -> str:
-        """The model's digest from ``/api/tags`` (what ``ollama list`` shows as ID).
+        """The model's digest from ``/api/tags`` (what ``ollama list`` shows as ID): one
+        request with a check's limit and no retry, since it is first asked before the
+        preflight (a refused connection fails at once; the preflight then says so).
 
         Raises:
             ModelNotFoundError: The model is not pulled.
             LLMError: The server is unreachable or answers an error.
         """
-        data = self.retry.call(lambda: self.http.request("GET", "/api/tags"), self.where)
+        data = self.http.probe("GET", "/api/tags")
         digest = tagged_digest(data, self.model)
         if digest is None:
             raise not_found_error(self.where, self.model)
         return digest
 
     def show(self) -> dict[str, Any]:
-        """``/api/show``: the model's details and ``model_info`` (trained context length …).
+        """``/api/show``: the model's details and ``model_info`` (trained context length …);
+        one request, no retry (as :meth:`digest`).
 
         Raises:
             ModelNotFoundError: The model is not pulled.
             LLMError: The server is unreachable or answers an error.
         """
         try:
-            return self.retry.call(
-                lambda: self.http.request("POST", "/api/show", {"model": self.model}), self.where
-            )
+            return self.http.probe("POST", "/api/show", {"model": self.model})
         except LLMHTTPError as exc:
             raise specialise_http_error(exc, self.where, self.model) from exc
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from rag_experiments.common.http import bearer_headers
 from rag_experiments.errors import LLMError
-from rag_experiments.llm.base import Message, Usage
+from rag_experiments.llm.base import LANE, Message, Usage, schema_json
 from rag_experiments.llm.errors import ContextOverflowError, LLMHTTPError, ModelNotFoundError
 from rag_experiments.llm.remote import RemoteChat, Reply
 from rag_experiments.llm.transport import JsonHttp
@@ -92,6 +92,25 @@ def reported_window(entry: dict[str, Any]) -> int | None:
     return None
 
 
+def reported_usage(data: dict[str, Any]) -> Usage:
+    """Token counts of a ``/chat/completions`` answer: ``usage.prompt_tokens`` and
+    ``completion_tokens``, and the prompt tokens the server took from its prompt cache:
+    ``usage.prompt_tokens_details.cached_tokens`` (OpenAI, vLLM, recent ``llama-server``) or
+    llama.cpp's ``timings.cache_n``; 0 for what a server does not report (llama-cpp-python's
+    server reports no cache use)."""
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    details = usage.get("prompt_tokens_details")
+    timings = data.get("timings")
+    cached = 0
+    if isinstance(details, dict) and details.get("cached_tokens"):
+        cached = int(details["cached_tokens"])
+    elif isinstance(timings, dict) and timings.get("cache_n"):
+        cached = int(timings["cache_n"])
+    return Usage(
+        int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0), cached
+    )
+
+
 class _FormatRejected(LLMError):
     """The server refused this ``response_format`` (internal: triggers the next mode)."""
 
@@ -118,8 +137,14 @@ class OpenAICompatChat(RemoteChat):
         backoff_s: First backoff scale in seconds.
         backoff_max_s: Cap of one backoff wait in seconds.
         parse_retries: Repair attempts for structured replies that do not validate.
-        max_concurrency: Most requests in flight to the server at once (see
+        max_concurrency: The server's parallel slots (see :class:`RemoteChat`).
+        in_flight: Requests kept in flight (None = twice ``max_concurrency``; see
             :mod:`rag_experiments.llm.gate`).
+        slot_affinity: Send each request to its lane's slot: ``id_slot`` (the lane of
+            :data:`~rag_experiments.llm.base.LANE`) and ``cache_prompt: true``, which
+            llama.cpp's ``llama-server`` reads; other servers ignore unknown fields
+            (llama-cpp-python's server has one model state and no slots: it reuses the
+            prefix of the previous request, and with ``--cache true`` any cached prefix).
 
     Raises:
         ConfigError: ``api_key_env`` names a variable that is not set, or both it and
@@ -144,6 +169,8 @@ class OpenAICompatChat(RemoteChat):
         backoff_max_s: float = 8.0,
         parse_retries: int = 2,
         max_concurrency: int = 8,
+        in_flight: int | None = None,
+        slot_affinity: bool = False,
     ) -> None:
         super().__init__(
             model,
@@ -157,6 +184,8 @@ class OpenAICompatChat(RemoteChat):
             backoff_max_s=backoff_max_s,
             parse_retries=parse_retries,
             max_concurrency=max_concurrency,
+            in_flight=in_flight,
+            slot_affinity=slot_affinity,
         )
         headers = bearer_headers(api_key_env, self.where, api_key=api_key)
         self.api_key_env = api_key_env
@@ -166,6 +195,7 @@ class OpenAICompatChat(RemoteChat):
             timeout_s,
             where=self.where,
             headers=headers,
+            max_connections=max(10, self.gate.limit),
             unreachable_hint="start the server (e.g. `python -m llama_cpp.server --model "
             "<file.gguf>`, `vllm serve <model>`) or set llm.base_url (judge.base_url for the "
             "judge)",
@@ -282,9 +312,14 @@ class OpenAICompatChat(RemoteChat):
             "stream": False,
             **extra,
         }
+        if self.slot_affinity:
+            payload["cache_prompt"] = True
+            lane = LANE.get()
+            if lane is not None:
+                payload["id_slot"] = lane % self.slots
         if schema is None:
             return payload
-        js = schema.model_json_schema()
+        js = schema_json(schema)
         if mode == "json_schema":
             payload["response_format"] = {
                 "type": "json_schema",
@@ -336,13 +371,10 @@ class OpenAICompatChat(RemoteChat):
                 status=200,
                 body=json.dumps(data)[:1000],
             ) from exc
-        usage = data.get("usage") or {}
         return Reply(
             text=str(text),
             finish_reason=str(choice.get("finish_reason") or "stop"),
-            usage=Usage(
-                int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-            ),
+            usage=reported_usage(data),
             model=str(data.get("model") or self.model),
         )
 

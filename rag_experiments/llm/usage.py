@@ -20,8 +20,14 @@ class UsageMeter:
         calls: ``complete`` calls, answered or failed, cache hits included.
         cache_hits: Calls answered from the response cache (no model call).
         errors: Calls that raised.
-        prompt_tokens: Prompt tokens the model processed (cache hits add none).
-        completion_tokens: Completion tokens the model generated (cache hits add none).
+        prompt_tokens: Prompt tokens sent to the model this run (cache hits add none).
+        reused_prompt_tokens: Of ``prompt_tokens``, those the server says it took from its
+            prompt (KV) cache instead of computing them (0 when it does not say).
+        completion_tokens: Completion tokens the model generated this run (cache hits add
+            none).
+        cache_hit_prompt_tokens: Prompt tokens of the answers served from the response cache
+            (or shared with an identical request in flight): not sent, shown apart.
+        cache_hit_completion_tokens: Their completion tokens.
     """
 
     role: str
@@ -29,7 +35,10 @@ class UsageMeter:
     cache_hits: int = 0
     errors: int = 0
     prompt_tokens: int = 0
+    reused_prompt_tokens: int = 0
     completion_tokens: int = 0
+    cache_hit_prompt_tokens: int = 0
+    cache_hit_completion_tokens: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def record(self, completion: Completion) -> None:
@@ -38,8 +47,11 @@ class UsageMeter:
             self.calls += 1
             if completion.cached:
                 self.cache_hits += 1
+                self.cache_hit_prompt_tokens += completion.cached_usage.prompt_tokens
+                self.cache_hit_completion_tokens += completion.cached_usage.completion_tokens
             else:
                 self.prompt_tokens += completion.usage.prompt_tokens
+                self.reused_prompt_tokens += completion.usage.cached_prompt_tokens
                 self.completion_tokens += completion.usage.completion_tokens
 
     def record_error(self) -> None:
@@ -63,15 +75,21 @@ class UsageMeter:
 
     def metrics(self) -> dict[str, float]:
         """``<role>.llm_calls``, ``.llm_cache_hits``, ``.llm_cache_hit_rate`` (hits / calls;
-        left out when there was no call), ``.llm_errors``, ``.prompt_tokens``,
-        ``.completion_tokens``."""
+        left out when there was no call), ``.llm_errors``, ``.prompt_tokens`` (sent this run),
+        ``.reused.prompt_tokens`` (of those, taken from the server's prompt cache),
+        ``.completion_tokens``, and ``.cache_hit.prompt_tokens`` /
+        ``.cache_hit.completion_tokens`` (of answers served by the response cache, not sent).
+        Every token key ends in ``.prompt_tokens`` or ``.completion_tokens``."""
         with self._lock:
             out = {
                 f"{self.role}.llm_calls": float(self.calls),
                 f"{self.role}.llm_cache_hits": float(self.cache_hits),
                 f"{self.role}.llm_errors": float(self.errors),
                 f"{self.role}.prompt_tokens": float(self.prompt_tokens),
+                f"{self.role}.reused.prompt_tokens": float(self.reused_prompt_tokens),
                 f"{self.role}.completion_tokens": float(self.completion_tokens),
+                f"{self.role}.cache_hit.prompt_tokens": float(self.cache_hit_prompt_tokens),
+                f"{self.role}.cache_hit.completion_tokens": float(self.cache_hit_completion_tokens),
             }
             if self.calls:
                 out[f"{self.role}.llm_cache_hit_rate"] = self.cache_hits / self.calls

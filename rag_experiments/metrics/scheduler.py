@@ -10,6 +10,18 @@ model, the configured bound for a server), while the runner is still answering l
 questions: it calls :meth:`JudgeScheduler.submit` for question ``i`` as soon as questions
 ``0..i`` are answered.
 
+**Keeping a server full.** A server judge's pool is its ``max_concurrency``, which for a
+server is ``in_flight`` (default twice its slots): requests wait in the server's queue, so a
+slot that finishes starts the next request at once instead of idling while a worker turns its
+call round (parses, builds the next prompt).
+
+**Prefix-aware lanes.** A judge with ``slot_affinity`` (a compute-bound llama.cpp server)
+gets one lane per slot instead: a row's metrics run one after another on one lane, contexts
+metrics first, and its requests name the lane's slot (``id_slot``), so the prompt prefix they
+share (system prompt, numbered contexts, question) is computed once per question rather than
+once per metric on different slots. Fewer calls run at once, so this is for servers whose cost
+is prompt computation, not for a GPU server with many slots.
+
 **Results never depend on concurrency.** Values and audit records are stored by row index, so
 the per-query table, ``judge_audit.jsonl`` and the cache keys (the same prompts) are the same
 at any pool size; only the wall time changes. With one worker the calls happen in the order of
@@ -27,16 +39,17 @@ question never costs the other rows.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar
 
 from rag_experiments.errors import LLMError, RagExpError
-from rag_experiments.llm.base import ChatModel
+from rag_experiments.llm.base import LANE, ChatModel
 from rag_experiments.metrics.audit import USAGE_KEYS
 from rag_experiments.progress import Progress
 from rag_experiments.protocols import MetricBase
@@ -149,13 +162,29 @@ class JudgeScheduler:
         self.n_rows = n_rows
         self._pools: dict[int, ThreadPoolExecutor] = {}
         self._labels: dict[int, str] = {}
+        self._lanes: set[int] = set()
+        self._by_judge: dict[int, list[JudgedRowMetric]] = {}
         for m in self.metrics:
             key = id(m.judge)
-            if key not in self._pools:
-                workers = max(1, int(m.judge.max_concurrency)) if m.judge is not None else 1
+            self._by_judge.setdefault(key, []).append(m)
+            if key in self._pools:
+                continue
+            judge = m.judge
+            who = judge.describe() if judge is not None else {}
+            name = f"{who.get('provider', '')} {who.get('model', '')}".strip() or "no judge"
+            if judge is not None and judge.slot_affinity:
+                lanes = max(1, int(judge.slots))
+                self._lanes.add(key)
+                self._pools[key] = ThreadPoolExecutor(
+                    lanes,
+                    thread_name_prefix="judge-lane",
+                    initializer=_enter_lane,
+                    initargs=(itertools.count(),),
+                )
+                self._labels[key] = f"{name}, {lanes} lanes (one question per lane)"
+            else:
+                workers = max(1, int(judge.max_concurrency)) if judge is not None else 1
                 self._pools[key] = ThreadPoolExecutor(workers, thread_name_prefix="judge")
-                who = m.judge.describe() if m.judge is not None else {}
-                name = f"{who.get('provider', '')} {who.get('model', '')}".strip() or "no judge"
                 self._labels[key] = f"{name}, {workers} at once"
         self._values: dict[int, list[Any]] = {id(m): [None] * n_rows for m in self.metrics}
         self._audit: dict[int, list[Any]] = {id(m): [None] * n_rows for m in self.metrics}
@@ -172,10 +201,22 @@ class JudgeScheduler:
         return "; ".join(self._labels.values()) or "none"
 
     def submit(self, index: int, sample: Sample, resp: RagResponse) -> None:
-        """Queue every metric of row ``index`` (call in row order, as answers arrive)."""
-        for m in self.metrics:
-            pool = self._pools[id(m.judge)]
-            self._futures.append(pool.submit(self._run, m, index, sample, resp))
+        """Queue every metric of row ``index`` (call in row order, as answers arrive): one
+        task per metric, or, for a judge with ``slot_affinity``, one task running the row's
+        metrics in sequence on one lane."""
+        for key, metrics in self._by_judge.items():
+            pool = self._pools[key]
+            if key in self._lanes:
+                self._futures.append(pool.submit(self._run_lane, metrics, index, sample, resp))
+            else:
+                for m in metrics:
+                    self._futures.append(pool.submit(self._run, m, index, sample, resp))
+
+    def _run_lane(
+        self, metrics: list[JudgedRowMetric], index: int, sample: Sample, resp: RagResponse
+    ) -> None:
+        for m in metrics:
+            self._run(m, index, sample, resp)
 
     def _run(self, metric: JudgedRowMetric, index: int, sample: Sample, resp: RagResponse) -> None:
         if id(metric) not in self._errors:
@@ -248,6 +289,12 @@ def judge_rows(
         for i, (sample, resp) in enumerate(zip(samples, responses, strict=True)):
             scheduler.submit(i, sample, resp)
         return scheduler.finish()
+
+
+def _enter_lane(lanes: Iterator[int]) -> None:
+    """Thread initializer of a lane pool: this worker is lane ``next(lanes)``
+    (:data:`~rag_experiments.llm.base.LANE`, read by models with ``slot_affinity``)."""
+    LANE.set(next(lanes))
 
 
 def _row_error(
