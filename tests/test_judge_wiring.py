@@ -168,7 +168,9 @@ def test_audit_artifact_and_judge_usage_are_logged(tmp_path):
     with open(path, encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh]
     assert [r["id"] for r in rows] == [s.id for s in samples]
-    assert rows[0]["faithfulness"]["claims"] == [{"claim": "AR-1", "context": 1, "supported": True}]
+    assert rows[0]["faithfulness"]["claims"] == [
+        {"claim": "AR-1", "context": 1, "supported": True, "repeats": 1}
+    ]
     assert rows[0]["faithfulness"]["judgement"]["raw"]
     assert rows[3]["faithfulness"] == {
         "skipped": "refusal",
