@@ -78,8 +78,8 @@ class EvalResult:
         values: One ``{metric: MetricValue}`` per sample.
         specs: Declared metric columns, in output order.
         aggregates: Means and counts, overall and per question type.
-        counts: ``n_samples``, ``n_failed``, ``n_unanswerable``, ``duration_s``,
-            ``latency_ms_p50`` and ``latency_ms_p95``.
+        counts: ``n_samples``, ``n_failed``, ``n_unanswerable``, ``n_cached_answers``,
+            ``duration_s``, ``latency_ms_p50`` and ``latency_ms_p95`` (see :func:`summarise`).
     """
 
     samples: list[Sample]
@@ -124,6 +124,7 @@ class EvalResult:
                 "keywords": s.keywords,
                 "no_response": r.no_response,
                 "latency_ms": round(r.latency_ms, 3),
+                "cached": served_from_cache(r),
                 "error": r.error,
                 "error_message": r.error_message,
             }
@@ -356,18 +357,31 @@ def summarise(
     Returns:
         ``(aggregates, counts)``: :func:`~rag_experiments.aggregate.aggregate` over all rows
         and per question type; ``n_samples``, ``n_failed``, ``n_unanswerable``,
-        ``latency_ms_p50`` and ``latency_ms_p95`` (of the answers without error).
+        ``n_cached_answers`` (answers the generator's response cache served,
+        :func:`served_from_cache`), and ``latency_ms_p50`` / ``latency_ms_p95`` over the
+        answers without error that were not served from the cache (a cached answer takes
+        milliseconds where a generated one takes seconds: mixed in, they would make a
+        configuration look fast because an earlier run answered for it; NaN when every answer
+        was cached).
     """
     aggs = aggregate([s.name for s in specs], values, [s.question_type for s in samples], seed=seed)
-    latencies = [r.latency_ms for r in responses if r.error is None]
+    latencies = [r.latency_ms for r in responses if r.error is None and not served_from_cache(r)]
     counts = {
         "n_samples": float(len(samples)),
         "n_failed": float(sum(1 for r in responses if r.error)),
         "n_unanswerable": float(sum(1 for s in samples if not s.answerable)),
+        "n_cached_answers": float(sum(1 for r in responses if served_from_cache(r))),
         "latency_ms_p50": percentile(latencies, 50),
         "latency_ms_p95": percentile(latencies, 95),
     }
     return aggs, counts
+
+
+def served_from_cache(response: RagResponse) -> bool:
+    """True when the generator's response cache answered (``metadata["cached"]``, set by
+    the baseline target; the per-query table's ``cached`` column), so the answer's latency
+    says nothing about the configuration's speed."""
+    return bool(response.metadata.get("cached"))
 
 
 @contextlib.contextmanager

@@ -11,11 +11,15 @@ import pytest
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from rag_experiments.analysis.report import (
+    Child,
+    SweepReport,
+    _best,
     build_report,
     pareto_front,
     resolve_parent,
     swept_params,
 )
+from rag_experiments.analysis.runs import MetricInfo
 from rag_experiments.cli import main
 
 # chunker.size -> (nDCG@10 mean, its CI, refusal mean, latency_ms_p50, judge_calls)
@@ -41,6 +45,23 @@ def test_pareto_front_by_hand() -> None:
 def test_swept_params_are_those_that_differ() -> None:
     runs = [{"a": "1", "b": "x", "c": "5"}, {"a": "2", "b": "x", "c": "5"}, {"a": "1", "b": "x"}]
     assert swept_params(runs) == ["a", "c"]
+
+
+def test_best_reports_a_tie_as_a_tie() -> None:
+    def child(run_id: str, size: str, hit: float) -> Child:
+        return Child(run_id, "FINISHED", {"chunker.size": size}, {"Hit@5": hit},
+                     {"Hit@5": hit}, {"Hit@5": hit}, {})  # fmt: skip
+
+    children = [
+        child("a" * 32, "256", 1.0),
+        child("b" * 32, "512", 0.5),
+        child("c" * 32, "1024", 1.0),
+    ]
+    report = SweepReport(None, children, ["chunker.size"], [MetricInfo("Hit@5")], ["Hit@5"])  # type: ignore[arg-type]
+    (row,) = _best(report)
+    assert row["n_tied"] == 2 and row["best"] == 1.0
+    assert row["config"] == "chunker.size=256 | chunker.size=1024"
+    assert row["run_id"] == f"{'a' * 32} {'c' * 32}"
 
 
 @pytest.fixture

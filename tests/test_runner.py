@@ -15,7 +15,7 @@ from rag_experiments.errors import RunFailedError
 from rag_experiments.metrics.keyword_coverage import KeywordCoverage
 from rag_experiments.metrics.retrieval import RetrievalMetrics
 from rag_experiments.records import Document, RagResponse, Sample
-from rag_experiments.runner import run_experiment
+from rag_experiments.runner import run_experiment, summarise
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker
 
 
@@ -72,6 +72,24 @@ def _run(tmp_path, target, max_failure_rate=0.5):
         max_failure_rate=max_failure_rate,
         progress=False,
     )
+
+
+def test_latency_leaves_out_answers_served_from_the_response_cache():
+    samples = _dataset(5).samples
+    responses = [
+        RagResponse(response="a", latency_ms=10_000.0),
+        RagResponse(response="b", latency_ms=12_000.0),
+        RagResponse(response="c", latency_ms=14_000.0),
+        RagResponse(response="d", latency_ms=11.0, metadata={"cached": True}),
+        RagResponse(response="e", latency_ms=9.0, metadata={"cached": True}),
+    ]
+    _, counts = summarise(samples, responses, [{} for _ in samples], [])
+    assert counts["n_cached_answers"] == 2
+    assert counts["latency_ms_p50"] == 12_000.0  # median of the three generated answers
+    assert counts["latency_ms_p95"] == pytest.approx(10_000 + 0.95 * 2 * 2_000)  # numpy, linear
+    every = [RagResponse(latency_ms=5.0, metadata={"cached": True}) for _ in samples]
+    _, counts = summarise(samples, every, [{} for _ in samples], [])
+    assert math.isnan(counts["latency_ms_p50"]) and counts["n_cached_answers"] == 5
 
 
 @pytest.mark.slow

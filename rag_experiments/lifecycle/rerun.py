@@ -36,9 +36,9 @@ RERUN_TAG = "rerun_of"
 _VOLATILE_SUFFIXES = (
     "duration_s", "latency_ms_p50", "latency_ms_p95", ".llm_calls", ".llm_cache_hits",
     ".llm_cache_hit_rate", ".llm_errors", ".prompt_tokens", ".completion_tokens",
-    "judge_prompt_tokens", "judge_completion_tokens",
+    "judge_prompt_tokens", "judge_completion_tokens", "n_cached_answers",
 )  # fmt: skip
-_VOLATILE_COLUMNS = {"latency_ms"}
+_VOLATILE_COLUMNS = {"latency_ms", "cached"}
 _IDENTITY_KEYS = (".provider", ".model", ".digest")
 
 
