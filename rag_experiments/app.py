@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from rag_experiments.build import build, build_tracker, run_caveat
 from rag_experiments.config import register
 from rag_experiments.config.reporting import reported
+from rag_experiments.console import summary_table
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import (
     ConfigError,
@@ -162,11 +163,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
             log.warning("%s; a sweeper records this trial as failed", objective.reason)
             tracker.set_tags({"objective.error": objective.reason})
     print(f"\n{tracker.describe_location()}")
-    for spec in result.specs:
-        if spec.name in summary:
-            n = int(summary.get(f"{spec.name}_n_valid", 0))
-            ci = f"[{summary[f'{spec.name}_ci_low']:.3f}, {summary[f'{spec.name}_ci_high']:.3f}]"
-            print(f"  {spec.name:<30} {summary[spec.name]:.4f} {ci:<16} (n={n})")
+    print("\n".join(summary_table(result.specs, result.aggregates)))
     print(
         f"  samples {int(result.counts['n_samples'])}, failed {int(result.counts['n_failed'])}, "
         f"{result.counts['duration_s']:.1f} s"

@@ -49,6 +49,8 @@ class Tracker(Protocol):
 
     def log_metrics(self, values: dict[str, float], step: int | None = None) -> None: ...
 
+    def log_summary(self, values: dict[str, float], metric_names: list[str]) -> None: ...
+
     def log_table(self, rows: list[dict], name: str = "per_query") -> None: ...
 
     def log_csv(self, rows: list[dict], filename: str) -> None: ...
@@ -461,8 +463,9 @@ def evaluate_in_run(
     target inside it so a build error ends as a FAILED run).
 
     Logs the dataset input and digest, the per-query table (``per_query.json`` +
-    ``per_query_results.csv``), ``average_results.csv``, the metric specs, metrics (means,
-    ``_n_valid``, ``_ci_low``/``_ci_high``, per-type values, counts, judge usage), tags (target
+    ``per_query_results.csv``), ``average_results.csv`` (every mean, ``n_valid``, CI, overall
+    and per type), the metric specs, the headline metrics (:mod:`~rag_experiments.tracking.
+    selection`: key metrics, counts, judge usage), tags (target
     identity), with judged metrics ``judge_audit.jsonl``, and one trace per question
     (:mod:`~rag_experiments.tracking.traces`). Everything is logged before the failure-rate
     checks.
@@ -520,8 +523,10 @@ def log_result(result: EvalResult, tracker: Tracker, dataset: EvalDataset) -> No
     """Log an evaluation's results into the tracker's open run: the per-query table
     (``per_query.json`` + ``per_query_results.csv``), ``average_results.csv``,
     ``metric_specs.json``, ``skipped_files.json`` (when files were skipped),
-    ``judge_audit.jsonl`` (with judged metrics) and the metrics (:meth:`EvalResult.metrics`).
-    Used by :func:`evaluate_in_run` and by ``rag-exp merge``.
+    ``judge_audit.jsonl`` (with judged metrics) and the summary (:meth:`EvalResult.metrics`,
+    of which the tracker logs the headline values as metrics: ``tracking.metrics``; every
+    aggregate is in ``average_results.csv``). Used by :func:`evaluate_in_run` and by
+    ``rag-exp merge``.
     """
     tracker.log_table(result.rows(), name="per_query")
     tracker.log_csv(result.average_rows(), "average_results.csv")
@@ -540,7 +545,7 @@ def log_result(result: EvalResult, tracker: Tracker, dataset: EvalDataset) -> No
         tracker.log_dict(dataset.skipped, "skipped_files.json")
     if result.audit:
         tracker.log_text(to_jsonl(result.audit), "judge_audit.jsonl")
-    tracker.log_metrics(result.metrics())
+    tracker.log_summary(result.metrics(), [s.name for s in result.specs])
 
 
 def _check_judge_failures(result: EvalResult, max_failure_rate: float) -> None:

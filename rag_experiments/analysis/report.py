@@ -49,10 +49,12 @@ from rag_experiments.analysis.plots import (
 )
 from rag_experiments.analysis.runs import (
     MetricInfo,
+    artifact_location,
     client_for,
     get_run,
     key_metrics,
     load_specs,
+    run_values,
 )
 from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
 from rag_experiments.errors import TrackingError
@@ -205,7 +207,7 @@ def build_report(client: Any, parent: Run, metrics: Sequence[str] | None = None)
     swept = swept_params([dict(r.data.params) for r in done])
     children = []
     for r in runs:
-        m = r.data.metrics
+        m = run_values(client, r) if r.info.status == "FINISHED" else dict(r.data.metrics)
 
         def get(key: str, m: dict[str, float] = m) -> float:
             return float(m.get(sanitize_metric_name(key), math.nan))
@@ -456,10 +458,9 @@ def report_command(argv: list[str]) -> int:
                 f"  best {row['metric']:<20} {row['best']:.4f} "
                 f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]  {tie}{row['config']}"
             )
-    where = f"{opts.out}/report.html" if opts.out else "report/report.html"
-    print(
-        f"report: {where}"
-        + ("" if opts.no_log else f" (logged to run {parent})")
-        + f"; {len(files)} files"
-    )
+    if not opts.no_log:
+        where = artifact_location(client, parent, "report/report.html")
+        print(f"report: {where} (logged to run {parent}, {len(files)} files)")
+    if opts.out:
+        print(f"report files: {(Path(opts.out) / 'report.html').resolve()}")
     return 0
