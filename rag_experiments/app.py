@@ -116,7 +116,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     from rag_experiments.lifecycle.resume import job_checkpoint
     from rag_experiments.qualify.registry import apply_qualification
     from rag_experiments.runner import evaluate_in_run
-    from rag_experiments.tracking.sweep import parent_run_id_for_job
+    from rag_experiments.tracking.sweep import child_run_name, parent_run_id_for_job
 
     params = OmegaConf.to_container(cfg, resolve=True)
     params.pop("resume", None)  # a resumed run must log the params it started with
@@ -124,8 +124,10 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     caveat = run_caveat(cfg.llm, cfg.judge) if cfg.metrics.generate else ""
     if caveat:
         tags["mlflow.note.content"] = caveat
-    # Until the dataset is loaded, a dataset config without `name` is called "dataset".
-    provisional = _default_run_name(cfg, str(cfg.dataset.get("name") or "dataset"))
+    # A sweep's child is named after its swept values; otherwise, until the dataset is
+    # loaded, a dataset config without `name` is called "dataset".
+    swept_name = None if cfg.run_name else child_run_name(str(cfg.tracking.uri))
+    provisional = swept_name or _default_run_name(cfg, str(cfg.dataset.get("name") or "dataset"))
     tracker = build_tracker(cfg, run_name=cfg.run_name or provisional)
     job = job_checkpoint(cfg, tracker.uri)
     with tracker.start_run(
@@ -140,7 +142,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         log_dropped(exp.dataset, tracker)
         apply_qualification(cfg, tracker, identity_by_role(), tags.get("mlflow.note.content"))
         preflight(exp.checks)
-        if not cfg.run_name:  # the default name holds the loaded dataset's name
+        if not (cfg.run_name or swept_name):  # the default name holds the dataset's name
             tracker.set_tags({"mlflow.runName": _default_run_name(cfg, exp.dataset.name)})
         try:
             result = evaluate_in_run(

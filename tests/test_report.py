@@ -21,6 +21,7 @@ from rag_experiments.analysis.report import (
 )
 from rag_experiments.analysis.runs import MetricInfo
 from rag_experiments.cli import main
+from rag_experiments.tracking.sweep import job_run_name, swept_keys
 
 # chunker.size -> (nDCG@10 mean, its CI, refusal mean, latency_ms_p50, judge_calls)
 CHILDREN = {
@@ -116,6 +117,9 @@ def test_report_ranks_children_and_logs_to_the_parent(
     assert main(["report", parent_id, "--tracking-uri", uri, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "best nDCG@10" in printed and "chunker.size=256" in printed
+    # the printed location is where the logged file really is (under the artifact root)
+    where = Path(printed.split("report: ", 1)[1].split(" (logged to run", 1)[0])
+    assert where.is_file() and where.name == "report.html" and (tmp_path / "a") in where.parents
     logged = {a.path for a in client.list_artifacts(parent_id, "report")}
     assert logged == {
         f"report/{n}"
@@ -133,3 +137,15 @@ def test_report_ranks_children_and_logs_to_the_parent(
     assert page.count('src="data:image/png;base64,') == 3  # one line plot, two Pareto plots
     assert "0.7200 [0.630, 0.800]" in page and "FAILED" in page
     assert "http" not in page.replace("http-equiv", "")  # nothing fetched from anywhere
+
+
+def test_swept_keys_and_a_childs_run_name() -> None:
+    cli = ["chunker.size=256,512", "retriever.top_k=3,5", "max_samples=8", "+x=choice(1,2)"]
+    assert swept_keys(cli, {}) == ["chunker.size", "retriever.top_k", "x"]
+    assert swept_keys(["max_samples=8"], {"chunker.size": "256,512"}) == ["chunker.size"]
+    job = ["chunker.size=256", "retriever.top_k=3", "max_samples=8"]
+    assert job_run_name(job, ["chunker.size", "retriever.top_k"]) == (
+        "chunker.size=256,retriever.top_k=3"
+    )
+    assert job_run_name(job, []) == "chunker.size=256,retriever.top_k=3,max_samples=8"
+    assert job_run_name([], ["chunker.size"]) is None
