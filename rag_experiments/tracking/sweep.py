@@ -38,7 +38,7 @@ from hydra.utils import to_absolute_path
 from mlflow.entities import Metric, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from rag_experiments.config.reporting import reported
 from rag_experiments.errors import TrackingError
@@ -108,7 +108,8 @@ class MlflowSweepCallback(Callback):
         experiment_id = ensure_experiment(client, self.experiment, self.uri)
         name = sweep_dir.name or "sweep-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         swept = swept_keys(
-            list(config.hydra.overrides.task), dict(config.hydra.sweeper.get("params") or {})
+            list(OmegaConf.select(config, "hydra.overrides.task", default=None) or []),
+            dict(OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}),
         )
         tags = {"sweep.dir": str(sweep_dir), SWEPT_TAG: json.dumps(swept)}
         try:
