@@ -18,6 +18,7 @@ from rag_experiments.build import build, build_tracker, run_caveat, used_chat_ro
 from rag_experiments.config import register
 from rag_experiments.config.paths import root_paths
 from rag_experiments.config.reporting import reported
+from rag_experiments.console import summary_table
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import (
     ConfigError,
@@ -119,7 +120,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     from rag_experiments.lifecycle.resume import job_checkpoint
     from rag_experiments.qualify.registry import apply_qualification
     from rag_experiments.runner import evaluate_in_run
-    from rag_experiments.tracking.sweep import parent_run_id_for_job
+    from rag_experiments.tracking.sweep import child_run_name, parent_run_id_for_job
 
     params = OmegaConf.to_container(cfg, resolve=True)
     params.pop("resume", None)  # a resumed run must log the params it started with
@@ -127,8 +128,10 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     caveat = run_caveat(used_chat_roles(cfg))
     if caveat:
         tags["mlflow.note.content"] = caveat
-    # Until the dataset is loaded, a dataset config without `name` is called "dataset".
-    provisional = _default_run_name(cfg, str(cfg.dataset.get("name") or "dataset"))
+    # A sweep's child is named after its swept values; otherwise, until the dataset is
+    # loaded, a dataset config without `name` is called "dataset".
+    swept_name = None if cfg.run_name else child_run_name(str(cfg.tracking.uri))
+    provisional = swept_name or _default_run_name(cfg, str(cfg.dataset.get("name") or "dataset"))
     tracker = build_tracker(cfg, run_name=cfg.run_name or provisional)
     job = job_checkpoint(cfg, tracker.uri)
     parent_run_id = parent_run_id_for_job()
@@ -148,7 +151,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         log_dropped(exp.dataset, tracker)
         apply_qualification(cfg, tracker, identity_by_role(), tags.get("mlflow.note.content"))
         preflight(exp.checks)
-        if not cfg.run_name:  # the default name holds the loaded dataset's name
+        if not (cfg.run_name or swept_name):  # the default name holds the dataset's name
             tracker.set_tags({"mlflow.runName": _default_run_name(cfg, exp.dataset.name)})
         try:
             result = evaluate_in_run(
@@ -172,11 +175,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
             tracker.set_tags({"objective.error": objective.reason})
         job.finish(tracker)  # a resumed run that got here is no longer a failure
     print(f"\n{tracker.describe_location()}")
-    for spec in result.specs:
-        if spec.name in summary:
-            n = int(summary.get(f"{spec.name}_n_valid", 0))
-            ci = f"[{summary[f'{spec.name}_ci_low']:.3f}, {summary[f'{spec.name}_ci_high']:.3f}]"
-            print(f"  {spec.name:<30} {summary[spec.name]:.4f} {ci:<16} (n={n})")
+    print("\n".join(summary_table(result.specs, result.aggregates)))
     print(
         f"  samples {int(result.counts['n_samples'])}, failed {int(result.counts['n_failed'])}, "
         f"{result.counts['duration_s']:.1f} s"

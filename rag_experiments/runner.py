@@ -49,6 +49,8 @@ class Tracker(Protocol):
 
     def log_metrics(self, values: dict[str, float], step: int | None = None) -> None: ...
 
+    def log_summary(self, values: dict[str, float], metric_names: list[str]) -> None: ...
+
     def log_table(self, rows: list[dict], name: str = "per_query") -> None: ...
 
     def log_csv(self, rows: list[dict], filename: str) -> None: ...
@@ -78,8 +80,8 @@ class EvalResult:
         values: One ``{metric: MetricValue}`` per sample.
         specs: Declared metric columns, in output order.
         aggregates: Means and counts, overall and per question type.
-        counts: ``n_samples``, ``n_failed``, ``n_unanswerable``, ``duration_s``,
-            ``latency_ms_p50`` and ``latency_ms_p95``.
+        counts: ``n_samples``, ``n_failed``, ``n_unanswerable``, ``n_cached_answers``,
+            ``duration_s``, ``latency_ms_p50`` and ``latency_ms_p95`` (see :func:`summarise`).
     """
 
     samples: list[Sample]
@@ -124,6 +126,7 @@ class EvalResult:
                 "keywords": s.keywords,
                 "no_response": r.no_response,
                 "latency_ms": round(r.latency_ms, 3),
+                "cached": served_from_cache(r),
                 "error": r.error,
                 "error_message": r.error_message,
             }
@@ -356,18 +359,31 @@ def summarise(
     Returns:
         ``(aggregates, counts)``: :func:`~rag_experiments.aggregate.aggregate` over all rows
         and per question type; ``n_samples``, ``n_failed``, ``n_unanswerable``,
-        ``latency_ms_p50`` and ``latency_ms_p95`` (of the answers without error).
+        ``n_cached_answers`` (answers the generator's response cache served,
+        :func:`served_from_cache`), and ``latency_ms_p50`` / ``latency_ms_p95`` over the
+        answers without error that were not served from the cache (a cached answer takes
+        milliseconds where a generated one takes seconds: mixed in, they would make a
+        configuration look fast because an earlier run answered for it; NaN when every answer
+        was cached).
     """
     aggs = aggregate([s.name for s in specs], values, [s.question_type for s in samples], seed=seed)
-    latencies = [r.latency_ms for r in responses if r.error is None]
+    latencies = [r.latency_ms for r in responses if r.error is None and not served_from_cache(r)]
     counts = {
         "n_samples": float(len(samples)),
         "n_failed": float(sum(1 for r in responses if r.error)),
         "n_unanswerable": float(sum(1 for s in samples if not s.answerable)),
+        "n_cached_answers": float(sum(1 for r in responses if served_from_cache(r))),
         "latency_ms_p50": percentile(latencies, 50),
         "latency_ms_p95": percentile(latencies, 95),
     }
     return aggs, counts
+
+
+def served_from_cache(response: RagResponse) -> bool:
+    """True when the generator's response cache answered (``metadata["cached"]``, set by
+    the baseline target; the per-query table's ``cached`` column), so the answer's latency
+    says nothing about the configuration's speed."""
+    return bool(response.metadata.get("cached"))
 
 
 @contextlib.contextmanager
@@ -447,8 +463,9 @@ def evaluate_in_run(
     target inside it so a build error ends as a FAILED run).
 
     Logs the dataset input and digest, the per-query table (``per_query.json`` +
-    ``per_query_results.csv``), ``average_results.csv``, the metric specs, metrics (means,
-    ``_n_valid``, ``_ci_low``/``_ci_high``, per-type values, counts, judge usage), tags (target
+    ``per_query_results.csv``), ``average_results.csv`` (every mean, ``n_valid``, CI, overall
+    and per type), the metric specs, the headline metrics (:mod:`~rag_experiments.tracking.
+    selection`: key metrics, counts, judge usage), tags (target
     identity), with judged metrics ``judge_audit.jsonl``, and one trace per question
     (:mod:`~rag_experiments.tracking.traces`). Everything is logged before the failure-rate
     checks.
@@ -507,8 +524,10 @@ def log_result(result: EvalResult, tracker: Tracker, dataset: EvalDataset) -> No
     """Log an evaluation's results into the tracker's open run: the per-query table
     (``per_query.json`` + ``per_query_results.csv``), ``average_results.csv``,
     ``metric_specs.json``, ``skipped_files.json`` (when files were skipped),
-    ``judge_audit.jsonl`` (with judged metrics) and the metrics (:meth:`EvalResult.metrics`).
-    Used by :func:`evaluate_in_run` and by ``rag-exp merge``.
+    ``judge_audit.jsonl`` (with judged metrics) and the summary (:meth:`EvalResult.metrics`,
+    of which the tracker logs the headline values as metrics: ``tracking.metrics``; every
+    aggregate is in ``average_results.csv``). Used by :func:`evaluate_in_run` and by
+    ``rag-exp merge``.
     """
     tracker.log_table(result.rows(), name="per_query")
     tracker.log_csv(result.average_rows(), "average_results.csv")
@@ -527,7 +546,7 @@ def log_result(result: EvalResult, tracker: Tracker, dataset: EvalDataset) -> No
         tracker.log_dict(dataset.skipped, "skipped_files.json")
     if result.audit:
         tracker.log_text(to_jsonl(result.audit), "judge_audit.jsonl")
-    tracker.log_metrics(result.metrics())
+    tracker.log_summary(result.metrics(), [s.name for s in result.specs])
 
 
 def _check_judge_gave_verdicts(result: EvalResult, metrics: Sequence[Metric]) -> None:

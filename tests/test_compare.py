@@ -366,3 +366,49 @@ def test_compare_of_one_question_per_type_writes_its_report(tmp_path: Path) -> N
     rows = pd.read_csv(files["compare.csv"])
     assert list(rows["reason"].fillna("")) == ["", "too_few_pairs", "too_few_pairs"]
     assert json.loads(files["compare.json"].read_text())["by_type"]["x"]["Hit@5"]["ci_low"] is None
+
+
+def _small_comparison():
+    import pandas as pd
+
+    ids = [f"q{i}" for i in range(6)]
+    a = pd.DataFrame(
+        {
+            "id": ids,
+            "user_input": [f"question {i}" for i in range(6)],
+            "Hit@1": [0.0, 1.0, 0.0, 1.0, 0.0, 1.0],
+            "faithfulness": [0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
+            "nDCG@10": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6],
+            "P@3": [0.0, 1 / 3, 0.0, 1 / 3, 0.0, 1 / 3],
+        }
+    )
+    b = a.copy()
+    b["Hit@1"] = [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+    b["nDCG@10"] = a["nDCG@10"] + 0.1
+    specs = [MetricInfo(n) for n in ("Hit@1", "faithfulness", "nDCG@10", "P@3")]
+    return compare_tables(a, b, specs, n_resamples=N_RESAMPLES)
+
+
+def test_printed_comparison_shows_key_metrics_first_and_summarises_the_rest() -> None:
+    result = _small_comparison()
+    text = result.format()
+    rows = [line.split()[0] for line in text.splitlines()[2:] if not line.startswith("  +")]
+    assert rows[:2] == ["nDCG@10", "faithfulness"]  # KEY_METRICS order, not the run's
+    assert "Hit@1" not in text.split("flipped")[0] and "P@3 " not in text
+    assert "  + 2 other metrics: 2 no decision (--all lists them" in text
+    assert "flipped questions on 1 other metrics (3 flips" in text  # Hit@1: 2 gained, 1 lost
+    every = result.format(all_metrics=True)
+    assert "  Hit@1 " in every and "  P@3 " in every and "other metrics" not in every
+
+
+def test_compare_page_folds_everything_but_the_key_metrics(tmp_path: Path) -> None:
+    from rag_experiments.analysis.plots import write_compare_report
+
+    result = _small_comparison()
+    result.run_a, result.run_b = "a" * 32, "b" * 32
+    page = write_compare_report(result, tmp_path)["compare.html"].read_text(encoding="utf-8")
+    folded = "".join(part.split("</details>")[0] for part in page.split("<details>")[1:])
+    visible = "".join(part.split("</details>")[-1] for part in page.split("<details>"))
+    assert '<td class="l">nDCG@10</td>' in visible
+    for other in ("Hit@1", "P@3"):
+        assert f'<td class="l">{other}</td>' in folded and f">{other}</td>" not in visible

@@ -18,6 +18,7 @@ import pytest
 from hydra.utils import instantiate
 from mlflow.tracking import MlflowClient
 
+from rag_experiments.analysis.runs import run_values
 from rag_experiments.common.redact import REDACTED
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError, RunFailedError, TargetError
@@ -506,7 +507,7 @@ def test_fault_injection_rows_fail_with_reasons_and_averages_cover_the_rest(tmp_
     client = MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("faults").experiment_id])
     assert run.info.status == "FAILED"
-    m = run.data.metrics  # logged before the run failed
+    m = run_values(client, run)  # logged before the run failed (metrics + average_results)
     assert m["n_samples"] == 10 and m["n_failed"] == 6
     # q0: [d0,d1] ref d0 -> Hit@1 1, MRR 1; q1: ref d1 -> 0, 1/2; q2: [d1,d2] ref d2 -> 0, 1/2;
     # q3 (after a retried 503): [d0] ref d0 -> 1, 1

@@ -13,6 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rag_experiments.aggregate import aggregate, bootstrap_ci, to_metrics
+from rag_experiments.analysis.runs import run_values
 from rag_experiments.build import build
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError
@@ -152,7 +153,8 @@ def test_audit_artifact_and_judge_usage_are_logged(tmp_path):
         progress=False,
         seed=1,
     )
-    m = MlflowClient(f"sqlite:///{tmp_path}/m.db").get_run(run_id).data.metrics
+    client = MlflowClient(f"sqlite:///{tmp_path}/m.db")
+    m = run_values(client, client.get_run(run_id))  # logged metrics + average_results.csv
     assert judge.calls == 3 + 3  # faithfulness: 3 answers (the refusal is skipped); precision: 3
     assert m["judge_calls"] == 6 and m["judge_calls_per_question"] == pytest.approx(6 / 5)
     assert m["judge_calls_per_question_max"] == 2
@@ -168,7 +170,9 @@ def test_audit_artifact_and_judge_usage_are_logged(tmp_path):
     with open(path, encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh]
     assert [r["id"] for r in rows] == [s.id for s in samples]
-    assert rows[0]["faithfulness"]["claims"] == [{"claim": "AR-1", "context": 1, "supported": True}]
+    assert rows[0]["faithfulness"]["claims"] == [
+        {"claim": "AR-1", "context": 1, "supported": True, "repeats": 1}
+    ]
     assert rows[0]["faithfulness"]["judgement"]["raw"]
     assert rows[3]["faithfulness"] == {
         "skipped": "refusal",

@@ -102,6 +102,41 @@ def test_faithfulness_three_of_four_claims_supported():
     assert audit["judge_calls"] == 1 and audit["judgement"]["prompt"] == "faithfulness-v1"
 
 
+def test_faithfulness_counts_a_repeated_claim_once():
+    # One supported claim listed five times (case, spacing and punctuation vary) and one
+    # unsupported claim (6 = MAX_CLAIMS): 2 distinct claims, 1 supported -> 1/2 (counting
+    # copies: 5/6).
+    repeated = ["Form AR-1 is needed.", "form AR-1 is needed", "FORM  AR-1 IS NEEDED!"] * 2
+    repeated = repeated[:5]
+    reply = {
+        "claims": [{"claim": c, "context": 1} for c in repeated]
+        + [{"claim": "It takes 5 days.", "context": 0}]
+    }
+    metric = Faithfulness(judge=FakeChat({"FaithfulnessOutput": reply}))
+    (row,) = metric.evaluate([_sample()], [_resp()])
+    assert row["faithfulness"].value == pytest.approx(1 / 2)
+    (audit,) = metric.audit()
+    assert [(c["claim"], c["supported"], c["repeats"]) for c in audit["claims"]] == [
+        ("Form AR-1 is needed.", True, 5),
+        ("It takes 5 days.", False, 1),
+    ]
+
+
+def test_context_recall_counts_a_repeated_reference_claim_once():
+    reply = {
+        "claims": [
+            {"claim": "The manager uses form AR-1", "context": 1},
+            {"claim": "the manager uses form AR-1.", "context": 1},
+            {"claim": "The Service Desk needs 2 days", "context": 0},
+        ]
+    }
+    metric = ContextRecall(judge=FakeChat({"FaithfulnessOutput": reply}))
+    (row,) = metric.evaluate([_sample()], [_resp()])
+    assert row["context_recall"].value == pytest.approx(1 / 2)  # counting copies: 2/3
+    (audit,) = metric.audit()
+    assert [c["repeats"] for c in audit["claims"]] == [2, 1]
+
+
 @pytest.mark.parametrize(
     ("verdicts", "expected"),
     [(["yes", "yes", "no", "no"], 1.0), (["no", "no", "yes", "yes"], (1 / 3 + 2 / 4) / 2)],

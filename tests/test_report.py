@@ -11,12 +11,17 @@ import pytest
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from rag_experiments.analysis.report import (
+    Child,
+    SweepReport,
+    _best,
     build_report,
     pareto_front,
     resolve_parent,
     swept_params,
 )
+from rag_experiments.analysis.runs import MetricInfo
 from rag_experiments.cli import main
+from rag_experiments.tracking.sweep import job_run_name, swept_keys
 
 # chunker.size -> (nDCG@10 mean, its CI, refusal mean, latency_ms_p50, judge_calls)
 CHILDREN = {
@@ -41,6 +46,23 @@ def test_pareto_front_by_hand() -> None:
 def test_swept_params_are_those_that_differ() -> None:
     runs = [{"a": "1", "b": "x", "c": "5"}, {"a": "2", "b": "x", "c": "5"}, {"a": "1", "b": "x"}]
     assert swept_params(runs) == ["a", "c"]
+
+
+def test_best_reports_a_tie_as_a_tie() -> None:
+    def child(run_id: str, size: str, hit: float) -> Child:
+        return Child(run_id, "FINISHED", {"chunker.size": size}, {"Hit@5": hit},
+                     {"Hit@5": hit}, {"Hit@5": hit}, {})  # fmt: skip
+
+    children = [
+        child("a" * 32, "256", 1.0),
+        child("b" * 32, "512", 0.5),
+        child("c" * 32, "1024", 1.0),
+    ]
+    report = SweepReport(None, children, ["chunker.size"], [MetricInfo("Hit@5")], ["Hit@5"])  # type: ignore[arg-type]
+    (row,) = _best(report)
+    assert row["n_tied"] == 2 and row["best"] == 1.0
+    assert row["config"] == "chunker.size=256 | chunker.size=1024"
+    assert row["run_id"] == f"{'a' * 32} {'c' * 32}"
 
 
 @pytest.fixture
@@ -95,6 +117,9 @@ def test_report_ranks_children_and_logs_to_the_parent(
     assert main(["report", parent_id, "--tracking-uri", uri, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "best nDCG@10" in printed and "chunker.size=256" in printed
+    # the printed location is where the logged file really is (under the artifact root)
+    where = Path(printed.split("report: ", 1)[1].split(" (logged to run", 1)[0])
+    assert where.is_file() and where.name == "report.html" and (tmp_path / "a") in where.parents
     logged = {a.path for a in client.list_artifacts(parent_id, "report")}
     assert logged == {
         f"report/{n}"
@@ -112,3 +137,15 @@ def test_report_ranks_children_and_logs_to_the_parent(
     assert page.count('src="data:image/png;base64,') == 3  # one line plot, two Pareto plots
     assert "0.7200 [0.630, 0.800]" in page and "FAILED" in page
     assert "http" not in page.replace("http-equiv", "")  # nothing fetched from anywhere
+
+
+def test_swept_keys_and_a_childs_run_name() -> None:
+    cli = ["chunker.size=256,512", "retriever.top_k=3,5", "max_samples=8", "+x=choice(1,2)"]
+    assert swept_keys(cli, {}) == ["chunker.size", "retriever.top_k", "x"]
+    assert swept_keys(["max_samples=8"], {"chunker.size": "256,512"}) == ["chunker.size"]
+    job = ["chunker.size=256", "retriever.top_k=3", "max_samples=8"]
+    assert job_run_name(job, ["chunker.size", "retriever.top_k"]) == (
+        "chunker.size=256,retriever.top_k=3"
+    )
+    assert job_run_name(job, []) == "chunker.size=256,retriever.top_k=3,max_samples=8"
+    assert job_run_name([], ["chunker.size"]) is None

@@ -102,6 +102,7 @@ def test_on_progress_reports_accepted_rejected_and_remaining_per_type(tmp_path: 
     last = seen[-1]
     assert last.attempts_planned == 4 and last.n_wanted == 2 and last.n_accepted == 2
     assert last.rejected == {} and last.errors == 0 and last.phase == "answerable"
+    assert last.rejected_by_reason == {}
     assert summary.accepted_by_type == last.accepted and not summary.interrupted
 
 
@@ -369,7 +370,9 @@ def test_a_generation_that_accepts_nothing_says_so_with_the_reasons(
     )
     assert (
         client.post(
-            "/generate", headers=headers, json={"llm": "fake", "n": 2, "types": ["procedural"]}
+            "/generate",
+            headers=headers,
+            json={"llm": "fake", "n": 2, "n_unanswerable": 0, "types": ["procedural"]},
         ).status_code
         == 202
     )
@@ -380,6 +383,21 @@ def test_a_generation_that_accepts_nothing_says_so_with_the_reasons(
     assert job["message"].startswith(
         "No pair was accepted. Rejected attempts by reason: question_too_short 4."
     )
+    # the page saw the reasons while the job ran, and what it was doing before the first
+    # attempt (the log lines of the job's thread), not only "Generating …"
+    assert job["progress"]["rejected_by_reason"] == {"question_too_short": 4}
+    assert job["stage"] and job["stage"] != "Generating …"
+
+
+def test_the_review_form_defaults_to_the_clis_unanswerable_questions(
+    app_client: Callable[..., tuple[Any, dict[str, str]]],
+) -> None:
+    from rag_experiments.generate.config import GenerateConf
+
+    assert GenerateRequest().n_unanswerable == GenerateConf.n_unanswerable == 4
+    client, _ = app_client("llm=fake")
+    page = client.get("/").get_data(as_text=True)
+    assert 'name="n_unanswerable" value="4"' in page
 
 
 @pytest.mark.slow

@@ -25,6 +25,7 @@ from mlflow.entities import Run
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from mlflow_server import mlflow_server  # noqa: F401  (module-scoped fixture)
 
+from rag_experiments.analysis.runs import run_values
 from rag_experiments.tracking.sweep import PARENT_RUN_ID_FILE
 
 pytestmark = pytest.mark.slow
@@ -110,8 +111,16 @@ def test_sweep_nests_jobs_under_one_parent_and_reuses_indexes(
     for child in children:
         assert child.data.tags[MLFLOW_PARENT_RUN_ID] == parent.info.run_id
         assert child.info.status == "FINISHED"
-        assert child.info.run_name == DEFAULT_RUN_NAME
+        params = child.data.params  # named after the swept values, so the list tells them apart
+        assert child.info.run_name == (
+            f"chunker.size={params['chunker.size']},retriever.top_k={params['retriever.top_k']}"
+        )
         assert "error" not in child.data.tags
+    # the last lines name the parent and where its report is
+    last = done.stdout.strip().splitlines()[-2:]
+    assert last[0].startswith(f"sweep parent run {parent.info.run_id} FINISHED (children: 4")
+    assert last[1].startswith("sweep report: ") and "report/report.html (run page: " in last[1]
+    assert parent.data.tags["sweep.report"] == "report/report.html"
     by_combo = {
         (int(c.data.params["chunker.size"]), int(c.data.params["retriever.top_k"])): c
         for c in children
@@ -119,8 +128,9 @@ def test_sweep_nests_jobs_under_one_parent_and_reuses_indexes(
     assert set(by_combo) == {(256, 3), (256, 5), (512, 3), (512, 5)}
 
     # --- metrics: the ranking is 100 deep whatever top_k is, so only the top-k contexts change
-    for size in (256, 512):
-        k3, k5 = by_combo[size, 3].data.metrics, by_combo[size, 5].data.metrics
+    client = MlflowClient(mlflow_server)
+    for size in (256, 512):  # every value, also those not logged as metrics (headline mode)
+        k3, k5 = (run_values(client, by_combo[size, k]) for k in (3, 5))
         assert k3["n_samples"] == k5["n_samples"] > 0 and k3["n_failed"] == 0
         assert k3["nDCG_at_10"] == k5["nDCG_at_10"]
         assert k3["R_at_100"] == k5["R_at_100"]
@@ -171,7 +181,7 @@ def test_failing_job_ends_as_failed_child_and_fails_the_parent(
     bad, good = by_k[0], by_k[3]
     assert bad.info.status == "FAILED"
     assert bad.data.tags["error"] == "ConfigError: retriever.top_k must be >= 1, got 0."
-    assert bad.info.run_name == DEFAULT_RUN_NAME  # named before anything was built
+    assert bad.info.run_name == "retriever.top_k=0"  # named before anything was built
     client = MlflowClient(mlflow_server)
     assert {"config.yaml", "error.txt"} <= {a.path for a in client.list_artifacts(bad.info.run_id)}
     assert "n_samples" not in bad.data.metrics

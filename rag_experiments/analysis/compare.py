@@ -55,6 +55,7 @@ import json
 import math
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -78,6 +79,7 @@ from rag_experiments.common.cliargs import (
     parse_store_command,
 )
 from rag_experiments.errors import DatasetError, RagExpError
+from rag_experiments.metrics.keys import key_metrics_among
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker, read_table
 
 N_RESAMPLES = 9999
@@ -237,30 +239,60 @@ class Comparison:
         """One CSV row per (group, metric)."""
         return [{**asdict(s), "verdict": s.verdict} for s in self.stats]
 
-    def format(self, max_flips: int = 5) -> str:
-        """A human-readable summary: the overall table, then the flipped questions."""
+    def format(self, max_flips: int = 5, all_metrics: bool = False) -> str:
+        """A human-readable summary: the overall table, then the flipped questions.
+
+        The key metrics (:data:`~rag_experiments.metrics.keys.KEY_METRICS`, in that order)
+        come first; the other metrics are summarised in one line each for the table
+        (how many are better, worse, undecided) and for the flips, unless ``all_metrics``.
+        A comparison without any key metric (``--metrics Hit@1``) lists every metric.
+
+        Args:
+            max_flips: Flipped questions listed per metric.
+            all_metrics: List every metric, not only the key ones.
+        """
+        overall = self.overall()
+        key = key_metrics_among(s.metric for s in overall)
+        if all_metrics or not key:
+            shown = [s for s in overall]
+        else:
+            order = {m: i for i, m in enumerate(key)}
+            shown = sorted((s for s in overall if s.metric in order), key=lambda s: order[s.metric])
+        shown_names = {s.metric for s in shown}
+        rest = [s for s in overall if s.metric not in shown_names]
+        width = max([len(s.metric) for s in shown] + [24])
         lines = [
             f"compare a={self.run_a} b={self.run_b}: {self.n_common} common questions, "
             f"diff = b - a, {CONFIDENCE:.0%} paired bootstrap CI, permutation p "
             f"({self.n_resamples} resamples, seed {self.seed}), Holm across metrics"
         ]
         lines.append(
-            f"  {'metric':<24} {'n':>4} {'a':>7} {'b':>7} {'diff':>8} "
+            f"  {'metric':<{width}} {'n':>4} {'a':>7} {'b':>7} {'diff':>8} "
             f"{'95% CI':>18} {'p':>7} {'p_holm':>7}"
         )
-        for s in self.overall():
+        for s in shown:
             ci = f"[{s.ci_low:+.3f}, {s.ci_high:+.3f}]"
             lines.append(
-                f"  {s.metric:<24} {s.n:>4} {s.mean_a:>7.4f} {s.mean_b:>7.4f} "
+                f"  {s.metric:<{width}} {s.n:>4} {s.mean_a:>7.4f} {s.mean_b:>7.4f} "
                 f"{s.diff:>+8.4f} {ci:>18} {s.p_value:>7.4f} {s.p_holm:>7.4f}"
                 f"  {s.verdict}".rstrip()
+            )
+        if rest:
+            verdicts = Counter(s.verdict or "no decision" for s in rest)
+            lines.append(
+                f"  + {len(rest)} other metrics: "
+                + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
+                + " (--all lists them; every group and metric: compare.csv)"
             )
         by_metric: dict[str, list[Flip]] = {}
         for f in self.flips:
             by_metric.setdefault(f.metric, []).append(f)
-        if by_metric:
+        other_flips = {m: fl for m, fl in by_metric.items() if m not in shown_names}
+        if any(m in shown_names for m in by_metric):
             lines.append("flipped questions (passed the threshold in one run only):")
         for metric, flips in by_metric.items():
+            if metric not in shown_names:
+                continue
             t = self.thresholds[metric]
             gained = sum(f.change == "gained" for f in flips)
             lines.append(
@@ -273,6 +305,12 @@ class Comparison:
                 )
             if len(flips) > max_flips:
                 lines.append(f"    … and {len(flips) - max_flips} more (--json lists all)")
+        if other_flips:
+            lines.append(
+                f"  + flipped questions on {len(other_flips)} other metrics "
+                f"({sum(len(f) for f in other_flips.values())} flips; --all lists them, "
+                "flipped.csv has every one)"
+            )
         return "\n".join(lines)
 
 
@@ -598,6 +636,13 @@ def compare_command(argv: list[str]) -> int:
     parser.add_argument("run_b", help="changed run id (diff = b - a)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON only")
     parser.add_argument(
+        "--all",
+        action="store_true",
+        dest="all_metrics",
+        help="list every metric in the printed table (default: the key metrics first, the "
+        "others summarised in one line)",
+    )
+    parser.add_argument(
         "--metrics",
         nargs="+",
         metavar="NAME",
@@ -654,7 +699,7 @@ def compare_command(argv: list[str]) -> int:
             )
         )
     else:
-        print(result.format())
+        print(result.format(all_metrics=opts.all_metrics))
         if run_id:
             print(f"logged as MLflow run {run_id}", file=sys.stderr)
     return 0

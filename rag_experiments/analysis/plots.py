@@ -13,6 +13,7 @@ import html
 import io
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from rag_experiments.analysis.runs import key_metrics
+from rag_experiments.metrics.keys import key_metrics_among
 
 if TYPE_CHECKING:
     from rag_experiments.analysis.compare import Comparison, PairedStat
@@ -39,6 +41,7 @@ th{background:#f6f8fa} td.l,th.l{text-align:left}
 tr.better td{background:#dafbe1} tr.worse td{background:#ffebe9} tr.best td{background:#ddf4ff}
 img{max-width:100%;border:1px solid #d0d7de;margin:.5em 0}
 .note{color:#57606a;font-size:.9em}
+details{margin:.5em 0} summary{cursor:pointer;color:#0969da}
 """
 
 
@@ -88,6 +91,11 @@ def html_page(title: str, body: str) -> str:
         f"{html.escape(title)}</title><style>{_CSS}</style></head><body>"
         f"<h1>{html.escape(title)}</h1>{body}</body></html>\n"
     )
+
+
+def _folded(summary: str, content: str) -> str:
+    """``content`` in a closed ``<details>`` element headed by ``summary`` (no script)."""
+    return f"<details><summary>{html.escape(summary)}</summary>{content}</details>"
 
 
 def _fmt(v: Any) -> str:
@@ -181,12 +189,19 @@ def write_compare_report(result: Comparison, out_dir: Path) -> dict[str, Path]:
         json.dumps(result.to_json(), indent=2, ensure_ascii=False), encoding="utf-8"
     )
     title = f"b = {result.run_b[:8]} vs a = {result.run_a[:8]}"
-    diff_png = png_bytes(diff_ci_figure(result.overall(), title))
+    overall_stats = result.overall()
+    key = key_metrics_among(s.metric for s in overall_stats) or [s.metric for s in overall_stats]
+    order = {m: i for i, m in enumerate(key)}
+    key_stats = sorted(
+        (s for s in overall_stats if s.metric in order), key=lambda s: order[s.metric]
+    )
+    diff_png = png_bytes(diff_ci_figure(key_stats, f"{title} (key metrics)"))
     names = key_metrics([n for n, (x, _) in result.pairs.items() if len(x)], limit=9)
     scatter_png = png_bytes(scatter_figure(result.pairs, names))
     files["diff_ci.png"].write_bytes(diff_png)
     files["scatter.png"].write_bytes(scatter_png)
-    overall = [{**vars(s), "verdict": s.verdict} for s in result.overall()]
+    overall = [{**vars(s), "verdict": s.verdict} for s in key_stats]
+    others = [{**vars(s), "verdict": s.verdict} for s in overall_stats if s.metric not in order]
     cols = [
         "metric",
         "n",
@@ -204,6 +219,14 @@ def write_compare_report(result: Comparison, out_dir: Path) -> dict[str, Path]:
         for s in result.stats
         if s.group != "all" and s.metric in names
     ]
+    key_flips = [f for f in flips if f["metric"] in order]
+    other_flips = [f for f in flips if f["metric"] not in order]
+    flip_cols = ["metric", "change", "id", "question_type", "a", "b", "user_input"]
+    flip_left = ["metric", "change", "id", "question_type", "user_input"]
+    verdicts = ", ".join(
+        f"{n} {v}"
+        for v, n in sorted(Counter(r["verdict"] or "no decision" for r in others).items())
+    )
     body = [
         f'<p class="note">Run a <code>{html.escape(result.run_a)}</code>, run b '
         f"<code>{html.escape(result.run_b)}</code>; {result.n_common} common questions; "
@@ -211,21 +234,29 @@ def write_compare_report(result: Comparison, out_dir: Path) -> dict[str, Path]:
         f"b={html.escape(str(result.dataset_digest.get('b')))}. diff = mean(b) − mean(a) over "
         "the questions both runs scored; 95% paired bootstrap CI; two-sided paired permutation "
         f"(sign-flip) test, {result.n_resamples} resamples, seed {result.seed}; p_holm = Holm "
-        "across metrics. Green: CI excludes 0 and p_holm &lt; 0.05 in the better direction.</p>",
-        "<h2>Difference per metric</h2>",
-        img_tag(diff_png, "difference with CI per metric"),
+        "across metrics. Green: CI excludes 0 and p_holm &lt; 0.05 in the better direction. "
+        "Key metrics first; the other metrics, the per-type values and the flipped questions "
+        "are folded below (click to open; every value is in compare.csv and flipped.csv).</p>",
+        "<h2>Difference per key metric</h2>",
+        img_tag(diff_png, "difference with CI per key metric"),
         html_table(overall, cols, left=["metric", "verdict"], row_class="verdict"),
+        _folded(
+            f"Other metrics ({len(others)}: {verdicts or 'none'})",
+            html_table(others, cols, left=["metric", "verdict"], row_class="verdict"),
+        ),
         "<h2>Per question: run a against run b</h2>",
         img_tag(scatter_png, "per-question scatter"),
-        "<h2>Per question type (shown metrics)</h2>",
-        html_table(
-            by_type, ["group", *cols], left=["group", "metric", "verdict"], row_class="verdict"
+        _folded(
+            f"Per question type ({len(by_type)} rows, shown metrics)",
+            html_table(
+                by_type, ["group", *cols], left=["group", "metric", "verdict"], row_class="verdict"
+            ),
         ),
         f"<h2>Flipped questions ({len(flips)})</h2>",
-        html_table(
-            flips,
-            ["metric", "change", "id", "question_type", "a", "b", "user_input"],
-            left=["metric", "change", "id", "question_type", "user_input"],
+        _folded(f"On key metrics ({len(key_flips)})", html_table(key_flips, flip_cols, flip_left)),
+        _folded(
+            f"On other metrics ({len(other_flips)})",
+            html_table(other_flips, flip_cols, flip_left),
         ),
     ]
     files["compare.html"].write_text(

@@ -5,14 +5,19 @@ every child run and writes, under the parent's artifact folder ``report/``:
 
 * ``report.html`` — self-contained (plots inline as base64 PNG), readable offline;
 * ``sweep.csv`` — one row per child: swept parameters, status, every metric's mean and 95 % CI
-  (``<m>``, ``<m>_ci_low``, ``<m>_ci_high``, as the child logged them), ``judge_calls``,
-  ``latency_ms_p50``/``p95``;
+  (``<m>``, ``<m>_ci_low``, ``<m>_ci_high``, as the child computed them: its metrics, or its
+  ``average_results.csv`` for those a headline run did not log as metrics), ``judge_calls``,
+  ``latency_ms_p50``/``p95``, ``n_cached_answers``;
 * ``best.csv`` — the best finished configuration per metric (highest mean, lowest for
-  lower-is-better metrics; ties are counted in ``n_tied`` and the first child wins);
+  lower-is-better metrics); a tie is a tie: ``config`` and ``run_id`` list every child with
+  the best mean (``|``- and space-separated, in start order) and ``n_tied`` counts them;
 * ``metric_vs_<param>.png`` — the key metrics against each swept parameter, one line per
   combination of the other swept parameters, with the CI as a band;
 * ``pareto_<cost>.png`` — quality (the first key metric) against cost (``latency_ms_p50``;
-  ``judge_calls`` too when a child called a judge) with the Pareto front.
+  ``judge_calls`` too when a child called a judge) with the Pareto front. Latency is over the
+  answers the generator produced (answers served from the response cache are left out by
+  the runner and counted in ``n_cached_answers``), so a child whose every answer was cached
+  has no latency and is not on that plot.
 
 *Swept parameters* are the params whose values differ between the finished children. *Pareto front*:
 the configurations that no other configuration beats on both axes, i.e. sorted by cost (then
@@ -44,10 +49,12 @@ from rag_experiments.analysis.plots import (
 )
 from rag_experiments.analysis.runs import (
     MetricInfo,
+    artifact_location,
     client_for,
     get_run,
     key_metrics,
     load_specs,
+    run_values,
 )
 from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
 from rag_experiments.errors import TrackingError
@@ -71,7 +78,8 @@ class Child:
         mean: ``{metric: mean}`` (NaN when not logged).
         ci_low: ``{metric: CI low}``.
         ci_high: ``{metric: CI high}``.
-        costs: ``{cost name: value}`` (:data:`COSTS` plus ``latency_ms_p95``).
+        costs: ``{cost name: value}`` (:data:`COSTS` plus ``latency_ms_p95`` and
+            ``n_cached_answers``).
     """
 
     run_id: str
@@ -199,7 +207,7 @@ def build_report(client: Any, parent: Run, metrics: Sequence[str] | None = None)
     swept = swept_params([dict(r.data.params) for r in done])
     children = []
     for r in runs:
-        m = r.data.metrics
+        m = run_values(client, r) if r.info.status == "FINISHED" else dict(r.data.metrics)
 
         def get(key: str, m: dict[str, float] = m) -> float:
             return float(m.get(sanitize_metric_name(key), math.nan))
@@ -209,7 +217,7 @@ def build_report(client: Any, parent: Run, metrics: Sequence[str] | None = None)
             {s.name: get(s.name) for s in specs},
             {s.name: get(f"{s.name}_ci_low") for s in specs},
             {s.name: get(f"{s.name}_ci_high") for s in specs},
-            {c: get(c) for c in (*COSTS, "latency_ms_p95")},
+            {c: get(c) for c in (*COSTS, "latency_ms_p95", "n_cached_answers")},
         ))  # fmt: skip
     names = [s.name for s in specs]
     key = [m for m in metrics if m in names] if metrics else key_metrics(names)
@@ -232,7 +240,7 @@ def _best(report: SweepReport) -> list[dict[str, Any]]:
             continue
         sign = 1.0 if spec.higher_is_better else -1.0
         top = max(valued, key=lambda c: sign * c.mean[spec.name])
-        tied = sum(c.mean[spec.name] == top.mean[spec.name] for c in valued)
+        tied = [c for c in valued if c.mean[spec.name] == top.mean[spec.name]]
         rows.append(
             {
                 "metric": spec.name,
@@ -240,9 +248,9 @@ def _best(report: SweepReport) -> list[dict[str, Any]]:
                 "best": top.mean[spec.name],
                 "ci_low": top.ci_low[spec.name],
                 "ci_high": top.ci_high[spec.name],
-                "config": top.label,
-                "run_id": top.run_id,
-                "n_tied": tied,
+                "config": " | ".join(c.label for c in tied),
+                "run_id": " ".join(c.run_id for c in tied),
+                "n_tied": len(tied),
             }
         )
     return rows
@@ -304,18 +312,27 @@ def write_sweep_report(report: SweepReport, out_dir: Path) -> dict[str, Path]:
                 if not math.isnan(c.mean[m])
                 else None
             )
-        row.update({k: c.costs[k] for k in ("judge_calls", "latency_ms_p50")})
+        row.update({k: c.costs[k] for k in ("judge_calls", "latency_ms_p50", "n_cached_answers")})
         table.append(row)
     parent = report.parent
     body = [
         f'<p class="note">Parent run <code>{parent.info.run_id}</code> '
         f"({parent.info.run_name}), {len(report.children)} child runs "
         f"({len(done)} finished); swept: {', '.join(report.swept) or 'nothing'}. "
-        "Means with their 95% bootstrap CI as each child logged them.</p>",
+        "Means with their 95% bootstrap CI as each child logged them; latency_ms_p50 leaves "
+        "out the n_cached_answers answers served from the response cache.</p>",
         "<h2>Configurations</h2>",
         html_table(
             table,
-            ["run", "status", *report.swept, *report.key, "judge_calls", "latency_ms_p50"],
+            [
+                "run",
+                "status",
+                *report.swept,
+                *report.key,
+                "judge_calls",
+                "latency_ms_p50",
+                "n_cached_answers",
+            ],
             left=["run", "status", *report.swept],
         ),
     ]
@@ -436,14 +453,14 @@ def report_command(argv: list[str]) -> int:
     )
     for row in report.best:
         if row["metric"] in report.key:
+            tie = f"tie of {row['n_tied']}: " if row["n_tied"] > 1 else ""
             print(
                 f"  best {row['metric']:<20} {row['best']:.4f} "
-                f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]  {row['config']}"
+                f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]  {tie}{row['config']}"
             )
-    where = f"{opts.out}/report.html" if opts.out else "report/report.html"
-    print(
-        f"report: {where}"
-        + ("" if opts.no_log else f" (logged to run {parent})")
-        + f"; {len(files)} files"
-    )
+    if not opts.no_log:
+        where = artifact_location(client, parent, "report/report.html")
+        print(f"report: {where} (logged to run {parent}, {len(files)} files)")
+    if opts.out:
+        print(f"report files: {(Path(opts.out) / 'report.html').resolve()}")
     return 0

@@ -1,5 +1,6 @@
 """Read what :func:`~rag_experiments.runner.evaluate_in_run` logged: a run's metric specs
-(``metric_specs.json``), its per-query table and its dataset digest.
+(``metric_specs.json``), its summary values (:func:`run_values`), its per-query table and its
+dataset digest.
 
 The per-query table holds one column per metric under its canonical name (``nDCG@10``); run
 metrics are logged under the sanitised key (``nDCG_at_10``,
@@ -12,14 +13,19 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 import mlflow
+import pandas as pd
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 
+from rag_experiments.aggregate import Aggregate, to_metrics
 from rag_experiments.errors import TrackingError
 from rag_experiments.metrics.keys import KEY_METRICS
 from rag_experiments.tracking.mlflow_tracker import resolve_tracking_uri
+from rag_experiments.tracking.names import sanitize_metric_name
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,78 @@ def load_specs(client: mlflow.MlflowClient, run_id: str) -> list[MetricInfo]:
             MetricInfo(name, bool(spec.get("higher_is_better", True)), float(low), float(high))
         )
     return out
+
+
+def run_values(client: mlflow.MlflowClient, run: Run) -> dict[str, float]:
+    """Every summary value of a run under its sanitised metric key: the run's logged metrics
+    and, for the aggregates a headline run did not log as metrics
+    (:mod:`~rag_experiments.tracking.selection`), the values of its ``average_results.csv``
+    (mean, ``_ci_low``, ``_ci_high``, ``_n_valid``, per type under ``by_type/<type>/``, as
+    :func:`~rag_experiments.aggregate.to_metrics` names them). A run without that table (not
+    an evaluation run) has its logged metrics only.
+
+    Args:
+        client: Client of the run's store.
+        run: The run.
+
+    Returns:
+        ``{sanitised key: value}``.
+
+    Raises:
+        TrackingError: ``average_results.csv`` exists but cannot be read.
+    """
+    out: dict[str, float] = {}
+    if "average_results.csv" in {a.path for a in client.list_artifacts(run.info.run_id)}:
+        try:
+            local = client.download_artifacts(run.info.run_id, "average_results.csv")
+            frame = pd.read_csv(local, keep_default_na=False, na_values=[""])
+        except (MlflowException, OSError, ValueError) as exc:
+            raise TrackingError(
+                f"cannot read average_results.csv of run {run.info.run_id} at "
+                f"{client.tracking_uri}: {exc}"
+            ) from exc
+        aggs = [
+            Aggregate(
+                str(r["metric"]),
+                str(r["group"]),
+                float(r["mean"]),
+                int(r["n_valid"]),
+                int(r["n_nan"]),
+                float(r["ci_low"]),
+                float(r["ci_high"]),
+            )  # fmt: skip
+            for r in frame.to_dict("records")
+        ]
+        out.update({sanitize_metric_name(k): v for k, v in to_metrics(aggs).items()})
+    out.update(run.data.metrics)
+    return out
+
+
+def artifact_location(client: mlflow.MlflowClient, run_id: str, path: str) -> str:
+    """Where a run's artifact really is, for a person to open: a local file path for a file
+    artifact store (a sqlite store keeps them under ``mlartifacts/…``), else the artifact URI
+    (``mlflow-artifacts:/…``, ``s3://…``) followed by the run's page on a tracking server.
+
+    Args:
+        client: Client of the run's store.
+        run_id: The run.
+        path: Run-relative artifact path (``report/report.html``).
+
+    Raises:
+        TrackingError: The run cannot be found.
+    """
+    run = get_run(client, run_id)
+    uri = f"{run.info.artifact_uri.rstrip('/')}/{path}"
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return url2pathname(parsed.path)
+    if not parsed.scheme or len(parsed.scheme) == 1:  # a plain path (C:\… on Windows)
+        return uri
+    tracking = str(client.tracking_uri)
+    if urlparse(tracking).scheme in ("http", "https"):
+        page = f"{tracking.rstrip('/')}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+        return f"{uri} (run page: {page}, tab Artifacts)"
+    return uri
 
 
 def key_metrics(names: Sequence[str], limit: int = 6) -> list[str]:

@@ -479,6 +479,10 @@ class TrackingConf(ComponentConf):
     traces: bool = True
     """One MLflow trace per question with its assessments (:mod:`rag_experiments.tracking.
     traces`; needs a sqlite store or a server)."""
+    metrics: str = "headline"
+    """Run values logged as MLflow metrics: ``headline`` (key metrics with CI and n_valid,
+    key metrics per question type, run counts; every value stays in ``average_results.csv``)
+    or ``all`` (:mod:`rag_experiments.tracking.selection`)."""
 
 
 # --- sharding --------------------------------------------------------------------------------

@@ -99,7 +99,10 @@ def generate_dataset(
 
     configure_from_config(cfg)  # LLM response cache + fresh per-role usage meters
     settings = settings_from_config(cfg)
+    # stage lines: the review page shows the latest while nothing is generated yet
+    log.info("Loading the models (question writer %s)", str(cfg.llm._target_).rsplit(".", 1)[-1])
     parts = build_generation(cfg, with_judge=bool(settings.n_unanswerable))
+    log.info("Reading the documents (%s)", _docs_value(cfg))
     source = load_docs(_docs_value(cfg), password=cfg.docs_password)
     generator = DatasetGenerator(
         parts.chat,

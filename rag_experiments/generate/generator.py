@@ -150,6 +150,8 @@ class GenerationProgress:
         n_unanswerable_wanted: Unanswerable questions wanted.
         attempts_done: Finished attempts (accepted or rejected).
         attempts_planned: Attempts scheduled in all (both kinds).
+        rejected_by_reason: Rejected attempts per reason (the filter, ``duplicate`` …), the
+            same counts the terminal log shows one by one.
     """
 
     phase: str
@@ -162,6 +164,7 @@ class GenerationProgress:
     n_unanswerable_wanted: int
     attempts_done: int
     attempts_planned: int
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
 
     @property
     def n_accepted(self) -> int:
@@ -292,6 +295,12 @@ class DatasetGenerator:
         settings = self.settings
         chunks = [chunk for doc in source.documents for chunk in self.chunker.split(doc)]
         eligible = [c for c in chunks if len(c.text.split()) >= settings.min_chunk_words]
+        log.info(
+            "%d documents -> %d chunks (%d long enough to ask about); planning the attempts",
+            len(source.documents),
+            len(chunks),
+            len(eligible),
+        )
         types = list(settings.types)
         if len(eligible) < 2 and "multi_hop" in types:
             log.warning(
@@ -525,6 +534,7 @@ class DatasetGenerator:
                 n_unanswerable_wanted=self.settings.n_unanswerable,
                 attempts_done=sum(state.done(k) for k in state.attempts),
                 attempts_planned=len(run.tasks),
+                rejected_by_reason=state.attempts_by("rejected"),
             )
         )
 

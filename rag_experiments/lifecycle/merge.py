@@ -273,6 +273,7 @@ def _result(
             no_response=bool(row.get("no_response")),
             error=_text(row.get("error")),
             error_message=_text(row.get("error_message")),
+            metadata={"cached": _flag(row.get("cached"))},
         )
         for row in rows
     ]
@@ -355,6 +356,13 @@ def _text(value: Any) -> str | None:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     return str(value)
+
+
+def _flag(value: Any) -> bool:
+    """A boolean CSV cell (``True``/``False`` as pandas writes it; empty in tables older than
+    the column): True only for a true value."""
+    text = _text(value)
+    return text is not None and text.strip().lower() in ("true", "1", "1.0")
 
 
 def _json(value: Any) -> Any:

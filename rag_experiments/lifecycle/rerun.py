@@ -25,6 +25,7 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 from omegaconf import DictConfig, OmegaConf
 
+from rag_experiments.analysis.runs import run_values
 from rag_experiments.common.cliargs import add_overrides, add_tracking_uri, parse_store_command
 from rag_experiments.common.redact import REDACTED
 from rag_experiments.errors import ConfigError, DatasetError, TrackingError
@@ -37,8 +38,9 @@ _VOLATILE_SUFFIXES = (
     "duration_s", "latency_ms_p50", "latency_ms_p95", ".llm_calls", ".llm_cache_hits",
     ".llm_cache_hit_rate", ".llm_errors", ".prompt_tokens", ".completion_tokens",
     "judge_prompt_tokens", "judge_completion_tokens", "judge_tokens_per_question",
+    "n_cached_answers",
 )  # fmt: skip
-_VOLATILE_COLUMNS = {"latency_ms"}
+_VOLATILE_COLUMNS = {"latency_ms", "cached"}
 _IDENTITY_KEYS = (".provider", ".model", ".digest")
 
 
@@ -157,7 +159,7 @@ def rerun(run_id: str, tracking_uri: str, overrides: list[str] | None = None) ->
     run_job(cfg, extra_tags={RERUN_TAG: run_id})
     new = _latest_rerun(client, original.info.experiment_id, run_id)
     report = RerunReport(run_id, new.info.run_id)
-    report.changed_metrics = _metric_diff(original.data.metrics, new.data.metrics)
+    report.changed_metrics = _metric_diff(run_values(client, original), run_values(client, new))
     report.changed_models = {
         k: (v, new.data.tags.get(k, ""))
         for k, v in original.data.tags.items()

@@ -9,7 +9,8 @@
 :mod:`~rag_experiments.metrics.prompts.context_recall`): the judge splits the reference into
 claims and gives, for each, the number of the context that states it (0 = none), the same
 checkable verdict as faithfulness. A number outside ``0..n_contexts``, or no claim at all for a
-non-blank reference, is a parse error (retried), never a score.
+non-blank reference, is a parse error (retried), never a score. A claim listed more than once
+(same normalised text) counts once (:mod:`~rag_experiments.metrics.claims`).
 
 Edges:
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rag_experiments.metrics.claims import unique_claims
 from rag_experiments.metrics.judge import JudgedMetric, has_context
 from rag_experiments.metrics.prompts import context_recall as prompt
 from rag_experiments.metrics.prompts.base import format_contexts
@@ -74,9 +76,15 @@ class ContextRecall(JudgedMetric):
         judgement, record = self._ask(prompt.PROMPT, fields, schema)
         if judgement.parsed is None:
             return {"context_recall": MetricValue.nan(judgement.error or "judge_error")}, record
-        claims = judgement.parsed.claims  # type: ignore[attr-defined]
+        claims = unique_claims(judgement.parsed.claims)  # type: ignore[attr-defined]
         record["claims"] = [
-            {"claim": c.claim, "context": c.context, "attributed": c.context > 0} for c in claims
+            {
+                "claim": c.claim,
+                "context": c.context,
+                "attributed": c.supported,
+                "repeats": c.repeats,
+            }
+            for c in claims
         ]
-        attributed = sum(1 for c in claims if c.context > 0)
+        attributed = sum(1 for c in claims if c.supported)
         return {"context_recall": MetricValue(attributed / len(claims))}, record

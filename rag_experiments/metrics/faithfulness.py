@@ -4,6 +4,8 @@
 
     faithfulness = |{claims supported by a retrieved context}| / |claims of the response|
 
+(distinct claims: a repeated claim counts once)
+
 (the definition of RAGAS and DeepEval). Claims are judged against **all** retrieved contexts,
 never a filtered subset.
 
@@ -32,6 +34,9 @@ Unanswerable samples are scored like the others: an answer to a question the cor
 answer should still be grounded in the contexts, and a hallucinated one is exactly what this
 metric catches (a refusal is left out, as above). At most ``MAX_CLAIMS`` (6) claims of at most
 120 characters are judged: the bound keeps a small model from looping until the token limit.
+A claim listed more than once (same normalised text) counts once, with its first verdict
+(:mod:`~rag_experiments.metrics.claims`); the audit record lists each distinct claim with its
+``repeats``.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rag_experiments.llm.base import ChatModel
+from rag_experiments.metrics.claims import unique_claims
 from rag_experiments.metrics.judge import JudgedMetric, has_context
 from rag_experiments.metrics.prompts import faithfulness as prompt
 from rag_experiments.metrics.prompts.base import format_contexts
@@ -97,11 +103,12 @@ class Faithfulness(JudgedMetric):
         judgement, record = self._ask(prompt.PROMPT, fields, prompt.output_model(len(contexts)))
         if judgement.parsed is None:
             return {"faithfulness": MetricValue.nan(judgement.error or "judge_error")}, record
-        claims = judgement.parsed.claims  # type: ignore[attr-defined]
+        claims = unique_claims(judgement.parsed.claims)  # type: ignore[attr-defined]
         record["claims"] = [
-            {"claim": c.claim, "context": c.context, "supported": c.context > 0} for c in claims
+            {"claim": c.claim, "context": c.context, "supported": c.supported, "repeats": c.repeats}
+            for c in claims
         ]
         if not claims:
             return {"faithfulness": MetricValue.nan("no_claims")}, record
-        supported = sum(1 for c in claims if c.context > 0)
+        supported = sum(1 for c in claims if c.supported)
         return {"faithfulness": MetricValue(supported / len(claims))}, record

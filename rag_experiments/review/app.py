@@ -177,6 +177,7 @@ def create_app(
             accept=",".join(ALLOWED_EXTENSIONS),
             job=jobs.snapshot().to_dict(),
             stats=card_stats(state.cards()),
+            form_defaults=GenerateRequest(),
         )
 
     @app.post("/upload")

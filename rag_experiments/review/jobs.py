@@ -52,6 +52,9 @@ class JobSnapshot:
         errors_by_reason: Attempts failed on a model error, per reason.
         error: Why the job failed (``failed`` only).
         message: A sentence for the page (what happened, what to do).
+        stage: The latest step the generation logged (``Embedding 120 chunks with …``): what
+            it does before the first attempt (reading documents, building the index, loading
+            the model), which takes minutes with embedded models.
         mlflow_url: The job's MLflow run in the UI, once the run exists.
         started_at: Unix time the job started.
         finished_at: Unix time it ended.
@@ -65,6 +68,7 @@ class JobSnapshot:
     errors_by_reason: dict[str, int] = field(default_factory=dict)
     error: str | None = None
     message: str | None = None
+    stage: str | None = None
     mlflow_url: str | None = None
     started_at: float | None = None
     finished_at: float | None = None
@@ -140,6 +144,12 @@ class GenerationJob:
 
     def _run(self) -> None:
         state, error = "done", None
+        stages = _StageHandler(self._set_stage)
+        package_log = logging.getLogger("rag_experiments")
+        level = package_log.level
+        if package_log.getEffectiveLevel() > logging.INFO:
+            package_log.setLevel(logging.INFO)  # records the handler needs; no handler prints them
+        package_log.addHandler(stages)
         try:
             self._tracker = build_tracker(self.cfg, run_name=str(self.cfg.run_name))
             run_generate(
@@ -152,11 +162,18 @@ class GenerationJob:
         except Exception as exc:  # noqa: BLE001 - report any failure on the page
             log.exception("review generation job failed")
             state, error = "failed", f"unexpected {type(exc).__name__}: {exc}"
+        finally:
+            package_log.removeHandler(stages)
+            package_log.setLevel(level)
         try:
             self._sync(force=True)
         except RagExpError as exc:
             state, error = "failed", error or str(exc)
         self._finish(state, error)
+
+    def _set_stage(self, text: str) -> None:
+        with self._lock:
+            self._snapshot.stage = text
 
     def _progress(self, progress: GenerationProgress) -> None:
         with self._lock:
@@ -204,6 +221,25 @@ class GenerationJob:
             tmp = self.record.with_name(self.record.name + ".tmp")
             tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
             os.replace(tmp, self.record)
+
+
+class _StageHandler(logging.Handler):
+    """Hands the INFO (and higher) messages the generation logs in the job's own thread to
+    ``on_stage``: the page shows the latest as the job's current step (the log lines of the
+    terminal, where the user could not see them)."""
+
+    def __init__(self, on_stage: Callable[[str], None]) -> None:
+        super().__init__(logging.INFO)
+        self.on_stage = on_stage
+        self.thread = threading.get_ident()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread != self.thread:
+            return
+        try:
+            self.on_stage(record.getMessage()[:300])
+        except Exception:  # noqa: BLE001 - a log line must never break the job
+            self.handleError(record)
 
 
 def _message(

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rag_experiments.build import chat_class
 from rag_experiments.config import register
 from rag_experiments.errors import ConfigError, ReviewError
+from rag_experiments.generate.config import GenerateConf
 from rag_experiments.records import QUESTION_TYPES
 from rag_experiments.review.workspace import Workspace
 
@@ -58,7 +59,9 @@ class GenerateRequest(BaseModel):
 
     Attributes:
         n: Answerable pairs wanted, 1..1000.
-        n_unanswerable: Unanswerable questions wanted, 0..200 (checked by the judge).
+        n_unanswerable: Unanswerable questions wanted, 0..200 (checked by the judge); the
+            default is ``rag-exp generate``'s (:class:`~rag_experiments.generate.config.
+            GenerateConf`).
         types: Question types, a non-empty subset of the 8 types.
         llm: An option of ``conf/llm/``.
         model: Model name (ollama, openai); required there (the page fills in the option's
@@ -72,7 +75,7 @@ class GenerateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     n: int = Field(default=8, ge=1, le=1000)
-    n_unanswerable: int = Field(default=0, ge=0, le=200)
+    n_unanswerable: int = Field(default=GenerateConf.n_unanswerable, ge=0, le=200)
     types: list[str] = Field(default_factory=lambda: list(QUESTION_TYPES), min_length=1)
     llm: str = Field(default="embedded", pattern=r"^[\w-]+$", max_length=50)
     model: str = Field(default="", max_length=200)

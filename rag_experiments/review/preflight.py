@@ -15,6 +15,7 @@ from typing import Any
 
 from rag_experiments.build import build_chat_model, chat_class
 from rag_experiments.errors import RagExpError, ReviewError, SettingMissingError
+from rag_experiments.llm.roles import judge_model_node
 
 
 def check_model(node: Any, role: str = "generator") -> None:
@@ -34,6 +35,6 @@ def check_model(node: Any, role: str = "generator") -> None:
     except SettingMissingError as exc:  # a blank field of the form
         raise ReviewError(str(exc)) from None
     try:
-        build_chat_model(node).check()
+        build_chat_model(judge_model_node(node)).check()  # without judge-only role keys
     except RagExpError as exc:
         raise ReviewError(str(exc)) from None

@@ -8,7 +8,8 @@ Layout of a run (our own, stable across versions):
   ``dataset.name`` / ``dataset.digest`` / ``dataset.source`` after
   :meth:`MlflowTracker.log_dataset`;
 * metrics: sanitised keys (:func:`~rag_experiments.tracking.names.sanitize_metric_name`); NaN and
-  infinite values are never logged;
+  infinite values are never logged; of a run's summary (:meth:`MlflowTracker.log_summary`),
+  the headline values only unless ``metrics="all"`` (:mod:`~rag_experiments.tracking.selection`);
 * artifacts: ``config.yaml`` (redacted), ``metric_names.json`` (canonical name → key, for every
   metric name seen), ``<table>.json`` + ``<table>_results.csv``, ``error.txt`` on failure.
 """
@@ -60,6 +61,7 @@ from rag_experiments.tracking.names import (
     sanitize_metric_names,
 )
 from rag_experiments.tracking.params import flatten_params
+from rag_experiments.tracking.selection import check_mode, select_metrics
 
 log = logging.getLogger(__name__)
 
@@ -240,9 +242,13 @@ class MlflowTracker:
         log_table: Also log per-query tables with ``mlflow.log_table`` (rendered in the UI); the
             CSV copy is always logged.
         traces: Log one MLflow trace per question (:meth:`log_traces`).
+        metrics: Which summary values :meth:`log_summary` logs as MLflow metrics:
+            ``headline`` (key metrics and run counts; everything else stays in the run's
+            tables) or ``all`` (:mod:`~rag_experiments.tracking.selection`).
 
     Raises:
         TrackingError: If ``uri`` is empty or in-memory.
+        ConfigError: An unknown ``metrics`` mode.
     """
 
     def __init__(
@@ -252,7 +258,9 @@ class MlflowTracker:
         run_name: str | None = None,
         log_table: bool = True,
         traces: bool = True,
+        metrics: str = "headline",
     ) -> None:
+        self.metrics_mode = check_mode(metrics)
         self.uri = resolve_tracking_uri(uri)
         self.traces_enabled = traces
         self.experiment = experiment
@@ -468,6 +476,20 @@ class MlflowTracker:
         for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
             client = self._client()
             client.log_batch(run_id, metrics=metrics[i : i + MAX_METRICS_PER_BATCH])
+
+    def log_summary(self, values: Mapping[str, float], metric_names: Sequence[str]) -> None:
+        """Log a run's summary values: those :func:`~rag_experiments.tracking.selection.
+        select_metrics` selects for the tracker's ``metrics`` mode, as metrics
+        (:meth:`log_metrics`). The caller logs the full aggregates as a table.
+
+        Args:
+            values: ``{canonical name: value}`` (aggregates and run-level values).
+            metric_names: The run's metric columns (whose aggregates ``values`` holds).
+
+        Raises:
+            TrackingError: As :meth:`log_metrics`.
+        """
+        self.log_metrics(select_metrics(values, metric_names, self.metrics_mode))
 
     def log_table(self, rows: Sequence[Mapping[str, Any]], name: str = "per_query") -> None:
         """Log per-row results: ``<name>.json`` for the UI and a full ``<name>_results.csv``.

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import atexit
 import datetime as _dt
+import json
 import logging
 import os
 import re
+import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,7 @@ from hydra.utils import to_absolute_path
 from mlflow.entities import Metric, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from rag_experiments.common import interrupt
 from rag_experiments.config.reporting import reported
@@ -51,6 +53,10 @@ log = logging.getLogger(__name__)
 
 PARENT_RUN_ID_FILE = "mlflow_parent_run_id"
 """File in the sweep directory that holds the parent run id (one line)."""
+
+SWEPT_TAG = "sweep.params"
+"""Tag of the parent run: the swept config keys (JSON list), read by each job to name its run
+(:func:`child_run_name`)."""
 
 _RUN_ID = re.compile(r"^[a-zA-Z0-9][\w\-]{0,255}$")  # mlflow.utils.validation._RUN_ID_REGEX
 _STATUSES = ("FINISHED", "FAILED", "KILLED", "RUNNING", "SCHEDULED")
@@ -70,15 +76,23 @@ class MlflowSweepCallback(Callback):
     with tag ``error``, or KILLED when SIGINT/SIGTERM stopped the sweep
     (:mod:`rag_experiments.common.interrupt`).
 
+    The parent is tagged ``sweep.params`` with the swept keys, so each job names its run
+    after its swept values (:func:`child_run_name`). At the end (``on_multirun_end``) the
+    sweep report (``rag-exp report``) is logged to the parent when a child finished, and the
+    parent's id, status, store and the report's location are printed as the last lines
+    (:func:`announce_sweep_end`).
+
     Args:
         uri: Tracking URI (same as the jobs' ``tracking.uri``).
         experiment: Experiment of the parent run (same as the jobs' ``tracking.experiment``:
             children are looked up in the parent's experiment).
+        report: Build and log the sweep report at the end.
     """
 
-    def __init__(self, uri: str, experiment: str) -> None:
+    def __init__(self, uri: str, experiment: str, report: bool = True) -> None:
         self.uri = resolve_tracking_uri(uri)
         self.experiment = experiment
+        self.report = report
         self._open_sweep: Path | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -97,10 +111,13 @@ class MlflowSweepCallback(Callback):
         client = open_client(self.uri)
         experiment_id = ensure_experiment(client, self.experiment, self.uri)
         name = sweep_dir.name or "sweep-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        swept = swept_keys(
+            list(OmegaConf.select(config, "hydra.overrides.task", default=None) or []),
+            dict(OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}),
+        )
+        tags = {"sweep.dir": str(sweep_dir), SWEPT_TAG: json.dumps(swept)}
         try:
-            run = client.create_run(
-                experiment_id, run_name=name, tags={"sweep.dir": str(sweep_dir)}
-            )
+            run = client.create_run(experiment_id, run_name=name, tags=tags)
         except MlflowException as e:
             raise TrackingError(
                 f"Cannot create the sweep's parent run at {self.uri}: {e.message}"
@@ -118,7 +135,11 @@ class MlflowSweepCallback(Callback):
         """
         atexit.unregister(self._close_aborted)
         self._open_sweep = None
-        close_sweep(self.uri, to_absolute_path(str(config.hydra.sweep.dir)))
+        sweep_dir = to_absolute_path(str(config.hydra.sweep.dir))
+        status = close_sweep(self.uri, sweep_dir)
+        parent_id = read_parent_run_id(sweep_dir)
+        if parent_id is not None and status is not None:
+            print(announce_sweep_end(self.uri, parent_id, status, report=self.report))
 
     def _close_aborted(self) -> None:
         """atexit hook: the sweep ended without ``on_multirun_end``. Runs once: a second call
@@ -212,6 +233,121 @@ def close_sweep(
             f"Cannot close the sweep's parent run {parent_id} at {uri}: {e.message}"
         ) from e
     return status
+
+
+def announce_sweep_end(uri: str, parent_id: str, status: str, *, report: bool = True) -> str:
+    """The lines printed at the end of a sweep: the parent run (id, status, children,
+    experiment, store) and where its report is; the report is built and logged first
+    (:mod:`~rag_experiments.analysis.report`) when ``report`` and a child finished. A report
+    that cannot be built costs a line saying why, never the sweep.
+
+    Args:
+        uri: Resolved tracking URI.
+        parent_id: The sweep's parent run.
+        status: The parent's final status.
+        report: Build and log the report.
+
+    Returns:
+        Two or three lines, no trailing newline.
+    """
+    from rag_experiments.analysis.report import build_report, log_report, write_sweep_report
+    from rag_experiments.analysis.runs import artifact_location
+
+    client = open_client(uri)
+    parent = client.get_run(parent_id)
+    experiment = client.get_experiment(parent.info.experiment_id).name
+    counts = Counter(
+        r.info.status for r in child_runs(client, parent.info.experiment_id, parent_id)
+    )
+    children = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "none"
+    lines = [
+        f"sweep parent run {parent_id} {status} (children: {children}) in experiment "
+        f"{experiment!r} at {uri}"
+    ]
+    where = f"rag-exp report {parent_id} --tracking-uri {uri}"
+    if report and counts.get("FINISHED"):
+        try:
+            with tempfile.TemporaryDirectory(prefix="rag-exp-report-") as tmp:
+                built = build_report(client, parent)
+                write_sweep_report(built, Path(tmp))
+                log_report(client, built, Path(tmp))
+            lines.append(
+                f"sweep report: {artifact_location(client, parent_id, 'report/report.html')} "
+                f"(rebuild: {where})"
+            )
+        except Exception as exc:  # noqa: BLE001 - the report is a view; the runs are logged
+            lines.append(f"sweep report not built ({type(exc).__name__}: {exc}); try: {where}")
+    else:
+        lines.append(f"sweep report: {where}")
+    return "\n".join(lines)
+
+
+def swept_keys(overrides: list[str], sweeper_params: dict[str, Any]) -> list[str]:
+    """The config keys a multirun sweeps: the command-line overrides that are sweeps
+    (``chunker.size=256,512``, ``choice(…)``, ``range(…)``) and the sweeper's ``params``
+    (``hydra.sweeper.params``, e.g. from ``experiment=chunk_sweep``) that are.
+
+    Args:
+        overrides: The multirun's command-line overrides (``hydra.overrides.task``).
+        sweeper_params: ``{key: value expression}`` of ``hydra.sweeper.params``.
+
+    Returns:
+        The keys (without ``+``/``~``), in first-seen order.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    texts = [*overrides, *(f"{k}={v}" for k, v in sweeper_params.items())]
+    keys: list[str] = []
+    for override in parser.parse_overrides(texts):
+        if override.is_sweep_override() and override.key_or_group not in keys:
+            keys.append(override.key_or_group)
+    return keys
+
+
+def job_run_name(job_overrides: list[str], swept: list[str]) -> str | None:
+    """A sweep child's run name: its values of the swept keys, ``key=value`` joined by commas
+    in the order of the job's overrides (``chunker.size=256,retriever.top_k=3``).
+
+    Args:
+        job_overrides: The job's overrides (``hydra.overrides.task`` of the job: every swept
+            key with this job's value, and the fixed overrides).
+        swept: The swept keys (:func:`swept_keys`); empty = unknown, then every override.
+
+    Returns:
+        The name, or None when the job has no such override.
+    """
+    parts = []
+    for text in job_overrides:
+        key, sep, value = text.partition("=")
+        key = key.lstrip("+~")
+        if sep and (not swept or key in swept):
+            parts.append(f"{key}={value}")
+    return ",".join(parts) or None
+
+
+def child_run_name(uri: str) -> str | None:
+    """The run name of the current Hydra job in a sweep (:func:`job_run_name` with the
+    parent's ``sweep.params`` tag); None outside a multirun.
+
+    Args:
+        uri: The job's tracking URI (where the parent run is).
+
+    Raises:
+        TrackingError: The parent-id file is corrupt, or the parent run cannot be read.
+    """
+    from hydra.core.hydra_config import HydraConfig
+
+    parent_id = parent_run_id_for_job()
+    if parent_id is None:
+        return None
+    hydra_cfg = HydraConfig.get()
+    uri = resolve_tracking_uri(uri)
+    try:
+        tag = open_client(uri).get_run(parent_id).data.tags.get(SWEPT_TAG, "[]")
+    except MlflowException as e:
+        raise TrackingError(f"Cannot read the sweep's parent run {parent_id} at {uri}: {e}") from e
+    return job_run_name(list(hydra_cfg.overrides.task), list(json.loads(tag)))
 
 
 def write_parent_run_id(sweep_dir: Path, run_id: str) -> None:

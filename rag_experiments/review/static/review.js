@@ -429,6 +429,16 @@
     if (running && job.progress) {
       message = "Generating: " + job.progress.attempts_done + " of " +
         job.progress.attempts_planned + " planned attempts made …";
+    } else if (running) {
+      // before the first attempt: reading documents, building the index, loading the model
+      const elapsed = job.started_at ? Math.round(Date.now() / 1000 - job.started_at) : 0;
+      message = "Preparing (" + elapsed + " s): " + (job.stage || "starting …");
+    }
+    const rejects = (job.progress && job.progress.rejected_by_reason) || job.rejects_by_reason || {};
+    const reasons = Object.entries(rejects).sort((a, b) => b[1] - a[1]);
+    if (reasons.length && !message.includes("Rejected attempts by reason")) {
+      message += " Rejected attempts by reason: " +
+        reasons.map(([reason, n]) => reason + " " + n).join(", ") + ".";
     }
     const el = $("#job-message");
     el.textContent = message;

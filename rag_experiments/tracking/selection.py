@@ -1,0 +1,111 @@
+"""Which of a run's summary values become MLflow metrics (``tracking.metrics``).
+
+A run computes far more values than a reader compares across runs: with the custom suite,
+about 60 metric columns × (mean, CI low, CI high, n_valid) × (all questions + every question
+type) — over a thousand numbers for 8 questions. Logged as MLflow metrics they bury the few
+that matter (the run page lists them alphabetically; the charts tab opens on one bar chart per
+question type). So the run's MLflow metrics are its **headline values**, and every value stays
+in the run's tables:
+
+``tracking.metrics=headline`` (the default) logs as MLflow metrics
+
+* for each key metric (:data:`~rag_experiments.metrics.keys.KEY_METRICS`) the run has: its
+  mean over all questions ``<m>``, its 95 % CI ``<m>_ci_low`` / ``<m>_ci_high`` and
+  ``<m>_n_valid``;
+* per question type, only the key metrics' means ``by_type/<type>/<m>``, and only for a type
+  with at least :data:`MIN_TYPE_VALUES` valid values (the mean of a single question is that
+  question's value, not a type's: it cannot be compared across runs);
+* every run-level value that is not a metric aggregate, unchanged: ``n_samples``,
+  ``n_failed``, ``n_unanswerable``, ``n_cached_answers``, ``duration_s``, latencies, judge
+  usage and errors.
+
+Every aggregate — all metrics, all groups, mean, CI, n_valid and n_nan — is in the run's
+``average_results.csv`` (one row per metric and group, :meth:`~rag_experiments.runner.
+EvalResult.average_rows`), and the per-question values in ``per_query_results.csv``; readers
+that need a value that was not logged read it there
+(:func:`~rag_experiments.analysis.runs.run_values`).
+
+``tracking.metrics=all`` logs every value as a metric (the behaviour before this switch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+from rag_experiments.errors import ConfigError
+from rag_experiments.metrics.keys import KEY_METRICS
+
+METRIC_MODES = ("headline", "all")
+"""Values of ``tracking.metrics``."""
+
+MIN_TYPE_VALUES = 2
+"""Fewest valid values of a question type for its key-metric means to be logged."""
+
+AGGREGATE_SUFFIXES = ("", "_ci_low", "_ci_high", "_n_valid")
+"""The names :func:`~rag_experiments.aggregate.to_metrics` gives a metric ``m``: ``m`` + each
+suffix, under ``by_type/<type>/`` for a question type."""
+
+BY_TYPE = "by_type/"
+
+
+def check_mode(mode: str) -> str:
+    """``mode`` when it is one of :data:`METRIC_MODES`.
+
+    Raises:
+        ConfigError: Any other value (the message lists the choices).
+    """
+    if mode not in METRIC_MODES:
+        raise ConfigError(
+            f"tracking.metrics={mode!r} is not one of {', '.join(METRIC_MODES)}: headline logs "
+            "the key metrics (mean, CI, n_valid) and run counts, all logs every value"
+        )
+    return mode
+
+
+def select_metrics(
+    values: Mapping[str, float],
+    metric_names: Sequence[str],
+    mode: str = "headline",
+    key_metrics: Collection[str] = KEY_METRICS,
+) -> dict[str, float]:
+    """The values to log as MLflow metrics (rules in the module docstring).
+
+    Args:
+        values: A run's flat summary, canonical names (``nDCG@10``, ``nDCG@10_ci_low``,
+            ``by_type/procedural/nDCG@10``, ``n_samples`` …), as
+            :meth:`~rag_experiments.runner.EvalResult.metrics` returns it.
+        metric_names: The run's metric columns (canonical names): the names whose aggregates
+            are in ``values``; any other name is a run-level value and always kept.
+        mode: ``headline`` or ``all``.
+        key_metrics: The key metrics (default :data:`KEY_METRICS`).
+
+    Returns:
+        The selected ``{name: value}``, in the order of ``values``.
+
+    Raises:
+        ConfigError: An unknown ``mode``.
+    """
+    if check_mode(mode) == "all":
+        return dict(values)
+    keys = set(key_metrics)
+    aggregate_of: dict[str, tuple[str, str]] = {}  # overall name -> (metric, suffix)
+    for name in metric_names:
+        for suffix in AGGREGATE_SUFFIXES:
+            aggregate_of[name + suffix] = (name, suffix)
+    out: dict[str, float] = {}
+    for name, value in values.items():
+        if name.startswith(BY_TYPE):
+            group, _, rest = name[len(BY_TYPE) :].partition("/")
+            if rest not in aggregate_of:
+                out[name] = value  # not an aggregate: keep
+                continue
+            metric, suffix = aggregate_of[rest]
+            n_valid = values.get(f"{BY_TYPE}{group}/{metric}_n_valid", 0.0)
+            if metric in keys and suffix == "" and n_valid >= MIN_TYPE_VALUES:
+                out[name] = value
+        elif name in aggregate_of:
+            if aggregate_of[name][0] in keys:
+                out[name] = value
+        else:
+            out[name] = value
+    return out

@@ -1,0 +1,56 @@
+"""``tracking.metrics``: which summary values become MLflow metrics (picked by hand from a
+small summary), and the console table of a run."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rag_experiments.aggregate import Aggregate, to_metrics
+from rag_experiments.console import summary_table
+from rag_experiments.errors import ConfigError
+from rag_experiments.records import MetricSpec
+from rag_experiments.tracking.selection import select_metrics
+
+AGGS = [
+    Aggregate("nDCG@10", "all", 0.5, 4, 0, 0.25, 0.75),
+    Aggregate("Hit@1", "all", 0.25, 4, 0, 0.0, 0.5),
+    Aggregate("faithfulness", "all", math.nan, 0, 4),
+    Aggregate("nDCG@10", "procedural", 0.75, 2, 0, 0.5, 1.0),
+    Aggregate("nDCG@10", "compliance", 0.25, 1, 0, 0.25, 0.25),
+    Aggregate("Hit@1", "procedural", 0.5, 2, 0, 0.0, 1.0),
+]
+NAMES = ["nDCG@10", "Hit@1", "faithfulness"]
+RUN_VALUES = {"n_samples": 4.0, "latency_ms_p50": 12.5, "judge.errors.timeout": 1.0}
+
+
+def test_headline_keeps_key_metrics_types_with_two_values_and_run_values() -> None:
+    values = {**to_metrics(AGGS), **RUN_VALUES}
+    assert select_metrics(values, NAMES) == {
+        "nDCG@10": 0.5,
+        "nDCG@10_ci_low": 0.25,
+        "nDCG@10_ci_high": 0.75,
+        "nDCG@10_n_valid": 4.0,
+        "faithfulness_n_valid": 0.0,  # a key metric without a value: n_valid 0 says so
+        "by_type/procedural/nDCG@10": 0.75,  # compliance has one value: not a type's mean
+        **RUN_VALUES,
+    }
+    assert select_metrics(values, NAMES, "all") == values
+    with pytest.raises(ConfigError, match="headline"):
+        select_metrics(values, NAMES, "some")
+
+
+def test_console_table_has_a_retrieval_block_an_answer_block_and_a_legend() -> None:
+    specs = [MetricSpec(n) for n in NAMES]
+    lines = summary_table(specs, AGGS)
+    assert lines[1:] == [
+        "  retrieval",
+        "    nDCG@10               0.5000  [0.250, 0.750]      4",
+        "    (+ 1 more retrieval metrics, every cutoff and level: average_results.csv)",
+        "  answer",
+        "    faithfulness               —                      0",
+        "  mean over the n questions with a value; [95% CI] = bootstrap interval of the mean; "
+        "n = questions with a value (why the others are NaN: per_query_results.csv)",
+    ]
+    assert lines[0].index("mean") + 4 == lines[2].index("0.5000") + 6  # right-aligned
