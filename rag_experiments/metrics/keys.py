@@ -13,6 +13,7 @@ KEY_METRICS: tuple[str, ...] = (
     "nDCG@10", "MRR@10", "Hit@5", "R@10", "chunk.nDCG@10", "keyword_coverage",
     "faithfulness", "answer_relevancy", "context_precision", "context_recall",
     "answer_judge.accuracy", "keyword_faithfulness",
+    "correct_refusal_rate", "false_refusal_rate",
 )  # fmt: skip
 """Canonical names of the key metrics, most important first; the first one a run has is the
 quality axis of the sweep report's Pareto front."""
