@@ -460,6 +460,11 @@ class TrackingConf(ComponentConf):
     traces: bool = True
     """One MLflow trace per question with its assessments (:mod:`rag_experiments.tracking.
     traces`; needs a sqlite store or a server)."""
+    retry_s: float = 120.0
+    """On a tracking server: longest wait, seconds, for a server that went away mid-run (its
+    logging calls are retried with backoff meanwhile); past it the run is left resumable
+    (:mod:`rag_experiments.tracking.resilience`). A server down at the start fails the
+    preflight in seconds instead."""
 
 
 # --- sharding --------------------------------------------------------------------------------
