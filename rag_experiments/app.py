@@ -29,7 +29,6 @@ from rag_experiments.errors import (
 from rag_experiments.llm.factory import identity_by_role, usage_by_role
 from rag_experiments.locations import CONF_DIR
 
-
 log = logging.getLogger("rag_experiments")
 
 

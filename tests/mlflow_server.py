@@ -191,9 +191,10 @@ class PostgresUnavailable(RuntimeError):
 def postgres_required() -> bool:
     """True in CI (``CI=true``) or with ``RAG_EXP_REQUIRE_POSTGRES=1``: the PostgreSQL tests
     must run there, so a missing PostgreSQL fails them instead of skipping them."""
-    return os.environ.get("CI", "").lower() == "true" or os.environ.get(
-        "RAG_EXP_REQUIRE_POSTGRES"
-    ) == "1"
+    return (
+        os.environ.get("CI", "").lower() == "true"
+        or os.environ.get("RAG_EXP_REQUIRE_POSTGRES") == "1"
+    )
 
 
 def _pg_bindir() -> Path:

@@ -392,8 +392,6 @@ class MlflowTracker:
                 self.outage.call("params", client.log_batch, run_id, params=batch)
             for batch in _batches([RunTag(k, v) for k, v in all_tags.items()]):
                 self.outage.call("tags", client.log_batch, run_id, tags=batch)
-        except TrackingUnavailableError:
-            raise
         except MlflowException as e:
             raise TrackingError(
                 f"MLflow refused the params/tags of run {self.run_id}: {e.message}. When "
@@ -466,8 +464,9 @@ class MlflowTracker:
         NaN and infinite values are skipped silently (log ``<metric>_n_valid`` to say how many
         rows were defined), and so is a value equal to the key's latest value in the run (a
         resumed run logging again what it logged before adds nothing to the history). Up to
-        ``MAX_METRICS_PER_BATCH`` (1,000) metrics go in one ``log_batch`` request. Every name passed to this method during the run, logged or not,
-        takes part in collision detection and is listed in ``metric_names.json``.
+        ``MAX_METRICS_PER_BATCH`` (1,000) metrics go in one ``log_batch`` request. Every name
+        passed to this method during the run, logged or not, takes part in collision
+        detection and is listed in ``metric_names.json``.
 
         Args:
             values: ``{canonical name: value}``.

@@ -235,7 +235,7 @@ class Outage:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             self.down = TrackingUnavailableError(
                 f"the MLflow tracking server {self.uri} stayed unreachable for "
-                f"{self.retry_s:.0f} s (tracking.retry_s) while logging {what} "
+                f"{self.retry_s:g} s (tracking.retry_s) while logging {what} "
                 f"({first[:200]})",
                 what,
             )
