@@ -87,10 +87,16 @@ def _log(uri: str, experiment: str, cfg: Any, exp: Any, result: Any, tags: Any, 
     """Log the result into a new run of ``uri``; seconds per phase."""
     from omegaconf import OmegaConf
 
-    from rag_experiments.tracking.mlflow_tracker import MlflowTracker
-    from rag_experiments.tracking.params import flatten_params  # noqa: F401  (warm import)
+    from rag_experiments.tracking.mlflow_tracker import (
+        MlflowTracker,
+        ensure_experiment,
+        open_client,
+    )
 
     tracker = MlflowTracker(uri, experiment, traces=traces)
+    # the store's tables and the experiment exist before the clock starts (a new sqlite
+    # file's migrations take seconds; a server ran its own at start-up)
+    ensure_experiment(open_client(tracker.uri), experiment, tracker.uri)
     times = dict.fromkeys(PHASES, 0.0)
     params = OmegaConf.to_container(cfg, resolve=True)
     started = time.perf_counter()
