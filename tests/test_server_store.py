@@ -287,7 +287,8 @@ def test_store_commands_against_the_postgres_server(
     assert merged.data.metrics["n_samples"] == 20
     # compare a with its rerun: identical per question
     done = _rag_exp(tmp_path, "compare", run_a, rerun.info.run_id, "--tracking-uri", uri, "--json")
-    compared = json.loads(done.stdout)
+    stdout = done.stdout[done.stdout.index("{") :]  # the JSON object, after any log line
+    compared, _ = json.JSONDecoder().raw_decode(stdout)
     assert compared, done.stdout
     # report on the sweep's parent
     _rag_exp(tmp_path, "report", parent_id, "--tracking-uri", uri, "--out", str(tmp_path / "rep"))
