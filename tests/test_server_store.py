@@ -301,7 +301,8 @@ def test_store_commands_against_the_postgres_server(
     assert len(out.read_text().splitlines()) == 20
     _rag_exp(
         tmp_path, "run", *base, "dataset=mlflow_traces", f"dataset.experiment={experiment}",
-        f"+dataset.run_id={run_a}", "target=recorded", "run_name=from-traces",
+        f"dataset.filter_string=\"metadata.`mlflow.sourceRun` = '{run_a}'\"",
+        "target=recorded", "run_name=from-traces",
         f"hydra.run.dir={tmp_path}/t",
     )  # fmt: skip
     (scored,) = client.search_runs([exp_id], "tags.`mlflow.runName` = 'from-traces'")

@@ -284,8 +284,6 @@ def paired_test(
     if x.size == 0:
         return math.nan, math.nan, math.nan, math.nan
     diff = float(np.mean(y) - np.mean(x))
-    if x.size == 1:  # one pair: no interval, no test (scipy needs two observations)
-        return diff, math.nan, math.nan, math.nan
     low, high = bootstrap_ci(y - x, seed=seed, n_resamples=n_resamples, confidence=CONFIDENCE)
     test = stats.permutation_test(
         (x, y), mean_difference, permutation_type="samples", vectorized=True,
