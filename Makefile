@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@# The CPU build of torch first, so nothing pulls a multi-GB CUDA build.
 	$(PIP) install --quiet torch==2.13.0
 	@# llama-cpp-python builds from source the first time (about 6 minutes).
-	$(PIP) install --quiet -c constraints.txt -e ".[dev,ray,slurm]"
+	$(PIP) install --quiet -c constraints.txt -e ".[dev,ray,slurm,server]"
 	touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install the package with its test tools

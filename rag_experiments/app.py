@@ -26,6 +26,7 @@ from rag_experiments.errors import (
     PreflightError,
     RagExpError,
     TargetError,
+    TrackingUnavailableError,
 )
 from rag_experiments.llm.factory import identity_by_role, usage_by_role
 from rag_experiments.locations import CONF_DIR
@@ -203,6 +204,21 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     return objective
 
 
+def _resumable(exc: TrackingUnavailableError) -> TrackingUnavailableError:
+    """The outage error reworded with this job's folder and exact resume command."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from rag_experiments.tracking.resilience import resumable_message, resume_command
+
+    job_dir, overrides = None, []
+    if HydraConfig.initialized():
+        job_dir = HydraConfig.get().runtime.output_dir
+        overrides = list(HydraConfig.get().overrides.task)
+    command = resume_command(exc.run_id or "", overrides)
+    message = resumable_message(exc, job_dir, command)
+    return TrackingUnavailableError(message, exc.what, exc.run_id)
+
+
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def hydra_main(cfg: DictConfig) -> float | None:
     """``rag-exp run [overrides…]``. Our own errors leave as one line, exit code 1
@@ -215,4 +231,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
         # one store, caches and datasets whatever hydra.job.chdir says: paths are the ones
         # of the folder the command was started in
         root_paths(cfg, HydraConfig.get().runtime.cwd)
-        return run_job(cfg)
+        try:
+            return run_job(cfg)
+        except TrackingUnavailableError as exc:  # one line: what failed and how to resume
+            raise _resumable(exc) from exc

@@ -132,6 +132,22 @@ class TrackingError(RagExpError):
     """Results cannot be logged (bad tracking URI, colliding metric names, …)."""
 
 
+class TrackingUnavailableError(TrackingError):
+    """The tracking server stayed unreachable for ``tracking.retry_s`` seconds while a run was
+    being logged. The run is left RUNNING on the server (it can be resumed).
+
+    Attributes:
+        what: The logging step that could not be done (``metrics``, ``per_query.json``…).
+        run_id: The run left RUNNING (set by the tracker), or None when none was open.
+    """
+
+    def __init__(self, message: str, what: str, run_id: str | None = None) -> None:
+        super().__init__(message)
+        self.what = what
+        self.run_id = run_id
+        """The run left RUNNING (set by the tracker), or None when none was open."""
+
+
 class ReviewError(RagExpError):
     """A request to the review web app cannot be served (a refused upload, a bad form, an
     unreachable model, an unknown card). ``status`` is the HTTP status to answer with."""

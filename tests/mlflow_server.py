@@ -1,4 +1,5 @@
-"""A real MLflow tracking server on 127.0.0.1 for tests (sqlite backend, proxied artifacts).
+"""A real MLflow tracking server on 127.0.0.1 for tests (sqlite or PostgreSQL backend, proxied
+artifacts).
 
 Use the fixture by importing it into a test module (or a conftest)::
 
@@ -12,19 +13,32 @@ The server runs ``mlflow server --backend-store-uri sqlite:///<tmp>/db.sqlite
 telemetry (``MLFLOW_DISABLE_TELEMETRY``, ``DO_NOT_TRACK``) and the background job runner
 (``MLFLOW_SERVER_ENABLE_JOB_EXECUTION``) off. Artifacts are uploaded over HTTP
 (``mlflow-artifacts:/``), as a remote client would.
+
+The server teams share runs on PostgreSQL: :func:`run_postgres` starts one from Debian's
+``postgresql`` binaries (``initdb`` into a temporary folder, 127.0.0.1, a free port, as the
+``postgres`` user when the tests run as root, since PostgreSQL refuses to run as root), and the
+session fixture ``mlflow_pg_server`` runs ``mlflow server --backend-store-uri
+postgresql+psycopg://…`` on it (``psycopg`` comes with the ``[server]`` extra). Without
+PostgreSQL these tests are skipped with the reason; in CI (``CI=true`` or
+``RAG_EXP_REQUIRE_POSTGRES=1``) they fail instead. They are marked slow, so ``make test``
+needs no PostgreSQL.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import pwd
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -41,44 +55,93 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class MlflowServer:
+    """One ``mlflow server`` process on a fixed port, that a test can kill and start again
+    (the same store and artifact folder, the same URL), as a deploy or a crash would.
+
+    Args:
+        workdir: Folder for ``art/``, ``server.log`` and, without ``backend_uri``,
+            ``db.sqlite``.
+        backend_uri: The backend store (``postgresql+psycopg://…``); a sqlite file in
+            ``workdir`` when None.
+        port: The port (a free one when None).
+    """
+
+    def __init__(self, workdir: Path, backend_uri: str | None = None, port: int | None = None):
+        self.workdir = workdir
+        self.backend_uri = backend_uri or f"sqlite:///{workdir / 'db.sqlite'}"
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start the server and wait until ``/health`` answers.
+
+        Raises:
+            RuntimeError: It exited or was not healthy within :data:`START_TIMEOUT_S`.
+        """
+        env = {
+            **os.environ,
+            "MLFLOW_DISABLE_TELEMETRY": "true",
+            "DO_NOT_TRACK": "true",
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+        }
+        cmd = [
+            sys.executable, "-m", "mlflow", "server",
+            "--backend-store-uri", self.backend_uri,
+            "--serve-artifacts",
+            "--artifacts-destination", str(self.workdir / "art"),
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--workers", "1",
+        ]  # fmt: skip
+        log_path = self.workdir / "server.log"
+        with log_path.open("ab") as log_file:
+            self.proc = subprocess.Popen(
+                cmd, cwd=self.workdir, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        try:
+            _wait_healthy(self.url, self.proc, log_path)
+        except BaseException:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        """``SIGKILL`` the server's process group at once (a crash: nothing is flushed)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=10)
+        self.proc = None
+
+    def stop(self) -> None:
+        """Terminate the server (then kill what is left)."""
+        if self.proc is not None:
+            _stop(self.proc)
+            self.proc = None
+
+
 @contextmanager
-def run_mlflow_server(workdir: Path) -> Iterator[str]:
+def run_mlflow_server(workdir: Path, backend_uri: str | None = None) -> Iterator[str]:
     """Start a server storing everything under ``workdir``; yield its URL; stop it.
 
     Args:
         workdir: Empty folder for ``db.sqlite``, ``art/`` and ``server.log``.
+        backend_uri: Backend store URI; ``sqlite:///<workdir>/db.sqlite`` when None.
 
     Yields:
         ``http://127.0.0.1:<port>``.
     """
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        "MLFLOW_DISABLE_TELEMETRY": "true",
-        "DO_NOT_TRACK": "true",
-        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-    }
-    cmd = [
-        sys.executable, "-m", "mlflow", "server",
-        "--backend-store-uri", f"sqlite:///{workdir / 'db.sqlite'}",
-        "--serve-artifacts",
-        "--artifacts-destination", str(workdir / "art"),
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--workers", "1",
-    ]  # fmt: skip
-    log_path = workdir / "server.log"
-    with log_path.open("wb") as log_file:
-        proc = subprocess.Popen(
-            cmd, cwd=workdir, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
+    server = MlflowServer(workdir, backend_uri)
+    server.start()
     try:
-        _wait_healthy(url, proc, log_path)
-        yield url
+        yield server.url
     finally:
-        _stop(proc)
+        server.stop()
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
@@ -114,6 +177,149 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     except ProcessLookupError:
         pass
     proc.wait(timeout=5)
+
+
+PG_USER = "mlflow"
+"""The database superuser ``initdb`` creates (trust authentication on 127.0.0.1)."""
+PG_START_TIMEOUT_S = 60
+
+
+class PostgresUnavailable(RuntimeError):
+    """PostgreSQL cannot be started here (the message says why and how to fix it)."""
+
+
+def postgres_required() -> bool:
+    """True in CI (``CI=true``) or with ``RAG_EXP_REQUIRE_POSTGRES=1``: the PostgreSQL tests
+    must run there, so a missing PostgreSQL fails them instead of skipping them."""
+    return (
+        os.environ.get("CI", "").lower() == "true"
+        or os.environ.get("RAG_EXP_REQUIRE_POSTGRES") == "1"
+    )
+
+
+def _pg_bindir() -> Path:
+    """The folder holding ``initdb``, ``pg_ctl`` and ``postgres`` (Debian keeps them in
+    ``/usr/lib/postgresql/<version>/bin``, off the PATH)."""
+    found = shutil.which("pg_ctl")
+    if found:
+        return Path(found).parent
+    versions = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
+        key=lambda p: int(Path(p).parent.parent.name),
+    )
+    if not versions:
+        raise PostgresUnavailable(
+            "PostgreSQL is not installed (no pg_ctl on the PATH or in /usr/lib/postgresql/*/bin):"
+            " apt-get install -y postgresql"
+        )
+    return Path(versions[-1]).parent
+
+
+def _as_user(root: Path) -> list[str]:
+    """The command prefix that runs PostgreSQL's programs as a non-root user (PostgreSQL
+    refuses root); ``root`` is handed to that user."""
+    if os.geteuid() != 0:
+        return []
+    try:
+        user = pwd.getpwnam("postgres")
+    except KeyError as exc:
+        raise PostgresUnavailable(
+            "running as root and there is no 'postgres' user to run PostgreSQL as: "
+            "apt-get install -y postgresql (it creates the user)"
+        ) from exc
+    os.chown(root, user.pw_uid, user.pw_gid)
+    runuser = shutil.which("runuser")
+    if runuser is None:
+        raise PostgresUnavailable("running as root without runuser (util-linux) to drop root")
+    return [runuser, "-u", "postgres", "--"]
+
+
+def _pg(cmd: list[str], what: str, timeout: float = PG_START_TIMEOUT_S) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise PostgresUnavailable(
+            f"{what} failed ({done.returncode}): {(done.stderr or done.stdout)[-1500:]}"
+        )
+
+
+@contextmanager
+def run_postgres() -> Iterator[Callable[[str], str]]:
+    """Start a throw-away PostgreSQL on 127.0.0.1; yield ``new_database(name) -> URI``; stop it.
+
+    The cluster lives in a fresh folder under the system temp dir (not pytest's ``tmp_path``,
+    which is private to the test user), with ``fsync=off`` (tests need no durability).
+
+    Yields:
+        A function creating database ``name`` and returning its SQLAlchemy URI
+        ``postgresql+psycopg://mlflow@127.0.0.1:<port>/<name>``.
+
+    Raises:
+        PostgresUnavailable: No PostgreSQL, no ``psycopg``, or the cluster did not start.
+    """
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise PostgresUnavailable(
+            "psycopg is not installed: pip install -e '.[server]' (make install does)"
+        ) from exc
+    bindir = _pg_bindir()
+    root = Path(tempfile.mkdtemp(prefix="rag-exp-pg-"))
+    as_user = _as_user(root)
+    data = root / "data"
+    port = free_port()
+    started = False
+    try:
+        _pg(
+            [*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", PG_USER,
+             "-E", "UTF8", "--no-sync"],
+            "initdb",
+        )  # fmt: skip
+        options = f"-h 127.0.0.1 -p {port} -k {root} -c fsync=off -c full_page_writes=off"
+        _pg(
+            [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-o", options,
+             "-l", str(root / "postgres.log"), "-w", "-t", str(PG_START_TIMEOUT_S), "start"],
+            "pg_ctl start",
+        )  # fmt: skip
+        started = True
+
+        def new_database(name: str) -> str:
+            with psycopg.connect(
+                host="127.0.0.1", port=port, user=PG_USER, dbname="postgres", autocommit=True
+            ) as conn:
+                conn.execute(f'CREATE DATABASE "{name}"')
+            return f"postgresql+psycopg://{PG_USER}@127.0.0.1:{port}/{name}"
+
+        yield new_database
+    finally:
+        if started:
+            subprocess.run(
+                [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+                capture_output=True, timeout=60, check=False,
+            )  # fmt: skip
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Callable[[str], str]]:
+    """``new_database(name) -> URI`` on a PostgreSQL started for the session; skipped with
+    the reason when PostgreSQL cannot start (failed instead in CI)."""
+    try:
+        with run_postgres() as new_database:
+            yield new_database
+    except PostgresUnavailable as exc:
+        if postgres_required():
+            pytest.fail(f"PostgreSQL is required here (CI) but cannot start: {exc}")
+        pytest.skip(f"PostgreSQL cannot start: {exc}")
+
+
+@pytest.fixture(scope="session")
+def mlflow_pg_server(
+    postgres: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """URL of a real MLflow server over PostgreSQL with proxied artifacts, for the session."""
+    workdir = tmp_path_factory.mktemp("mlflow_pg_server")
+    with run_mlflow_server(workdir, postgres("mlflow")) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

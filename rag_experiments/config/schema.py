@@ -483,6 +483,11 @@ class TrackingConf(ComponentConf):
     """Run values logged as MLflow metrics: ``headline`` (key metrics with CI and n_valid,
     key metrics per question type, run counts; every value stays in ``average_results.csv``)
     or ``all`` (:mod:`rag_experiments.tracking.selection`)."""
+    retry_s: float = 120.0
+    """On a tracking server: longest wait, seconds, for a server that went away mid-run (its
+    logging calls are retried with backoff meanwhile); past it the run is left resumable
+    (:mod:`rag_experiments.tracking.resilience`). A server down at the start fails the
+    preflight in seconds instead."""
 
 
 # --- sharding --------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from filelock import FileLock, Timeout
 from mlflow.data.dataset_source import DatasetSource
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS, MLFLOW_PARENT_RUN_ID
 from mlflow.utils.validation import (
     MAX_DATASET_DIGEST_SIZE,
     MAX_INPUT_TAG_VALUE_SIZE,
@@ -62,6 +62,13 @@ from rag_experiments.tracking.names import (
 )
 from rag_experiments.tracking.params import flatten_params
 from rag_experiments.tracking.selection import check_mode, select_metrics
+from rag_experiments.tracking.resilience import (
+    MIN_REQUEST_TIMEOUT_S,
+    Outage,
+    TrackingUnavailableError,
+    bounded_http,
+    check_server,
+)
 
 log = logging.getLogger(__name__)
 
@@ -246,8 +253,15 @@ class MlflowTracker:
             ``headline`` (key metrics and run counts; everything else stays in the run's
             tables) or ``all`` (:mod:`~rag_experiments.tracking.selection`).
 
+        retry_s: On a tracking server: longest wait, seconds, for a server that went away
+            during the run (connection refused, timeout, 5xx); every logging call is retried
+            with backoff meanwhile (:class:`~rag_experiments.tracking.resilience.Outage`).
+            Past it :class:`~rag_experiments.tracking.resilience.TrackingUnavailableError` is
+            raised and the run is left RUNNING, resumable. Unused for a sqlite store.
+
+
     Raises:
-        TrackingError: If ``uri`` is empty or in-memory.
+        TrackingError: If ``uri`` is empty or in-memory, or ``retry_s`` negative.
         ConfigError: An unknown ``metrics`` mode.
     """
 
@@ -259,9 +273,12 @@ class MlflowTracker:
         log_table: bool = True,
         traces: bool = True,
         metrics: str = "headline",
+        retry_s: float = 120.0,
     ) -> None:
         self.metrics_mode = check_mode(metrics)
         self.uri = resolve_tracking_uri(uri)
+        self.outage = Outage(self.uri, retry_s)
+        """Retries logging calls through a server outage (shared by every call of the run)."""
         self.traces_enabled = traces
         self.experiment = experiment
         self.run_name = run_name
@@ -271,6 +288,11 @@ class MlflowTracker:
         """Id of the active run, or of the last one after it ended."""
         self._active = False
         self._metric_keys: dict[str, str] = {}
+        self._logged: dict[str, float] = {}
+        """Latest value of every metric key in the run (read back when resuming), so a value
+        logged again unchanged is not added to the metric's history twice."""
+        self._tables: list[dict[str, str]] = []
+        self._client_obj: mlflow.MlflowClient | None = None
 
     # --- run lifecycle -----------------------------------------------------------------------
 
@@ -315,16 +337,30 @@ class MlflowTracker:
                 "process. End it first (leave its `with tracker.start_run(...)` block or call "
                 "mlflow.end_run())."
             )
+        if self.outage.remote:
+            check_server(self.uri)  # a server that is not running fails before any work
+        self.outage.down = None
         mlflow.set_tracking_uri(self.uri)
-        client = self._client()
-        experiment_id = ensure_experiment(client, self.experiment, self.uri)
+        client = self.outage.call("the experiment", self._client)
+        experiment_id = self.outage.call(
+            "the experiment", ensure_experiment, client, self.experiment, self.uri
+        )
         start_tags = {MLFLOW_PARENT_RUN_ID: parent_run_id} if parent_run_id else None
+        self._logged = {}
+        self._tables = []
         try:
             if run_id is not None:
-                active = mlflow.start_run(run_id=run_id, tags=start_tags)
+                active = self.outage.call(
+                    "the resumed run", mlflow.start_run, run_id=run_id, tags=start_tags
+                )
+                self._logged = dict(active.data.metrics)
             else:
-                active = mlflow.start_run(
-                    experiment_id=experiment_id, run_name=self.run_name, tags=start_tags
+                active = self.outage.call(
+                    "a new run",
+                    mlflow.start_run,
+                    experiment_id=experiment_id,
+                    run_name=self.run_name,
+                    tags=start_tags,
                 )
         except MlflowException as e:
             what = f"resume run {run_id}" if run_id else "start a run"
@@ -341,6 +377,8 @@ class MlflowTracker:
             yield self.run_id
             self._log_metric_names(client)
         except BaseException as exc:
+            if isinstance(exc, TrackingUnavailableError):
+                exc.run_id = self.run_id
             kind = RunStatus.KILLED if isinstance(exc, KeyboardInterrupt) else RunStatus.FAILED
             status = RunStatus.to_string(kind)
             self._record_error(client, exc)
@@ -358,41 +396,59 @@ class MlflowTracker:
         """Log params, tags and ``config.yaml`` at the start of a run."""
         flat = flatten_params(params)
         all_tags = {**_environment_tags(), **_sanitised_tags(tags)}
+        run_id = self._require_run()
         try:
             for batch in _batches([Param(k, v) for k, v in flat.items()]):
-                client.log_batch(self._require_run(), params=batch)
+                self.outage.call("params", client.log_batch, run_id, params=batch)
             for batch in _batches([RunTag(k, v) for k, v in all_tags.items()]):
-                client.log_batch(self._require_run(), tags=batch)
+                self.outage.call("tags", client.log_batch, run_id, tags=batch)
         except MlflowException as e:
             raise TrackingError(
                 f"MLflow refused the params/tags of run {self.run_id}: {e.message}. When "
                 "resuming a run, use the config it was started with."
             ) from e
-        client.log_text(self._require_run(), redact_yaml(config_yaml), "config.yaml")
+        self.outage.call(
+            "config.yaml", client.log_text, run_id, redact_yaml(config_yaml), "config.yaml"
+        )
 
     def _record_error(self, client: mlflow.MlflowClient, exc: BaseException) -> None:
         """Tag the failure and attach the traceback; never masks the original exception."""
         lines = str(exc).strip().splitlines()
         short = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        if self.outage.down is not None:
+            return  # the server is gone: the run stays RUNNING, to be resumed
         try:
             run_id = self._require_run()
-            client.set_tag(run_id, "error", hash_suffixed(redact(short), _ERROR_TAG_CHARS))
-            client.log_text(run_id, redact(text), "error.txt")
+            tag = RunTag("error", hash_suffixed(redact(short), _ERROR_TAG_CHARS))
+            self.outage.call("the error", client.log_batch, run_id, tags=[tag])
+            self.outage.call("error.txt", client.log_text, run_id, redact(text), "error.txt")
             self._log_metric_names(client)
         except Exception as e:  # the body's exception matters more than a logging failure
             log.warning("Could not record the error on MLflow run %s: %s", self.run_id, e)
 
     def _end(self, client: mlflow.MlflowClient, status: str) -> None:
-        """End our run and every run the body left active above it."""
+        """End our run and every run the body left active above it. When the server stayed
+        away (:attr:`outage` down), the runs are only closed in this process (MLflow pops its
+        active run before telling the server) and stay RUNNING on the server."""
         try:
             while (active := mlflow.active_run()) is not None:
                 own = active.info.run_id == self.run_id
-                mlflow.end_run(status if own else RunStatus.to_string(RunStatus.KILLED))
+                end = status if own else RunStatus.to_string(RunStatus.KILLED)
+                if self.outage.down is not None:
+                    with bounded_http(MIN_REQUEST_TIMEOUT_S):
+                        try:
+                            mlflow.end_run(end)
+                        except Exception:  # noqa: BLE001, S110 - popped; the server is gone
+                            pass
+                else:
+                    self.outage.call("the run's status", mlflow.end_run, end)
                 if own:
                     break
             else:
-                client.set_terminated(self._require_run(), status)
+                if self.outage.down is None:
+                    run_id = self._require_run()
+                    self.outage.call("the run's status", client.set_terminated, run_id, status)
         finally:
             self._active = False
 
@@ -410,7 +466,7 @@ class MlflowTracker:
         run_id = self._require_run()
         client = self._client()
         for batch in _batches([RunTag(k, v) for k, v in _sanitised_tags(tags).items()]):
-            client.log_batch(run_id, tags=batch)
+            self.outage.call("tags", client.log_batch, run_id, tags=batch)
 
     def delete_tag(self, key: str) -> None:
         """Delete tag ``key`` of the active run (nothing when it is not set).
@@ -448,8 +504,11 @@ class MlflowTracker:
         """Log aggregate metrics under sanitised keys.
 
         NaN and infinite values are skipped silently (log ``<metric>_n_valid`` to say how many
-        rows were defined). Every name passed to this method during the run, logged or not,
-        takes part in collision detection and is listed in ``metric_names.json``.
+        rows were defined), and so is a value equal to the key's latest value in the run (a
+        resumed run logging again what it logged before adds nothing to the history). Up to
+        ``MAX_METRICS_PER_BATCH`` (1,000) metrics go in one ``log_batch`` request. Every name
+        passed to this method during the run, logged or not, takes part in collision
+        detection and is listed in ``metric_names.json``.
 
         Args:
             values: ``{canonical name: value}``.
@@ -471,11 +530,14 @@ class MlflowTracker:
                     raise TrackingError(
                         f"Metric {name!r} has the non-numeric value {value!r}: log numbers only."
                     ) from None
-            if math.isfinite(value):
-                metrics.append(Metric(self._metric_keys[name], float(value), now, step or 0))
+            key = self._metric_keys[name]
+            if math.isfinite(value) and self._logged.get(key) != float(value):
+                metrics.append(Metric(key, float(value), now, step or 0))
+        client = self._client()
         for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
-            client = self._client()
-            client.log_batch(run_id, metrics=metrics[i : i + MAX_METRICS_PER_BATCH])
+            batch = metrics[i : i + MAX_METRICS_PER_BATCH]
+            self.outage.call("metrics", client.log_batch, run_id, metrics=batch)
+            self._logged.update((m.key, m.value) for m in batch)
 
     def log_summary(self, values: Mapping[str, float], metric_names: Sequence[str]) -> None:
         """Log a run's summary values: those :func:`~rag_experiments.tracking.selection.
@@ -509,8 +571,18 @@ class MlflowTracker:
         frame = _frame(rows)
         client = self._client()
         if self.table_enabled:
-            client.log_table(run_id, frame, artifact_file=f"{name}.json")
-        client.log_text(run_id, frame.to_csv(index=False), f"{name}_results.csv")
+            # MlflowClient.log_table appends to an existing file (a retried or resumed run
+            # would double the rows) and costs four requests; this writes the same JSON
+            # (orient "split", as log_table does) in one upload, and its UI tag in one batch.
+            text = frame.to_json(orient="split", index=False, date_format="iso")
+            self.outage.call(f"{name}.json", client.log_text, run_id, text, f"{name}.json")
+            entry = {"path": f"{name}.json", "type": "table"}
+            if entry not in self._tables:
+                self._tables.append(entry)
+            tag = RunTag(MLFLOW_LOGGED_ARTIFACTS, json.dumps(self._tables))
+            self.outage.call("tags", client.log_batch, run_id, tags=[tag])
+        csv = frame.to_csv(index=False)
+        self.outage.call(f"{name}_results.csv", client.log_text, run_id, csv, f"{name}_results.csv")
 
     def log_csv(self, rows: Sequence[Mapping[str, Any]], filename: str) -> None:
         """Log rows as a CSV artifact (list and dict cells as JSON strings).
@@ -527,7 +599,8 @@ class MlflowTracker:
             TrackingError: Outside a run or for an unsafe ``filename``.
         """
         run_id = self._require_run()
-        self._client().log_text(run_id, text, _check_artifact_name(filename))
+        path = _check_artifact_name(filename)
+        self.outage.call(filename, self._client().log_text, run_id, text, path)
 
     def log_dict(self, d: Mapping[str, Any] | list[Any], filename: str) -> None:
         """Log a dict (or list) as JSON (``.json``) or YAML (``.yaml``/``.yml``).
@@ -539,7 +612,8 @@ class MlflowTracker:
             TrackingError: Outside a run or for an unsafe ``filename``.
         """
         run_id = self._require_run()
-        self._client().log_dict(run_id, d, _check_artifact_name(filename))
+        path = _check_artifact_name(filename)
+        self.outage.call(filename, self._client().log_dict, run_id, d, path)
 
     def log_dataset(
         self, name: str, digest: str, source: str, rows: Sequence[Mapping[str, Any]]
@@ -573,12 +647,11 @@ class MlflowTracker:
             name=name,
             digest=digest[:MAX_DATASET_DIGEST_SIZE],
         )
-        _log_input_racing(dataset, {"dataset.digest": digest[:MAX_INPUT_TAG_VALUE_SIZE]})
+        input_tags = {"dataset.digest": digest[:MAX_INPUT_TAG_VALUE_SIZE]}
+        self.outage.call("the dataset input", _log_input_racing, dataset, input_tags)
         tags = {"dataset.name": name, "dataset.digest": digest, "dataset.source": source}
-        self._client().log_batch(
-            run_id,
-            tags=[RunTag(k, hash_suffixed(v, MAX_TAG_VAL_LENGTH)) for k, v in tags.items()],
-        )
+        batch = [RunTag(k, hash_suffixed(v, MAX_TAG_VAL_LENGTH)) for k, v in tags.items()]
+        self.outage.call("tags", self._client().log_batch, run_id, tags=batch)
 
     def log_traces(
         self, result: Any, metrics: Sequence[Any], target_tags: Mapping[str, str]
@@ -602,7 +675,9 @@ class MlflowTracker:
         from rag_experiments.tracking.traces import column_sources, log_traces
 
         try:
-            log_traces(
+            self.outage.call(
+                "traces",
+                log_traces,
                 self.uri,
                 str(self.experiment_id),
                 run_id,
@@ -614,6 +689,8 @@ class MlflowTracker:
                 audit=result.audit,
                 model=target_tags.get("llm.model"),
             )
+        except TrackingUnavailableError:
+            raise  # the server is gone: the run is left to be resumed, traces included
         except Exception as exc:  # noqa: BLE001 - traces add a view; the results are logged
             log.warning("Could not log traces to %s: %s: %s", self.uri, type(exc).__name__, exc)
             self.set_tags({"traces.error": f"{type(exc).__name__}: {exc}"})
@@ -643,7 +720,10 @@ class MlflowTracker:
     # --- helpers -----------------------------------------------------------------------------
 
     def _client(self) -> mlflow.MlflowClient:
-        return open_client(self.uri)
+        """The tracker's client, opened once (creating a sqlite store's tables safely)."""
+        if self._client_obj is None:
+            self._client_obj = open_client(self.uri)
+        return self._client_obj
 
     def _require_run(self) -> str:
         if not self._active or self.run_id is None:
@@ -654,7 +734,10 @@ class MlflowTracker:
 
     def _log_metric_names(self, client: mlflow.MlflowClient) -> None:
         if self._metric_keys:
-            client.log_dict(self._require_run(), self._metric_keys, "metric_names.json")
+            run_id = self._require_run()
+            self.outage.call(
+                "metric_names.json", client.log_dict, run_id, self._metric_keys, "metric_names.json"
+            )
 
 
 def redact_yaml(text: str) -> str:
