@@ -61,7 +61,6 @@ from rag_experiments.tracking.names import (
     sanitize_metric_names,
 )
 from rag_experiments.tracking.params import flatten_params
-from rag_experiments.tracking.selection import check_mode, select_metrics
 from rag_experiments.tracking.resilience import (
     MIN_REQUEST_TIMEOUT_S,
     Outage,
@@ -69,6 +68,7 @@ from rag_experiments.tracking.resilience import (
     bounded_http,
     check_server,
 )
+from rag_experiments.tracking.selection import check_mode, select_metrics
 
 log = logging.getLogger(__name__)
 
