@@ -348,7 +348,7 @@ def test_groups_of_one_question_give_too_few_pairs_not_an_error() -> None:
     empty = [s for s in cells if s.metric == "refusal" and s.n == 0]
     assert len(empty) == 7 and all(math.isnan(s.diff) and math.isnan(s.p_value) for s in empty)
     assert all(s.diff == pytest.approx(0.05) for s in cells if s.metric == "nDCG@10")
-    text = result.format()
+    text = result.format(all_metrics=True)  # refusal is not a key metric: listed with --all
     assert "refusal" in text and "nDCG@10" in text
     assert result.to_json()["by_type"]["type3"]["refusal"]["reason"] == TOO_FEW_PAIRS
 
