@@ -18,10 +18,37 @@ Each at every ``--slots`` value (default 8, 32, 128 and unbounded), a new server
 our judge declares ``max_concurrency`` = the slots and keeps its default ``in_flight`` (twice
 that). Before timing, our judge opens its connection pool (``in_flight`` warm-up requests at
 once, at most 300), as the first seconds of a long run do; DeepEval's client opens its own
-inside ``evaluate()``. For each: judge calls (counted by the server), wall time, the ideal time
-``ceil(calls / slots) x latency`` (every slot busy) and wall / ideal, and each system's wall
-time over ours. No response cache: every call reaches the server. By default only ours and
-DeepEval's ``evaluate()`` with ``include_reason=False`` run (``--skip`` chooses). A benchmark,
+inside ``evaluate()``. For each: judge calls (counted by the server), wall time, two ideals and
+wall / each, and each system's wall time over ours. No response cache: every call reaches the
+server. By default only ours and DeepEval's ``evaluate()`` with ``include_reason=False`` run
+(``--skip`` chooses).
+
+**The ideal (a lower bound on the wall time).** ``ideal`` (the honest one)::
+
+    ideal = max(ceil(calls / slots), chain) x latency
+
+``ceil(calls / slots)``: rounds with every slot busy (slots = unbounded: 1). ``chain``: the
+longest chain of dependent calls of any one question, which no number of slots shortens: a
+call that needs an earlier call's reply starts a latency after it. Counted per system:
+
+- ours (both backends): from the audit records of the run itself — a (question, metric) task's
+  calls (``judge_calls``) run one after the other (a retry follows its failed call; DeepEval's
+  metrics in our backend run with ``async_mode=False``), tasks of one question run in parallel,
+  so ``chain`` = the most calls of any task; with ``slot_affinity`` lanes (not used here) a
+  question's metrics run in sequence on one lane, so it would be the sum over its metrics. Our
+  four custom metrics make one call each (faithfulness asks for claims and their context
+  numbers in one call), so ``chain`` is 1 unless a reply had to be retried;
+- DeepEval's ``evaluate()``: from its metrics' declared call structure (DeepEval 4.3
+  ``a_measure``): faithfulness truths and claims together, then verdicts; answer relevancy
+  statements, then verdicts; contextual precision and recall one verdict call each; then one
+  reason call per metric when ``include_reason``: ``chain`` = 2 reason-off, 3 with reasons
+  (:data:`DEEPEVAL_CHAIN`).
+
+The answers are all known before judging starts, so no question waits for its answer (in a
+live run the bound is also at least the last answer's arrival plus its chain). ``ideal 1 round``
+is the former figure, ``ceil(calls / slots) x latency`` alone (1 round when unbounded), printed
+beside it; the two differ only where the chain is the longer, e.g. unbounded slots.
+A benchmark,
 not a test::
 
     .venv/bin/python bench/judge_throughput.py [--latency 0.2] [--slots 8 32 128 0]
@@ -124,7 +151,8 @@ def timed(server: ServerProcess, fn: Callable[[], Any]) -> tuple[int, float, Any
     before = server.requests
     started = time.perf_counter()
     out = fn()
-    return server.requests - before, time.perf_counter() - started, out
+    wall = time.perf_counter() - started  # before asking the server for its count (an HTTP call)
+    return server.requests - before, wall, out
 
 
 def deepeval_llm(base_url: str, model: str) -> Any:
@@ -233,13 +261,29 @@ WARM_UP_MAX = 300
 """Most warm-up requests sent at once before timing (enough connections for 69 questions)."""
 
 
-def ideal_s(calls: int, latency: float, slots: int) -> float:
-    """The shortest wall time of ``calls`` calls of ``latency`` seconds each on ``slots``
-    slots (0 = unbounded), all available at the start: ``ceil(calls / slots)`` rounds of
-    ``latency`` (every slot busy in every round but the last). For a system whose calls depend
-    on each other (DeepEval's metrics make 2-3 calls in a row) it is a lower bound."""
+DEEPEVAL_CHAIN = {False: 2, True: 3}
+"""Longest chain of dependent calls of one question in DeepEval's ``evaluate()``, by
+``include_reason`` (see the module docstring: verdicts after truths/claims or statements, then
+the reason)."""
+
+
+def ideal_s(calls: int, latency: float, slots: int, chain: int = 1) -> float:
+    """A lower bound on the wall time of ``calls`` calls of ``latency`` seconds each on
+    ``slots`` slots (0 = unbounded), all questions available at the start, when a question's
+    longest chain of dependent calls is ``chain`` calls:
+    ``max(ceil(calls / slots), chain) x latency`` (``chain=1``: the former ideal, every slot
+    busy in every round but the last; 1 round when unbounded)."""
     rounds = 1 if slots == 0 else math.ceil(calls / slots)
-    return rounds * latency
+    return max(rounds, chain) * latency
+
+
+def chain_of(results: dict[int, Any]) -> int:
+    """Longest chain of dependent judge calls of one question in a :func:`judge_rows` result:
+    the most ``judge_calls`` of any (question, metric) task (tasks of a question run in
+    parallel; a task's calls in sequence). At least 1."""
+    return max(
+        [1] + [int(rec.get("judge_calls", 0)) for r in results.values() for rec in r.audit if rec]
+    )
 
 
 def judge_for(server: ServerProcess, slots: int, in_flight: int | None) -> OpenAICompatChat:
@@ -257,10 +301,11 @@ def judge_for(server: ServerProcess, slots: int, in_flight: int | None) -> OpenA
 
 def run_slots(
     args: argparse.Namespace, slots: int, samples: list[Any], responses: list[Any], embedder: Any
-) -> list[tuple[str, int, float]]:
+) -> list[tuple[str, int, float, int]]:
     """Every system against one server of ``slots`` slots (0 = unbounded):
-    ``[(system, calls, wall s)]``."""
-    rows: list[tuple[str, int, float]] = []
+    ``[(system, calls, wall s, chain)]`` (``chain``: longest chain of dependent calls of one
+    question, see :func:`ideal_s`)."""
+    rows: list[tuple[str, int, float, int]] = []
     server = ServerProcess(args.latency, slots)
     try:
         judge = judge_for(server, slots, args.in_flight)
@@ -279,10 +324,10 @@ def run_slots(
                 ContextPrecision(judge=judge),
                 ContextRecall(judge=judge),
             ]
-            calls, wall, _ = timed(
+            calls, wall, out = timed(
                 server, lambda: judge_rows(core, samples, responses, progress=False)
             )
-            rows.append(("rag-exp metrics=custom", calls, wall))
+            rows.append(("rag-exp metrics=custom", calls, wall, chain_of(out)))
         if "deepeval" not in args.skip:
             ours = [
                 cls(judge=judge)
@@ -293,10 +338,10 @@ def run_slots(
                     DeepEvalContextRecall,
                 )
             ]
-            calls, wall, _ = timed(
+            calls, wall, out = timed(
                 server, lambda: judge_rows(ours, samples, responses, progress=False)
             )
-            rows.append(("rag-exp metrics=deepeval", calls, wall))
+            rows.append(("rag-exp metrics=deepeval", calls, wall, chain_of(out)))
         for name, with_reason in (("evaluate", False), ("evaluate-defaults", True)):
             if name in args.skip:
                 continue
@@ -312,7 +357,7 @@ def run_slots(
                 if not with_reason
                 else "deepeval evaluate(), defaults"
             )
-            rows.append((label, calls, wall))
+            rows.append((label, calls, wall, DEEPEVAL_CHAIN[with_reason]))
     finally:
         server.stop()
     return rows
@@ -354,25 +399,32 @@ def main() -> None:
         f"{os.getloadavg()[0]:.1f}"
     )
     print(
-        f"\n{'slots':>9} {'system':<44} {'calls':>6} {'wall s':>7} {'ideal s':>8} "
-        f"{'wall/ideal':>10} {'vs custom':>10}"
+        f"\n{'slots':>9} {'system':<44} {'calls':>6} {'chain':>5} {'wall s':>7} "
+        f"{'ideal s':>8} {'wall/ideal':>10} {'1-round s':>9} {'wall/1-round':>12} "
+        f"{'vs custom':>10}"
     )
     for slots in args.slots:
         rows = run_slots(args, slots, samples, responses, embedder)
-        ours = next((wall for name, _, wall in rows if name == "rag-exp metrics=custom"), None)
-        for name, calls, wall in rows:
-            ideal = ideal_s(calls, args.latency, slots)
+        ours = next((r[2] for r in rows if r[0] == "rag-exp metrics=custom"), None)
+        for name, calls, wall, chain in rows:
+            ideal = ideal_s(calls, args.latency, slots, chain)
+            one_round = ideal_s(calls, args.latency, slots)
             vs = wall / ours if ours else float("nan")
             print(
-                f"{slots or 'unbounded':>9} {name:<44} {calls:>6} {wall:>7.2f} {ideal:>8.2f} "
-                f"{wall / ideal:>10.2f} {vs:>9.2f}x",
+                f"{slots or 'unbounded':>9} {name:<44} {calls:>6} {chain:>5} {wall:>7.2f} "
+                f"{ideal:>8.2f} {wall / ideal:>10.2f} {one_round:>9.2f} "
+                f"{wall / one_round:>12.2f} {vs:>9.2f}x",
                 flush=True,
             )
     print(
-        "\nideal: ceil(calls / slots) x latency (every slot busy; 1 round when unbounded). "
-        "'vs custom': that system's wall time over rag-exp metrics=custom's (> 1 = slower than "
-        "ours). Our judge declares max_concurrency = slots (512 when unbounded), in_flight "
-        f"{'= ' + str(args.in_flight) if args.in_flight else 'default (2 x slots)'}."
+        "\nideal: max(ceil(calls / slots), chain) x latency, chain = the longest chain of "
+        "dependent calls of one question (ours: from the run's audit records; DeepEval "
+        "evaluate(): its declared call structure, 2 reason-off, 3 with reasons). 1-round: the "
+        "former ideal, ceil(calls / slots) x latency (1 round when unbounded). 'vs custom': "
+        "that system's wall time over rag-exp metrics=custom's (> 1 = slower than ours). Our "
+        "judge declares max_concurrency = slots (512 when unbounded), in_flight "
+        f"{'= ' + str(args.in_flight) if args.in_flight else 'default (2 x slots)'}; "
+        f"machine load after: {os.getloadavg()[0]:.1f}."
     )
 
 

@@ -467,3 +467,58 @@ def test_judge_service_failures_above_max_failure_rate_fail_the_run_after_loggin
     assert run.data.metrics["judge.errors.http_error"] > 0  # logged before failing
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
     assert "per_query_results.csv" in {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+def test_worker_pool_runs_every_call_within_its_bound_and_hands_back_errors() -> None:
+    """WorkerPool (the scheduler's threads): 40 calls on 4 workers all complete with their own
+    result, at most 4 run at once (counted inside the calls), the initializer runs once per
+    thread, an exception reaches its future, and shutdown(cancel_futures) drops calls not
+    started."""
+    from rag_experiments.metrics.scheduler import WorkerPool
+
+    lock = threading.Lock()
+    state = {"now": 0, "peak": 0, "inits": 0}
+    gate = threading.Event()
+
+    def init() -> None:
+        with lock:
+            state["inits"] += 1
+
+    def work(i: int) -> int:
+        with lock:
+            state["now"] += 1
+            state["peak"] = max(state["peak"], state["now"])
+        time.sleep(0.005)
+        with lock:
+            state["now"] -= 1
+        if i == 7:
+            raise ValueError("row 7")
+        return i * i
+
+    pool = WorkerPool(4, initializer=init)
+    futures = [pool.submit(work, i) for i in range(40)]
+    assert [f.result() for i, f in enumerate(futures) if i != 7] == [
+        i * i for i in range(40) if i != 7
+    ]
+    with pytest.raises(ValueError, match="row 7"):
+        futures[7].result()
+    assert state["peak"] <= 4
+    pool.shutdown(wait=True)
+    assert 1 <= state["inits"] <= 4  # one per thread started, never more than the bound
+
+    running = threading.Event()
+
+    def hold() -> bool:
+        running.set()
+        return gate.wait(5)
+
+    blocked = WorkerPool(1)
+    first = blocked.submit(hold)
+    later = [blocked.submit(work, i) for i in range(3)]
+    assert running.wait(5)  # the one worker is inside hold(); the other three wait
+    blocked.shutdown(wait=False, cancel_futures=True)
+    gate.set()
+    assert first.result() is True
+    assert all(f.cancelled() for f in later)
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        blocked.submit(work, 0)

@@ -295,3 +295,34 @@ def test_runner_answers_concurrently_with_the_same_results(compose_cfg):
     same = {k: v for k, v in one.metrics().items() if k not in timing}
     assert {k: v for k, v in four.metrics().items() if k not in timing} == pytest.approx(same)
     assert t_four < t_one
+
+
+def test_cache_kept_open_connections_serve_concurrent_threads_and_other_instances(tmp_path):
+    """ResponseCache keeps its connections open (a pool of readers, one locked writer): 8
+    threads each storing and reading back 25 entries at once all get their own entry, and a
+    second instance on the same file (as another sweep job) sees all 200 at once."""
+    import threading
+
+    path = tmp_path / "llm.sqlite"
+    cache = ResponseCache(path)
+    errors: list[str] = []
+
+    def worker(t: int) -> None:
+        for i in range(25):
+            key = f"t{t}-{i}"
+            cache.put(key, "fake", Completion(text=key, usage=Usage(i, t), latency_ms=1.0))
+            got = cache.get(key)
+            if got is None or got.text != key or got.cached_usage != Usage(i, t):
+                errors.append(key)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    other = ResponseCache(path)
+    assert len(other) == 200
+    hit = other.get("t3-7")
+    assert hit is not None and hit.cached and hit.text == "t3-7" and hit.cached_usage == Usage(7, 3)
+    assert other.get("t9-0") is None

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import queue
 import sqlite3
 import threading
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import (
@@ -35,7 +37,7 @@ from rag_experiments.llm.base import (
 )
 from rag_experiments.llm.parsing import LLMParseError, parse_structured
 from rag_experiments.llm.usage import UsageMeter
-from rag_experiments.sqlite_store import connect, init_store, write
+from rag_experiments.sqlite_store import BUSY_TIMEOUT_S, connect, init_store, is_busy
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +87,19 @@ def request_key(
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+_INSERT = "INSERT OR REPLACE INTO llm_responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
 class ResponseCache:
     """SQLite store of completions by request key (WAL, 60 s busy timeout: parallel sweep jobs
     may share it).
+
+    Connections stay open: lookups take one from a pool (one per thread looking up at once),
+    writes go through one connection under a lock, each its own ``BEGIN IMMEDIATE``
+    transaction, with ``synchronous=NORMAL`` (in WAL mode a commit survives the process being
+    killed; only an OS crash or power loss can drop the last ones, and a dropped entry is only
+    a call made again). Opening a connection per use and syncing every commit cost 1.3 ms of CPU
+    per lookup and 2.3 ms per write, more than the judge call they cache (0.8 ms).
 
     Args:
         path: SQLite file; its folder is created.
@@ -104,19 +116,42 @@ class ResponseCache:
             "the LLM response cache",
             "Set paths.llm_cache to a writable file, delete a corrupt one, or set cache.mode=off",
         )
+        self._readers: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
+        self._writer: sqlite3.Connection | None = None
+        self._write_lock = threading.Lock()
+        self._retrying = Retrying(  # used under _write_lock only
+            retry=retry_if_exception(is_busy),
+            wait=wait_random_exponential(multiplier=0.02, max=1.0),
+            stop=stop_after_delay(BUSY_TIMEOUT_S),
+            reraise=True,
+        )
 
     def _connect(self) -> AbstractContextManager[sqlite3.Connection]:
         return connect(self.path)
 
+    def _open(self) -> sqlite3.Connection:
+        """A kept-open connection in autocommit mode (transactions are explicit)."""
+        conn = sqlite3.connect(
+            self.path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
+        )
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
     def get(self, key: str) -> Completion | None:
         """The stored completion (``cached=True``, ``latency_ms=0``, ``usage`` zero: nothing is
         sent; the stored token counts in ``cached_usage``), or None."""
-        with self._connect() as conn:
+        try:
+            conn = self._readers.get_nowait()
+        except queue.Empty:
+            conn = self._open()
+        try:
             row = conn.execute(
                 "SELECT model, text, finish_reason, prompt_tokens, completion_tokens "
                 "FROM llm_responses WHERE key = ?",
                 (key,),
             ).fetchone()
+        finally:
+            self._readers.put(conn)
         if row is None:
             return None
         model, text, finish, pt, ct = row
@@ -131,7 +166,12 @@ class ResponseCache:
 
     def put(self, key: str, provider: str, completion: Completion) -> None:
         """Store a completion (replacing an older one under the same key) with the tokens of
-        the call that made it."""
+        the call that made it; "database is locked" (another process writing) is retried for
+        up to :data:`~rag_experiments.sqlite_store.BUSY_TIMEOUT_S`.
+
+        Raises:
+            sqlite3.Error: Any other database error, or still locked after the timeout.
+        """
         row = (
             key,
             provider,
@@ -143,11 +183,20 @@ class ResponseCache:
             completion.latency_ms,
             time.time(),
         )
-        write(
-            self.path,
-            "INSERT OR REPLACE INTO llm_responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [row],
-        )
+        with self._write_lock:
+            if self._writer is None:
+                self._writer = self._open()
+            conn = self._writer
+            for attempt in self._retrying:
+                with attempt:
+                    conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        conn.execute(_INSERT, row)
+                        conn.execute("COMMIT")
+                    except BaseException:
+                        if conn.in_transaction:
+                            conn.execute("ROLLBACK")
+                        raise
 
     def __len__(self) -> int:
         with self._connect() as conn:
