@@ -43,16 +43,19 @@ after a partial write), then writes them all: whatever was interrupted, one comp
 question remains.
 
 **Batching.** MLflow has no bulk call for assessments (``log_feedback`` is one transaction per
-value, ``start_trace`` one per trace). So on a database store (``sqlite:///…``,
-``postgresql://…``) the trace, tag, metadata and assessment rows of
-:data:`TRACES_PER_TRANSACTION` questions go in one transaction as multi-row INSERTs on
-MLflow's own tables (:func:`_insert_sql`, the values mapped as ``SqlAlchemyStore.start_trace``
-maps them; ``tests/test_traces.py`` checks both store the same traces). On a tracking server
-(``http://…``) each trace with its assessments is one ``StartTraceV3`` request (the server has
-no batch endpoint for assessments), sent :data:`API_CONCURRENCY` at a time. The spans of all
-traces go in ``log_spans`` calls of :data:`SPANS_PER_CALL` spans (on a server, OTLP
-``/v1/traces`` requests). Spans are built offline with a private OpenTelemetry tracer (never
-MLflow's global one), so nothing here touches the caller's own tracing.
+value, ``start_trace`` one per trace). Each question's trace is first built in plain values
+(:func:`_question_parts`). On a database store (``sqlite:///…``, ``postgresql://…``) the
+trace, tag, metadata, assessment and span rows of :data:`TRACES_PER_TRANSACTION` questions
+are made from those values directly (no OpenTelemetry span, no MLflow entity: the span
+content is what MLflow's ``translate_span_when_storing`` gives for our spans, the LLM cost
+looked up only for a model MLflow has a price for) and go in one transaction as multi-row
+INSERTs on MLflow's own tables (:func:`_insert_sql`; ``tests/test_traces.py`` checks both
+paths store the same rows, column for column). On a tracking server (``http://…``) the values
+become MLflow's entities (:func:`_entities`; spans built offline with a private OpenTelemetry
+tracer, never MLflow's global one, so nothing here touches the caller's own tracing): each
+trace with its assessments is one ``StartTraceV3`` request (the server has no batch endpoint
+for assessments), sent :data:`API_CONCURRENCY` at a time, and the spans go in ``log_spans``
+calls (OTLP ``/v1/traces`` requests) of :data:`SPANS_PER_CALL` spans.
 
 Traces need a database-backed store (``sqlite:///…``) or a tracking server; a plain folder
 store keeps no spans.
