@@ -200,6 +200,18 @@ def test_core_metrics_cost_at_most_four_judge_calls_per_question():
     assert len(lines) == len(samples) and json.loads(lines[-1])["id"] == "u"
 
 
+def test_to_jsonl_writes_nan_as_null_and_everything_else_as_json_dumps() -> None:
+    nan = float("nan")
+    rows = [
+        {"id": "a", "score": 0.5, "claims": ("c1", "c2"), "note": "é"},  # no NaN: fast path
+        {"id": "b", "score": nan, "nested": {"v": [1.0, nan, (nan,)]}, "big": float("inf")},
+    ]
+    assert to_jsonl(rows).splitlines() == [
+        '{"id": "a", "score": 0.5, "claims": ["c1", "c2"], "note": "é"}',
+        '{"id": "b", "score": null, "nested": {"v": [1.0, null, [null]]}, "big": Infinity}',
+    ]
+
+
 def test_prefix_names_the_same_definitions_for_another_backend():
     metric = Faithfulness(judge=FakeChat(SCRIPT), prefix="deepeval.")
     assert [s.name for s in metric.specs()] == ["deepeval.faithfulness"]

@@ -433,6 +433,34 @@ def test_retriever_documents_and_llm_span_timing(tmp_path: Path) -> None:
     assert info.execution_duration == 12
 
 
+@pytest.mark.parametrize("model", ["gpt-4o-mini", "m-1"])  # with a price and without
+@pytest.mark.parametrize("answer", ["The lead approves.", '{"a": [1]}', '"quoted"'])
+def test_bulk_span_content_is_mlflows_translation_of_its_own_span(model: str, answer: str) -> None:
+    """The bulk writer builds span rows without MLflow's span objects: each span's content must
+    equal ``translate_span_when_storing`` (what ``log_spans`` stores) of the span MLflow's API
+    path makes, LLM cost included when MLflow knows the model's price, and answers that look
+    like JSON (MLflow's sanitising unwraps those)."""
+    from mlflow.tracing.otel.translation import translate_span_when_storing
+
+    samples, responses, values, specs = _rows()
+    responses[0].response = answer
+    stored = []
+    for sample, response, row in zip(samples, responses, values, strict=True):
+        parts = traces_mod._question_parts(
+            sample, response, row, specs, sources=SOURCES, audit=None, run_id="r",
+            model=model, start_ns=10**18,
+        )  # fmt: skip
+        _, spans = traces_mod._entities(parts, "1")
+        assert len(spans) == len(parts.spans)
+        for span, part in zip(spans, parts.spans, strict=True):
+            content = traces_mod._span_content(parts, part)
+            assert content == translate_span_when_storing(span)
+            stored.append(content)
+    generate = stored[2]  # question a: root, retrieve, generate
+    assert generate["name"] == "generate"
+    assert ("mlflow.llm.cost" in generate["attributes"]) == (model == "gpt-4o-mini")
+
+
 def test_rationale_reads_the_records_lines_after_the_nan_reason_or_flag() -> None:
     record = {"rationale": ["context 1: relevant", "context 2: not relevant"], "verdicts": []}
     assert rationale(MetricValue(1.0), record) == "context 1: relevant\ncontext 2: not relevant"

@@ -79,7 +79,16 @@ def collect_audit(
 
 def to_jsonl(rows: Sequence[dict[str, Any]]) -> str:
     """One JSON object per line (UTF-8 text kept as is; NaN written as ``null``)."""
-    return "".join(json.dumps(nan_to_none(r), ensure_ascii=False) + "\n" for r in rows)
+    return "".join(_dumps_nan_as_null(r) + "\n" for r in rows)
+
+
+def _dumps_nan_as_null(row: dict[str, Any]) -> str:
+    """``json.dumps(nan_to_none(row))``, walking the row only when it holds a NaN (the encoder
+    refuses NaN with ``allow_nan=False``; tuples are written as lists either way)."""
+    try:
+        return json.dumps(row, ensure_ascii=False, allow_nan=False)
+    except ValueError:  # a NaN (or an infinity, which nan_to_none keeps as json.dumps does)
+        return json.dumps(nan_to_none(row), ensure_ascii=False)
 
 
 def nan_to_none(value: Any) -> Any:

@@ -26,16 +26,14 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import docx
-from docx.table import Table, _Cell
-from docx.text.paragraph import Paragraph
-from pypdf import PdfReader
-from pypdf.errors import DependencyError
+from typing import TYPE_CHECKING, Any
 
 from rag_experiments.errors import ExtractionError
 from rag_experiments.text.normalize import normalize_text
+
+if TYPE_CHECKING:  # imported where a PDF or DOCX is read: a Markdown corpus never needs them
+    from docx.table import Table, _Cell
+    from docx.text.paragraph import Paragraph
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +103,9 @@ def extract_file(path: Path, *, password: str | None = None) -> ExtractedText:
 
 def _extract_pdf(path: Path, password: str | None) -> ExtractedText:
     """Read a PDF page by page with pypdf (see :func:`extract_file`)."""
+    from pypdf import PdfReader
+    from pypdf.errors import DependencyError
+
     try:
         reader = PdfReader(path)
     except Exception as exc:  # pypdf raises many types on damaged files
@@ -182,6 +183,9 @@ def _page_starts(page_texts: list[str], text_length: int) -> list[int]:
 
 def _extract_docx(path: Path) -> ExtractedText:
     """Read a DOCX body with python-docx (see :func:`extract_file`)."""
+    import docx
+    from docx.text.paragraph import Paragraph
+
     try:
         document = docx.Document(str(path))
         lines: list[str] = []
@@ -251,6 +255,8 @@ def _table_rows(table: Table) -> list[str]:
 
 def _cell_text(cell: _Cell) -> str:
     """A cell's paragraphs and nested tables, in order, on one line."""
+    from docx.text.paragraph import Paragraph
+
     pieces: list[str] = []
     for block in cell.iter_inner_content():
         if isinstance(block, Paragraph):

@@ -43,16 +43,19 @@ after a partial write), then writes them all: whatever was interrupted, one comp
 question remains.
 
 **Batching.** MLflow has no bulk call for assessments (``log_feedback`` is one transaction per
-value, ``start_trace`` one per trace). So on a database store (``sqlite:///…``,
-``postgresql://…``) the trace, tag, metadata and assessment rows of
-:data:`TRACES_PER_TRANSACTION` questions go in one transaction as multi-row INSERTs on
-MLflow's own tables (:func:`_insert_sql`, the values mapped as ``SqlAlchemyStore.start_trace``
-maps them; ``tests/test_traces.py`` checks both store the same traces). On a tracking server
-(``http://…``) each trace with its assessments is one ``StartTraceV3`` request (the server has
-no batch endpoint for assessments), sent :data:`API_CONCURRENCY` at a time. The spans of all
-traces go in ``log_spans`` calls of :data:`SPANS_PER_CALL` spans (on a server, OTLP
-``/v1/traces`` requests). Spans are built offline with a private OpenTelemetry tracer (never
-MLflow's global one), so nothing here touches the caller's own tracing.
+value, ``start_trace`` one per trace). Each question's trace is first built in plain values
+(:func:`_question_parts`). On a database store (``sqlite:///…``, ``postgresql://…``) the
+trace, tag, metadata, assessment and span rows of :data:`TRACES_PER_TRANSACTION` questions
+are made from those values directly (no OpenTelemetry span, no MLflow entity: the span
+content is what MLflow's ``translate_span_when_storing`` gives for our spans, the LLM cost
+looked up only for a model MLflow has a price for) and go in one transaction as multi-row
+INSERTs on MLflow's own tables (:func:`_insert_sql`; ``tests/test_traces.py`` checks both
+paths store the same rows, column for column). On a tracking server (``http://…``) the values
+become MLflow's entities (:func:`_entities`; spans built offline with a private OpenTelemetry
+tracer, never MLflow's global one, so nothing here touches the caller's own tracing): each
+trace with its assessments is one ``StartTraceV3`` request (the server has no batch endpoint
+for assessments), sent :data:`API_CONCURRENCY` at a time, and the spans go in ``log_spans``
+calls (OTLP ``/v1/traces`` requests) of :data:`SPANS_PER_CALL` spans.
 
 Traces need a database-backed store (``sqlite:///…``) or a tracking server; a plain folder
 store keeps no spans.
@@ -60,6 +63,8 @@ store keeps no spans.
 
 from __future__ import annotations
 
+import base64
+import functools
 import hashlib
 import json
 import logging
@@ -93,7 +98,13 @@ from mlflow.tracing.constant import (
     TraceMetadataKey,
     TraceTagKey,
 )
-from mlflow.tracing.utils import generate_mlflow_trace_id_from_otel_trace_id
+from mlflow.tracing.otel.translation import sanitize_attributes
+from mlflow.tracing.utils import (
+    calculate_cost_by_model_and_token_usage,
+    dump_span_attribute_value,
+    encode_span_id,
+    generate_mlflow_trace_id_from_otel_trace_id,
+)
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -158,10 +169,13 @@ class _SeededIds(IdGenerator):
 
     def generate_span_id(self) -> int:
         self._local.spans += 1
-        digest = hashlib.blake2b(
-            f"{self._local.trace_id:032x}/{self._local.spans}".encode(), digest_size=8
-        ).digest()
-        return int.from_bytes(digest, "big") or 1
+        return _span_id(self._local.trace_id, self._local.spans)
+
+
+def _span_id(otel_trace_id: int, n: int) -> int:
+    """The OpenTelemetry id of the ``n``-th span (1 = the root) of a trace."""
+    digest = hashlib.blake2b(f"{otel_trace_id:032x}/{n}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") or 1
 
 
 _IDS = _SeededIds()
@@ -359,39 +373,121 @@ def question_trace(
         ``(trace info with assessments, spans)``; the ids depend only on ``run_id`` and the
         question key.
     """
-    _IDS.seed(_otel_trace_id(run_id, question_key or sample.id))
+    parts = _question_parts(
+        sample,
+        response,
+        values,
+        specs,
+        sources=sources,
+        audit=audit,
+        run_id=run_id,
+        model=model,
+        start_ns=start_ns,
+        question_key=question_key,
+        assessed=assessed,
+    )
+    return _entities(parts, experiment_id)
+
+
+@dataclass
+class _SpanParts:
+    """One span of a question's trace in plain values (the ``n``-th span made, 1 = the root,
+    id :func:`_span_id`); its parent is the root."""
+
+    n: int
+    name: str
+    span_type: str
+    start_ns: int
+    end_ns: int
+    inputs: Any
+    outputs: Any
+    attributes: dict[str, Any]
+    error: str | None = None
+
+
+@dataclass
+class _AssessmentParts:
+    """One assessment in plain values: a feedback (``value`` a float, or None with
+    ``error_code``) or the expectation (``value`` the reference text)."""
+
+    name: str
+    value: Any
+    expectation: bool
+    error_code: str | None
+    rationale: str | None
+    source_type: str
+    source_id: str
+
+
+@dataclass
+class _TraceParts:
+    """A question's trace in plain values: what MLflow's entities (:func:`_entities`) and
+    the store's rows (:func:`_insert_sql`) are both made from."""
+
+    otel_trace_id: int
+    trace_id: str
+    request_time: int
+    execution_duration: int
+    failed: bool
+    request_preview: str
+    response_preview: str
+    client_request_id: str
+    run_id: str
+    tags: dict[str, str]
+    spans: list[_SpanParts]
+    assessments: list[_AssessmentParts]
+
+
+def _assessment_id(trace_id: str, name: str) -> str:
+    return "a-" + hashlib.blake2b(f"{trace_id}/{name}".encode(), digest_size=16).hexdigest()
+
+
+def _question_parts(
+    sample: Sample,
+    response: RagResponse,
+    values: Mapping[str, MetricValue],
+    specs: Sequence[MetricSpec],
+    *,
+    sources: Mapping[str, ColumnSource],
+    audit: Mapping[str, Any] | None,
+    run_id: str,
+    model: str | None,
+    start_ns: int,
+    question_key: str | None = None,
+    assessed: Sequence[str] | None = None,
+) -> _TraceParts:
+    """The trace of one question in plain values (arguments as :func:`question_trace`)."""
+    otel_trace_id = _otel_trace_id(run_id, question_key or sample.id)
+    trace_id = generate_mlflow_trace_id_from_otel_trace_id(otel_trace_id)
     total_ns = int(max(response.latency_ms, 0.0) * 1e6)
     end_ns = start_ns + total_ns
     generation_ns = int(float(response.metadata.get("generation_ms", 0.0)) * 1e6)
     split_ns = max(start_ns, end_ns - min(generation_ns, total_ns))
     failed = response.error is not None
     answer = None if response.no_response else response.response
-    root_raw, root = _span(
-        TRACE_NAME,
-        SpanType.CHAIN,
-        None,
-        None,
-        start_ns,
-        end_ns,
-        {"question": sample.user_input},
-        answer,
-        {"question_id": sample.id, "question_type": sample.question_type or ""},
-        response.error,
-    )
-    trace_id = root.trace_id
-    docs = _documents(response)
-    spans = [root]
-    _, retrieve = _span(
-        "retrieve",
-        SpanType.RETRIEVER,
-        trace_id,
-        root_raw,
-        start_ns,
-        split_ns,
-        {"query": sample.user_input},
-        docs,
-    )
-    spans.append(retrieve)
+    spans = [
+        _SpanParts(
+            1,
+            TRACE_NAME,
+            SpanType.CHAIN,
+            start_ns,
+            end_ns,
+            {"question": sample.user_input},
+            answer,
+            {"question_id": sample.id, "question_type": sample.question_type or ""},
+            response.error,
+        ),
+        _SpanParts(
+            2,
+            "retrieve",
+            SpanType.RETRIEVER,
+            start_ns,
+            split_ns,
+            {"query": sample.user_input},
+            _documents(response),
+            {},
+        ),
+    ]
     if response.response or "prompt_tokens" in response.metadata:
         usage = {
             TokenUsageKey.INPUT_TOKENS: int(response.metadata.get("prompt_tokens", 0)),
@@ -404,19 +500,19 @@ def question_trace(
         for key in ("finish_reason", "cached", "generation_ms"):
             if key in response.metadata:
                 attributes[key] = response.metadata[key]
-        _, generate = _span(
-            "generate",
-            SpanType.LLM,
-            trace_id,
-            root_raw,
-            split_ns,
-            end_ns,
-            {"question": sample.user_input, "contexts": len(response.retrieved_contexts)},
-            response.response,
-            attributes,
+        spans.append(
+            _SpanParts(
+                3,
+                "generate",
+                SpanType.LLM,
+                split_ns,
+                end_ns,
+                {"question": sample.user_input, "contexts": len(response.retrieved_contexts)},
+                response.response,
+                attributes,
+            )
         )
-        spans.append(generate)
-    assessments: list[Any] = []
+    assessments: list[_AssessmentParts] = []
     not_applicable: dict[str, list[str]] = {}
     for name in assessed if assessed is not None else assessed_columns(specs, sources):
         value = values.get(name, MetricValue.nan("missing"))
@@ -425,22 +521,29 @@ def question_trace(
             continue
         source = sources.get(name, _CODE)
         record = (audit or {}).get(source.audit_key) if source.audit_key else None
-        assessments.append(feedback(name, value, source, record))
-    if sample.reference:
+        valid = value.is_valid
         assessments.append(
-            Expectation(
-                name=EXPECTATION_NAME,
-                value=sample.reference,
-                source=AssessmentSource(
-                    source_type=AssessmentSourceType.HUMAN, source_id="dataset"
-                ),
+            _AssessmentParts(
+                name,
+                float(value.value) if valid else None,
+                False,
+                None if valid else str(value.reason or "nan"),
+                rationale(value, record),
+                source.source_type,
+                source.source_id,
             )
         )
-    for a in assessments:
-        a.trace_id = trace_id
-        a.span_id = root.span_id
-        a.assessment_id = (
-            "a-" + hashlib.blake2b(f"{trace_id}/{a.name}".encode(), digest_size=16).hexdigest()
+    if sample.reference:
+        assessments.append(
+            _AssessmentParts(
+                EXPECTATION_NAME,
+                sample.reference,
+                True,
+                None,
+                None,
+                AssessmentSourceType.HUMAN,
+                "dataset",
+            )
         )
     tags = {TraceTagKey.TRACE_NAME: TRACE_NAME, "question_id": sample.id}
     if sample.question_type:
@@ -453,22 +556,79 @@ def question_trace(
         tags[NOT_APPLICABLE_TAG] = "; ".join(
             f"{reason}: {', '.join(names)}" for reason, names in sorted(not_applicable.items())
         )[:_TAG_CHARS]
-    info = TraceInfo(
+    return _TraceParts(
+        otel_trace_id=otel_trace_id,
         trace_id=trace_id,
-        trace_location=TraceLocation.from_experiment_id(experiment_id),
         request_time=start_ns // 1_000_000,
         execution_duration=total_ns // 1_000_000,
-        state=TraceState.ERROR if failed else TraceState.OK,
+        failed=failed,
         request_preview=json.dumps({"question": sample.user_input}, ensure_ascii=False)[
             :_PREVIEW_CHARS
         ],
         response_preview=(answer or "")[:_PREVIEW_CHARS],
         client_request_id=sample.id,
-        trace_metadata={
-            TRACE_SCHEMA_VERSION_KEY: str(TRACE_SCHEMA_VERSION),
-            TraceMetadataKey.SOURCE_RUN: run_id,
-        },
+        run_id=run_id,
         tags=tags,
+        spans=spans,
+        assessments=assessments,
+    )
+
+
+def _metadata(parts: _TraceParts) -> dict[str, str]:
+    return {
+        TRACE_SCHEMA_VERSION_KEY: str(TRACE_SCHEMA_VERSION),
+        TraceMetadataKey.SOURCE_RUN: parts.run_id,
+    }
+
+
+def _entities(parts: _TraceParts, experiment_id: str) -> tuple[TraceInfo, list[Span]]:
+    """MLflow's trace info (with assessments) and spans of one question's trace."""
+    _IDS.seed(parts.otel_trace_id)
+    root_raw = None
+    spans: list[Span] = []
+    for part in parts.spans:  # made in order: the ids follow _span_id(trace, part.n)
+        raw, span = _span(
+            part.name,
+            part.span_type,
+            parts.trace_id,
+            root_raw,
+            part.start_ns,
+            part.end_ns,
+            part.inputs,
+            part.outputs,
+            part.attributes,
+            part.error,
+        )
+        root_raw = root_raw or raw
+        spans.append(span)
+    assessments: list[Any] = []
+    for a in parts.assessments:
+        src = AssessmentSource(source_type=a.source_type, source_id=a.source_id)
+        entity: Any
+        if a.expectation:
+            entity = Expectation(name=a.name, value=a.value, source=src)
+        elif a.error_code is None:
+            entity = Feedback(name=a.name, value=a.value, source=src, rationale=a.rationale)
+        else:
+            error = AssessmentError(error_code=a.error_code, error_message=a.rationale)
+            entity = Feedback(
+                name=a.name, value=None, error=error, source=src, rationale=a.rationale
+            )
+        entity.trace_id = parts.trace_id
+        entity.span_id = spans[0].span_id
+        entity.assessment_id = _assessment_id(parts.trace_id, a.name)
+        assessments.append(entity)
+    info = TraceInfo(
+        trace_id=parts.trace_id,
+        trace_location=TraceLocation.from_experiment_id(experiment_id),
+        request_time=parts.request_time,
+        execution_duration=parts.execution_duration,
+        state=TraceState.ERROR if parts.failed else TraceState.OK,
+        request_preview=parts.request_preview,
+        response_preview=parts.response_preview,
+        client_request_id=parts.client_request_id,
+        trace_metadata=_metadata(parts),
+        tags=dict(parts.tags),
         assessments=assessments,
     )
     return info, spans
@@ -580,30 +740,27 @@ def log_traces(
     assessed = assessed_columns(specs, sources)
     try:
         for first in range(0, len(rows), TRACES_PER_TRANSACTION):  # built and written in chunks
-            infos: list[TraceInfo] = []
-            by_trace: dict[str, list[Span]] = {}
+            chunk: list[_TraceParts] = []
             for i, (sample, response, row_values, key) in enumerate(
                 rows[first : first + TRACES_PER_TRANSACTION], start=first
             ):
-                info, trace_spans = question_trace(
+                parts = _question_parts(
                     sample,
                     response,
                     row_values,
                     specs,
                     sources=sources,
                     audit=by_id.get(sample.id),
-                    experiment_id=experiment_id,
                     run_id=run_id,
                     model=model,
                     start_ns=now_ns + 1_000 * i,  # keep the questions' order in the UI's list
                     question_key=key,
                     assessed=assessed,
                 )
-                infos.append(info)
-                by_trace[info.trace_id] = trace_spans
-                n_spans += len(trace_spans)
-                n_assessments += len(info.assessments)
-            writer.write(infos, by_trace)
+                chunk.append(parts)
+                n_spans += len(parts.spans)
+                n_assessments += len(parts.assessments)
+            writer.write(chunk)
     finally:
         writer.close()
     elapsed = time.perf_counter() - started
@@ -646,13 +803,14 @@ class _ApiTraceWriter:
             )
         )
 
-    def write(self, infos: Sequence[TraceInfo], spans: Mapping[str, Sequence[Span]]) -> None:
-        """Trace infos (with assessments) first, then their spans (by trace id)."""
-        list(self.pool.map(self.client.start_trace, infos))
-        flat = [span for trace_spans in spans.values() for span in trace_spans]
+    def write(self, chunk: Sequence[_TraceParts]) -> None:
+        """Trace infos (with assessments) first, then their spans."""
+        built = [_entities(parts, self.experiment_id) for parts in chunk]
+        list(self.pool.map(self.client.start_trace, [info for info, _ in built]))
+        flat = [span for _, trace_spans in built for span in trace_spans]
         list(
             self.pool.map(
-                lambda chunk: self.client.log_spans(self.experiment_id, list(chunk)),
+                lambda spans: self.client.log_spans(self.experiment_id, list(spans)),
                 _chunks(flat, SPANS_PER_CALL),
             )
         )
@@ -728,33 +886,32 @@ class _SqlTraceWriter:
             self.client.delete_traces(self.experiment.experiment_id, trace_ids=list(chunk))
         return len(found)
 
-    def write(self, infos: Sequence[TraceInfo], spans: Mapping[str, Sequence[Span]]) -> None:
-        """Write ``infos`` with their assessments and spans (by trace id) in ONE transaction
+    def write(self, chunk: Sequence[_TraceParts]) -> None:
+        """Write the traces of ``chunk`` with their assessments and spans in ONE transaction
         (:func:`_insert_sql`)."""
-        _insert_sql(self, infos, spans)
+        _insert_sql(self, chunk)
 
     def close(self) -> None:
         """Nothing to release (the store's engine is MLflow's)."""
 
 
-def _insert_sql(
-    writer: _SqlTraceWriter, infos: Sequence[TraceInfo], spans: Mapping[str, Sequence[Span]]
-) -> None:
-    """Write trace infos with their assessments and spans in ONE transaction of a database
-    store.
+def _insert_sql(writer: _SqlTraceWriter, chunk: Sequence[_TraceParts]) -> None:
+    """Write the traces of ``chunk`` with their assessments and spans in ONE transaction of a
+    database store.
 
     MLflow writes one trace per transaction through ORM objects (``start_trace``), then its
     spans (``log_spans``: an upsert, then per-trace updates and tag merges). Here the rows the
-    two calls leave behind for a new trace are inserted with one multi-row INSERT per table:
-    the trace info (with the analytics columns ``start_trace`` derives from metadata and the
+    two calls leave behind for a new trace are inserted with one multi-row INSERT per table,
+    built from the plain values of each trace (no OpenTelemetry span, no MLflow entity): the
+    trace info (with the analytics columns ``start_trace`` derives from metadata and the
     token usage and cost ``log_spans`` aggregates from the spans; payload generation 1, as
     after one ``log_spans``), tags with the artifact location and the spans' location,
     metadata marked finalized, the assessments as ``SqlAssessments.from_mlflow_entity`` maps
-    them, and the spans as ``log_spans`` stores them (MLflow's own
-    ``translate_span_when_storing`` and JSON encoder). The rollup rebuild queue (off unless
-    ``MLFLOW_SQL_TRACE_ROLLUPS_ENABLED``) is not maintained, so with rollups on the API is
-    used. ``tests/test_traces.py`` checks that both paths store the same rows (re-run it when
-    MLflow is upgraded: this relies on the store's tables and value mapping).
+    them, and the spans as ``log_spans`` stores them (:func:`_span_rows`). The rollup rebuild
+    queue (off unless ``MLFLOW_SQL_TRACE_ROLLUPS_ENABLED``) is not maintained, so with
+    rollups on the API is used. ``tests/test_traces.py`` checks that both paths store the
+    same rows (re-run it when MLflow is upgraded: this relies on the store's tables and value
+    mapping).
     """
     from mlflow.store.tracking.utils.trace_analytics import (
         PROMOTED_TRACE_METADATA_KEYS,
@@ -773,15 +930,18 @@ def _insert_sql(
     metadata_rows: list[dict[str, Any]] = []
     assessment_rows: list[dict[str, Any]] = []
     analytics_keys: set[str] = set()
-    for info in infos:
-        trace_id = info.trace_id
-        metadata = dict(info.trace_metadata)
+    columns = writer._assessment_columns
+    now_ms = int(time.time() * 1000)
+    spans_location = SpansLocation.TRACKING_STORE.value
+    for parts in chunk:
+        trace_id = parts.trace_id
+        metadata = _metadata(parts)
         analytics = analytics_columns_from_metadata(metadata)
         analytics_keys.update(analytics)
         for key in PROMOTED_TRACE_METADATA_KEYS:
             metadata.pop(key, None)
         metadata[TraceMetadataKey.TRACE_INFO_FINALIZED] = "true"
-        usage = _span_rows(spans.get(trace_id, ()), experiment_id, span_rows)
+        usage = _span_rows(parts, experiment_id, span_rows)
         analytics = {**usage, **analytics}  # start_trace's values take precedence
         analytics_keys.update(usage)
         info_rows.append(
@@ -789,29 +949,28 @@ def _insert_sql(
                 "db_payload_generation": 1,
                 "request_id": trace_id,
                 "experiment_id": experiment_id,
-                "timestamp_ms": info.request_time,
-                "execution_time_ms": info.execution_duration,
-                "status": info.state.value,
-                "client_request_id": info.client_request_id,
-                "request_preview": info.request_preview,
-                "response_preview": info.response_preview,
-                "trace_name": validate_trace_name(info.tags.get(TraceTagKey.TRACE_NAME)),
+                "timestamp_ms": parts.request_time,
+                "execution_time_ms": parts.execution_duration,
+                "status": (TraceState.ERROR if parts.failed else TraceState.OK).value,
+                "client_request_id": parts.client_request_id,
+                "request_preview": parts.request_preview,
+                "response_preview": parts.response_preview,
+                "trace_name": validate_trace_name(parts.tags.get(TraceTagKey.TRACE_NAME)),
                 **analytics,
             }
         )
         location = store._get_trace_artifact_location_tag(experiment, trace_id)
-        tags = {k: v for k, v in info.tags.items() if k != TraceTagKey.TRACE_NAME}
+        tags = {k: v for k, v in parts.tags.items() if k != TraceTagKey.TRACE_NAME}
         tags[location.key] = location.value
-        tags[TraceTagKey.SPANS_LOCATION] = SpansLocation.TRACKING_STORE.value
+        tags[TraceTagKey.SPANS_LOCATION] = spans_location
         tag_rows.extend({"request_id": trace_id, "key": k, "value": v} for k, v in tags.items())
         metadata_rows.extend(
             {"request_id": trace_id, "key": k, "value": v} for k, v in sorted(metadata.items())
         )
-        columns = writer._assessment_columns
-        for a in info.assessments:
-            row = _assessment_row(a, trace_id, experiment_id, info.request_time)
-            aggregate = assessment_aggregate(row.pop("_value"))
-            row["aggregate_value"], row["is_numeric_value"] = aggregate
+        root_span_id = encode_span_id(_span_id(parts.otel_trace_id, 1))
+        for a in parts.assessments:
+            row = _assessment_row(a, parts, root_span_id, experiment_id, now_ms)
+            row["aggregate_value"], row["is_numeric_value"] = assessment_aggregate(a.value)
             assessment_rows.append({columns[k]: v for k, v in row.items()})
     for row in info_rows:  # one column set for the multi-row INSERT
         for key in analytics_keys:
@@ -827,12 +986,58 @@ def _insert_sql(
             session.execute(m.SqlSpan.__table__.insert(), span_rows)
 
 
-def _span_rows(
-    spans: Sequence[Span], experiment_id: int, out: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """Append the ``spans`` rows of one trace's spans to ``out``, as
-    ``SqlAlchemyStore.log_spans`` writes them; return the trace info's token and cost columns
-    it aggregates from them (tree-aware, MLflow's own aggregation)."""
+@functools.lru_cache(maxsize=64)
+def _model_has_price(model: str) -> bool:
+    """Whether MLflow's cost lookup knows ``model`` (a probe of 1 prompt token: the lookup
+    returns no cost for a model it does not know, whatever the token counts)."""
+    usage = {TokenUsageKey.INPUT_TOKENS: 1, TokenUsageKey.OUTPUT_TOKENS: 0}
+    return calculate_cost_by_model_and_token_usage(model, usage) is not None
+
+
+def _span_content(parts: _TraceParts, span: _SpanParts) -> dict[str, Any]:
+    """A span as ``translate_span_when_storing`` gives it for our spans: ``Span.to_dict`` of
+    the span :func:`_entities` makes (attributes dumped as ``LiveSpan`` dumps them), with
+    MLflow's own double-dump sanitising and the LLM cost when the model has a price (none of
+    the other OpenTelemetry conventions it translates occur in our attributes)."""
+    attributes = {
+        SpanAttributeKey.REQUEST_ID: dump_span_attribute_value(parts.trace_id),
+        SpanAttributeKey.SPAN_TYPE: dump_span_attribute_value(span.span_type),
+        SpanAttributeKey.INPUTS: dump_span_attribute_value(span.inputs),
+        SpanAttributeKey.OUTPUTS: dump_span_attribute_value(span.outputs),
+    }
+    for key, value in span.attributes.items():
+        attributes[key] = dump_span_attribute_value(value)
+    attributes = sanitize_attributes(attributes)
+    usage = span.attributes.get(SpanAttributeKey.CHAT_USAGE)
+    model = span.attributes.get(SpanAttributeKey.MODEL)
+    if usage and isinstance(model, str) and _model_has_price(model):
+        if cost := calculate_cost_by_model_and_token_usage(model, usage):
+            attributes[SpanAttributeKey.LLM_COST] = dump_span_attribute_value(cost)
+    return {
+        "trace_id": base64.b64encode(parts.otel_trace_id.to_bytes(16, "big")).decode(),
+        "span_id": base64.b64encode(
+            _span_id(parts.otel_trace_id, span.n).to_bytes(8, "big")
+        ).decode(),
+        "parent_span_id": None
+        if span.n == 1
+        else base64.b64encode(_span_id(parts.otel_trace_id, 1).to_bytes(8, "big")).decode(),
+        "name": span.name,
+        "start_time_unix_nano": span.start_ns,
+        "end_time_unix_nano": span.end_ns,
+        "events": [],
+        "status": {
+            "code": "STATUS_CODE_ERROR" if span.error else "STATUS_CODE_OK",
+            "message": "",
+        },
+        "attributes": attributes,
+        "links": [],
+    }
+
+
+def _span_rows(parts: _TraceParts, experiment_id: int, out: list[dict[str, Any]]) -> dict[str, Any]:
+    """Append the ``spans`` rows of one trace to ``out``, as ``SqlAlchemyStore.log_spans``
+    writes them; return the trace info's token and cost columns it aggregates from them
+    (tree-aware, MLflow's own aggregation)."""
     from mlflow.store.tracking.sqlalchemy_store import (
         _span_aggregation_node,
         _try_parse_json_string,
@@ -844,7 +1049,6 @@ def _span_rows(
         finite_float_or_none,
         token_count_or_none,
     )
-    from mlflow.tracing.otel.translation import translate_span_when_storing
     from mlflow.tracing.utils import (
         TraceJSONEncoder,
         aggregate_cost_from_span_nodes,
@@ -853,18 +1057,17 @@ def _span_rows(
 
     usage_nodes = []
     cost_nodes = []
-    for span in spans:
-        span_dict = translate_span_when_storing(span)
-        attributes = span_dict.get("attributes", {})
+    root_id = encode_span_id(_span_id(parts.otel_trace_id, 1))
+    for span in parts.spans:
+        span_dict = _span_content(parts, span)
+        attributes = span_dict["attributes"]
+        span_id = encode_span_id(_span_id(parts.otel_trace_id, span.n))
+        parent_id = None if span.n == 1 else root_id
         usage_nodes.append(
-            _span_aggregation_node(
-                span.span_id, span.parent_id, attributes, SpanAttributeKey.CHAT_USAGE
-            )
+            _span_aggregation_node(span_id, parent_id, attributes, SpanAttributeKey.CHAT_USAGE)
         )
         cost_nodes.append(
-            _span_aggregation_node(
-                span.span_id, span.parent_id, attributes, SpanAttributeKey.LLM_COST
-            )
+            _span_aggregation_node(span_id, parent_id, attributes, SpanAttributeKey.LLM_COST)
         )
         cost: dict[str, Any] = {}
         if attributes.get(SpanAttributeKey.LLM_COST):
@@ -874,15 +1077,15 @@ def _span_rows(
                 cost = {}
         out.append(
             {
-                "trace_id": span.trace_id,
+                "trace_id": parts.trace_id,
                 "experiment_id": experiment_id,
-                "span_id": span.span_id,
-                "parent_span_id": span.parent_id,
+                "span_id": span_id,
+                "parent_span_id": parent_id,
                 "name": span.name,
                 "type": span.span_type,
-                "status": span.status.status_code,
-                "start_time_unix_nano": span.start_time_ns,
-                "end_time_unix_nano": span.end_time_ns,
+                "status": "ERROR" if span.error else "OK",
+                "start_time_unix_nano": span.start_ns,
+                "end_time_unix_nano": span.end_ns,
                 "content": json.dumps(span_dict, cls=TraceJSONEncoder, ensure_ascii=False),
                 "input_cost": finite_float_or_none(cost.get("input_cost")),
                 "output_cost": finite_float_or_none(cost.get("output_cost")),
@@ -908,34 +1111,32 @@ def _span_rows(
 
 
 def _assessment_row(
-    a: Any, trace_id: str, experiment_id: int, trace_timestamp_ms: int
+    a: _AssessmentParts, parts: _TraceParts, span_id: str, experiment_id: int, now_ms: int
 ) -> dict[str, Any]:
     """The ``assessments`` row of one assessment, keyed by ``SqlAssessments`` attribute, as
-    ``SqlAssessments.from_mlflow_entity`` maps it (plus ``_value``, for the aggregate columns);
-    feedback and expectations only."""
-    if a.feedback is not None:
-        kind, value = "feedback", a.feedback.value
-        error = json.dumps(a.feedback.error.to_dictionary()) if a.feedback.error else None
-    else:
-        kind, value, error = "expectation", a.expectation.value, None
+    ``SqlAssessments.from_mlflow_entity`` maps the entity :func:`_entities` makes of it."""
+    error = None
+    if a.error_code is not None:
+        error = json.dumps(
+            {"error_code": a.error_code, "error_message": a.rationale, "stack_trace": None}
+        )
     return {
-        "assessment_id": a.assessment_id,
-        "trace_id": trace_id,
+        "assessment_id": _assessment_id(parts.trace_id, a.name),
+        "trace_id": parts.trace_id,
         "name": a.name,
-        "assessment_type": kind,
-        "value": json.dumps(value),
-        "_value": value,
+        "assessment_type": "expectation" if a.expectation else "feedback",
+        "value": json.dumps(a.value),
         "error": error,
-        "created_timestamp": a.create_time_ms,
-        "last_updated_timestamp": a.last_update_time_ms,
-        "source_type": a.source.source_type,
-        "source_id": a.source.source_id,
-        "run_id": a.run_id,
-        "span_id": a.span_id,
-        "rationale": a.rationale,
-        "overrides": a.overrides,
+        "created_timestamp": now_ms,
+        "last_updated_timestamp": now_ms,
+        "source_type": a.source_type,
+        "source_id": a.source_id,
+        "run_id": None,
+        "span_id": span_id,
+        "rationale": None if a.expectation else a.rationale,
+        "overrides": None,
         "valid": True,
-        "assessment_metadata": json.dumps(a.metadata) if a.metadata else None,
+        "assessment_metadata": None,
         "experiment_id": experiment_id,
-        "trace_timestamp_ms": trace_timestamp_ms,
+        "trace_timestamp_ms": parts.request_time,
     }
