@@ -176,6 +176,7 @@ def test_audit_artifact_and_judge_usage_are_logged(tmp_path):
     assert rows[0]["faithfulness"]["judgement"]["raw"]
     assert rows[3]["faithfulness"] == {
         "skipped": "refusal",
+        "rationale": [],  # no verdict: nothing for the trace's rationale
         "judge_calls": 0,
         "judge_prompt_tokens": 0,
         "judge_completion_tokens": 0,
