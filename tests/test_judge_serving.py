@@ -85,7 +85,8 @@ def test_two_identical_requests_in_flight_make_one_server_call(tmp_path: Path) -
 
 
 def test_identical_requests_share_the_first_callers_error() -> None:
-    with FakeOpenAIServer(latency_s=0.3, slots=4, fault="500", fault_share=1.0) as server:
+    # 1 s per call: the second caller joins the first's flight even on a loaded machine
+    with FakeOpenAIServer(latency_s=1.0, slots=4, fault="500", fault_share=1.0) as server:
         judge = CachedChat(served(server, max_retries=0), UsageMeter("judge"))
         gate = threading.Barrier(2)
         errors: list[BaseException] = []
