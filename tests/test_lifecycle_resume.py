@@ -109,8 +109,12 @@ def test_kill_9_then_resume_answers_every_sample_exactly_once(tmp_path: Path) ->
     assert run.data.tags["resumed"] == "true"
     assert run.data.tags["job.dir"] == str(job_dir.resolve())
     assert run.data.metrics["n_samples"] == N_QUESTIONS and run.data.metrics["n_failed"] == 0
-    # only the missing questions were answered by the (uncached, metered) fake generator
-    assert run.data.metrics["generator.llm_calls"] == N_QUESTIONS - answered_before
+    # only the missing questions were answered: the resumed attempt reused the others ...
+    resumed = f"Resuming: {answered_before} of {N_QUESTIONS} questions already answered"
+    assert resumed in done.stdout + done.stderr
+    # ... and the run's usage counts both attempts (issue 27: usage.json in the checkpoint);
+    # calls in flight at the kill may have been counted before their answer was stored
+    assert run.data.metrics["generator.llm_calls"] >= N_QUESTIONS
 
     table = _per_query(client, run_id)
     expected = [json.loads(x)["id"] for x in _small_dataset(tmp_path).read_text().splitlines()]
