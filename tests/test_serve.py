@@ -18,6 +18,7 @@ import pytest
 from hydra.utils import instantiate
 from mlflow.tracking import MlflowClient
 
+from rag_experiments.analysis.runs import run_values
 from rag_experiments.app import run_job
 from rag_experiments.errors import ConfigError
 from rag_experiments.records import RagResponse, Sample
@@ -81,7 +82,7 @@ def _metrics(uri: str, run_name: str) -> dict[str, float]:
     exp = client.get_experiment_by_name("rag-experiments")
     (run,) = client.search_runs([exp.experiment_id], f"attributes.run_name = '{run_name}'")
     assert run.info.status == "FINISHED"
-    return dict(run.data.metrics)
+    return run_values(client, run)  # logged headline metrics + every value of the table
 
 
 @pytest.mark.slow
