@@ -427,11 +427,15 @@ def test_a_server_left_down_leaves_the_run_resumable_and_resume_asks_no_model(
     assert client.get_run(run_id).info.status == "RUNNING"
     argv = shlex.split(command)
     assert argv[:2] == ["rag-exp", "run"]
-    _rag_exp(tmp_path, *argv[1:])
+    resumed = _rag_exp(tmp_path, *argv[1:])
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
     assert run.data.metrics["n_samples"] == N_QUESTIONS
-    assert run.data.metrics["generator.llm_calls"] == 0  # every answer from the checkpoint
+    # every answer from the checkpoint: the generator was not asked again, and the run's usage
+    # is the first attempt's (saved in the checkpoint's usage.json)
+    every = f"Resuming: {N_QUESTIONS} of {N_QUESTIONS} questions already answered"
+    assert every in resumed.stdout + resumed.stderr
+    assert run.data.metrics["generator.llm_calls"] == N_QUESTIONS
     # the fake judge is free and never cached (FakeChat.cacheable = False): it is asked once
     # per judged cell again, exactly one pass; a real judge's calls come from the LLM cache
     metrics = run.data.metrics
