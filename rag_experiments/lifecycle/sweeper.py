@@ -120,29 +120,27 @@ class OptunaSweeper(_PluginSweeper):
         """The study has a best value: end the sweep's parent run FINISHED, also when some
         trials failed (their count and reasons go to tag ``sweep.failed_children`` and a
         warning), so the parent agrees with the exit code 0."""
-        from rag_experiments.tracking.sweep import close_sweep
-
         n = sum(self.failed.reasons.values())
         summary = "; ".join(f"{r} (x{c})" for r, c in self.failed.reasons.most_common(3))
         note = f"{n} failed trial(s), the best value is from the others: {summary}"
         if n:
             log.warning("Optuna study done with %s", note)
-        tracking = self.config.get("tracking")
-        if tracking is None:
-            return
-        try:
-            close_sweep(str(tracking.uri), str(self.config.hydra.sweep.dir), tolerated=note)
-        except RagExpError as exc:
-            log.warning("could not close the sweep's parent run: %s", exc)
+        self._close_parent(tolerated=note)
 
     def _fail_parent(self, message: str) -> None:
         """End the sweep's parent run FAILED with ``message`` (when there is one)."""
+        self._close_parent(error=message)
+
+    def _close_parent(self, **outcome: str) -> None:
+        """:func:`~rag_experiments.tracking.sweep.close_sweep` the sweep's parent run (when
+        the config tracks one) with ``outcome`` (``tolerated=`` or ``error=``); a store that
+        refuses is a warning, the study's result stands."""
         from rag_experiments.tracking.sweep import close_sweep
 
         tracking = self.config.get("tracking")
         if tracking is None:
             return
         try:
-            close_sweep(str(tracking.uri), str(self.config.hydra.sweep.dir), error=message)
+            close_sweep(str(tracking.uri), str(self.config.hydra.sweep.dir), **outcome)
         except RagExpError as exc:
-            log.warning("could not mark the sweep's parent run: %s", exc)
+            log.warning("could not close the sweep's parent run: %s", exc)
