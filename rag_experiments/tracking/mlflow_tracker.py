@@ -477,8 +477,8 @@ class MlflowTracker:
         run_id = self._require_run()
         client = self._client()
         try:
-            if key in client.get_run(run_id).data.tags:
-                client.delete_tag(run_id, key)
+            if key in self.outage.call("tags", client.get_run, run_id).data.tags:
+                self.outage.call("tags", client.delete_tag, run_id, key)
         except MlflowException as e:
             raise TrackingError(f"Cannot delete tag {key!r} of run {run_id}: {e.message}") from e
 
