@@ -7,7 +7,7 @@ Layout of a job directory (Hydra's ``hydra.run.dir`` or a sweep job's subdir)::
     checkpoint.json    {"run_id": …, "dataset_digest": …}   written when the run opens
     responses.jsonl    {"id": <sample id>, "run_id": …, "response": <RagResponse fields>}
     usage.json         {"run_id": …, "counts": {"calls": …, "cache_hits": …, …}}
-                       the generator's usage as of the last stored answer
+                       the generator's usage, written before each answer is stored
 
 Only successful answers are stored: a question whose target failed (timeout, server error) is
 asked again on resume. ``responses.jsonl`` is an :class:`~rag_experiments.common.appendlog.
@@ -46,8 +46,8 @@ log = logging.getLogger(__name__)
 RESPONSES_FILE = "responses.jsonl"
 META_FILE = "checkpoint.json"
 USAGE_FILE = "usage.json"
-"""The generator's usage (:meth:`~rag_experiments.llm.usage.UsageMeter.counts`) as of the
-last stored answer; a resumed run adds it back (``generator.llm_calls`` … and
+"""The generator's usage (:meth:`~rag_experiments.llm.usage.UsageMeter.counts`) written just
+before each answer is stored; a resumed run adds it back (``generator.llm_calls`` … and
 ``generator.llm_cache_hit_rate`` cover the whole run)."""
 USAGE_ROLE = "generator"
 
@@ -269,11 +269,14 @@ class CheckpointedTarget:
             return self.done[sample.id]
         resp = self.inner.answer(sample)
         if resp.error is None:
-            self.checkpoint.append(sample.id, resp)
-            with self._usage_lock:  # the latest counts are written last
+            # usage first, then the answer: a kill between the two leaves usage.json counting
+            # a call whose answer is asked again on resume (it was made: counted twice is
+            # true), never a stored answer whose call is missing from the counts
+            with self._usage_lock:  # counts read and written under one lock: never go back
                 counts = usage_counts(USAGE_ROLE)
                 if counts is not None:
                     self.checkpoint.write_usage(counts)
+            self.checkpoint.append(sample.id, resp)
         return resp
 
     def describe(self) -> dict[str, str]:
