@@ -10,19 +10,22 @@ one-line legend.
   :data:`~rag_experiments.metrics.definitions.DEFINITIONS`, with or without a backend prefix
   such as ``deepeval.``): the judged metrics, ``keyword_faithfulness`` and the refusal rates.
 
-A metric with no valid value shows ``—`` and ``n = 0`` (the reasons are in
-``per_query_results.csv``).
+A metric with no valid value shows ``—``, ``n = 0`` and its most frequent NaN reason (all
+reasons per question: ``per_query_results.csv``). A metric whose range is not [0, 1] (the raw
+1–5 grades of ``answer_judge``) carries its range after its name, so a raw ``1.0`` (the worst
+grade) does not read as a perfect score.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 
 from rag_experiments.aggregate import CONFIDENCE, Aggregate
 from rag_experiments.metrics.definitions import DEFINITIONS
 from rag_experiments.metrics.keys import KEY_METRICS
-from rag_experiments.records import MetricSpec
+from rag_experiments.records import MetricSpec, MetricValue
 
 LEGEND = (
     "mean over the n questions with a value; [{ci}% CI] = bootstrap interval of the mean; "
@@ -40,6 +43,7 @@ def summary_table(
     specs: Sequence[MetricSpec],
     aggregates: Sequence[Aggregate],
     key_metrics: Collection[str] = KEY_METRICS,
+    values: Sequence[Mapping[str, MetricValue]] = (),
 ) -> list[str]:
     """The run's metric table as lines (rules in the module docstring).
 
@@ -47,25 +51,28 @@ def summary_table(
         specs: The run's metric columns, in output order.
         aggregates: The run's aggregates (only group ``all`` is shown).
         key_metrics: The key metrics.
+        values: The run's per-row values (``EvalResult.values``): the NaN reason shown for a
+            metric without a valid value is their most frequent one (none shown when empty).
 
     Returns:
         Lines without trailing newlines: a header, the retrieval block, the answer block and
         the legend; blocks without a metric are left out.
     """
     overall = {a.metric: a for a in aggregates if a.group == "all"}
+    labels = {s.name: _label(s) for s in specs}
     names = [s.name for s in specs if s.name in overall]
     retrieval = [n for n in names if not is_answer_metric(n)]
     answer = [n for n in names if is_answer_metric(n)]
     shown_retrieval = [n for n in retrieval if n in key_metrics] or retrieval[:6]
     hidden = len(retrieval) - len(shown_retrieval)
-    width = max([len(n) for n in shown_retrieval + answer] + [20]) + 2
+    width = max([len(labels[n]) for n in shown_retrieval + answer] + [20]) + 2
     ci_label = f"[{CONFIDENCE:.0%} CI]"
     lines = [f"  {'':<{width}} {'mean':>7}  {ci_label:<16} {'n':>4}"]
     for title, block in (("retrieval", shown_retrieval), ("answer", answer)):
         if not block:
             continue
         lines.append(f"  {title}")
-        lines.extend(_row(overall[n], width) for n in block)
+        lines.extend(_row(overall[n], labels[n], width, values) for n in block)
         if title == "retrieval" and hidden:
             lines.append(
                 f"    (+ {hidden} more retrieval metrics, every cutoff and level: "
@@ -75,8 +82,24 @@ def summary_table(
     return lines
 
 
-def _row(a: Aggregate, width: int) -> str:
+def _label(spec: MetricSpec) -> str:
+    """The metric's name, with its range when that is not [0, 1]: ``x_raw (1–5)``."""
+    if (spec.low, spec.high) == (0.0, 1.0):
+        return spec.name
+    return f"{spec.name} ({spec.low:g}–{spec.high:g})"
+
+
+def _row(a: Aggregate, label: str, width: int, values: Sequence[Mapping[str, MetricValue]]) -> str:
     if math.isnan(a.mean):
-        return f"    {a.metric:<{width - 2}} {'—':>7}  {'':<16} {a.n_valid:>4}"
+        reasons = Counter(
+            row[a.metric].reason or "no reason"
+            for row in values
+            if a.metric in row and not row[a.metric].is_valid
+        )
+        why = ""
+        if reasons:
+            reason, count = reasons.most_common(1)[0]
+            why = f"  no value: {reason} ({count} of {len(values)})"
+        return f"    {label:<{width - 2}} {'—':>7}  {'':<16} {a.n_valid:>4}{why}"
     ci = f"[{a.ci_low:.3f}, {a.ci_high:.3f}]"
-    return f"    {a.metric:<{width - 2}} {a.mean:>7.4f}  {ci:<16} {a.n_valid:>4}"
+    return f"    {label:<{width - 2}} {a.mean:>7.4f}  {ci:<16} {a.n_valid:>4}"

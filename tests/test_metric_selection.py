@@ -10,7 +10,7 @@ import pytest
 from rag_experiments.aggregate import Aggregate, to_metrics
 from rag_experiments.console import summary_table
 from rag_experiments.errors import ConfigError
-from rag_experiments.records import MetricSpec
+from rag_experiments.records import MetricSpec, MetricValue
 from rag_experiments.tracking.selection import select_metrics
 
 AGGS = [
@@ -54,3 +54,32 @@ def test_console_table_has_a_retrieval_block_an_answer_block_and_a_legend() -> N
         "n = questions with a value (why the others are NaN: per_query_results.csv)",
     ]
     assert lines[0].index("mean") + 4 == lines[2].index("0.5000") + 6  # right-aligned
+
+
+def test_console_table_says_why_a_metric_has_no_value_and_shows_a_range_other_than_0_1() -> None:
+    specs = [MetricSpec("faithfulness"), MetricSpec("answer_judge.accuracy_raw", True, 1.0, 5.0)]
+    aggs = [
+        Aggregate("faithfulness", "all", math.nan, 0, 3),
+        Aggregate("answer_judge.accuracy_raw", "all", 1.0, 3, 0, 1.0, 1.0),
+    ]
+    rows = [
+        {"faithfulness": MetricValue.nan("has_reference")},
+        {"faithfulness": MetricValue.nan("parse_error")},
+        {"faithfulness": MetricValue.nan("has_reference")},
+    ]
+    lines = summary_table(specs, aggs, values=rows)
+    assert lines[1] == "  answer"
+    faith, raw = lines[2], lines[3]
+    assert faith.split() == [
+        "faithfulness",
+        "—",
+        "0",
+        "no",
+        "value:",
+        "has_reference",
+        "(2",
+        "of",
+        "3)",
+    ]
+    assert raw.split() == ["answer_judge.accuracy_raw", "(1–5)", "1.0000", "[1.000,", "1.000]", "3"]
+    assert faith.index("—") + 1 == raw.index("1.0000") + 6  # the mean column stays aligned
