@@ -483,9 +483,11 @@ class MlflowTracker:
             raise TrackingError(f"Cannot delete tag {key!r} of run {run_id}: {e.message}") from e
 
     def delete_artifact(self, path: str) -> None:
-        """Delete artifact ``path`` of the active run (nothing when it does not exist).
+        """Delete artifact ``path`` of the active run (nothing when it does not exist); on a
+        server, retried through an outage like every logging call.
 
         Raises:
+            TrackingUnavailableError: The server stayed unreachable for ``tracking.retry_s``.
             TrackingError: Outside a run, or the artifact store refused.
         """
         from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
@@ -493,10 +495,12 @@ class MlflowTracker:
         run_id = self._require_run()
         client = self._client()
         try:
-            if path not in {a.path for a in client.list_artifacts(run_id)}:
+            listed = self.outage.call(path, client.list_artifacts, run_id)
+            if path not in {a.path for a in listed}:
                 return
-            repo = get_artifact_repository(client.get_run(run_id).info.artifact_uri)
-            repo.delete_artifacts(path)
+            info = self.outage.call(path, client.get_run, run_id).info
+            repo = get_artifact_repository(info.artifact_uri)
+            self.outage.call(path, repo.delete_artifacts, path)
         except (MlflowException, NotImplementedError, OSError) as e:
             raise TrackingError(f"Cannot delete artifact {path} of run {run_id}: {e}") from e
 
