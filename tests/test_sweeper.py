@@ -8,16 +8,18 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import optuna
 import pytest
 import yaml
+from hydra import compose
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
-from hydra.utils import get_class
-from omegaconf import OmegaConf
+from hydra.errors import ConfigCompositionException
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig, OmegaConf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
@@ -261,3 +263,30 @@ def test_a_failed_last_grid_point_ends_the_study_with_one_line(tmp_path: Path) -
     assert "x is NaN at top_k=3 (x1)" in str(info.value.error)
     (trial,) = optuna.load_study(study_name="s", storage=sweeper.storage).trials
     assert trial.state == TrialState.FAIL and sweeper.grid_done
+
+
+# --- composed from conf/ -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["optuna", "rag_optuna"])
+def test_hydra_sweeper_optuna_is_an_alias_of_ours(
+    compose_cfg: Callable[..., DictConfig], name: str
+) -> None:
+    overrides = [f"hydra/sweeper={name}", "hydra/sweeper/sampler=grid", "hydra.sweeper.n_jobs=1"]
+    cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    sweeper = instantiate(cfg.hydra.sweeper)
+    assert cfg.hydra.sweeper._target_.endswith("RagOptunaSweeper")
+    assert isinstance(sweeper.sweeper, OptunaSweeper)
+    assert sweeper.sweeper.sampler.func is optuna.samplers.GridSampler  # `_partial_: true`
+    assert sweeper.sweeper.max_failure_rate == 1.0 and sweeper.sweeper.directions == ["minimize"]
+    cfg = compose("config", overrides=[f"hydra/sweeper={name}"], return_hydra_config=True)
+    assert isinstance(instantiate(cfg.hydra.sweeper.sampler), optuna.samplers.TPESampler)
+
+
+def test_a_misspelled_sweeper_key_fails_at_compose(compose_cfg: Callable[..., DictConfig]) -> None:
+    with pytest.raises(ConfigCompositionException, match="n_trial"):
+        compose(
+            config_name="config",
+            overrides=["hydra/sweeper=optuna", "hydra.sweeper.n_trial=3"],
+            return_hydra_config=True,
+        )
