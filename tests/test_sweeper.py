@@ -15,9 +15,13 @@ import optuna
 import pytest
 import yaml
 from hydra import compose
+from hydra._internal.callbacks import Callbacks
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.utils import create_config_search_path
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import ConfigCompositionException
+from hydra.types import HydraContext
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
@@ -32,6 +36,7 @@ from rag_experiments.lifecycle.search_space import (
 )
 from rag_experiments.lifecycle.sweeper import OptunaSweeper, SweepFailedError, trial_values
 from rag_experiments.lifecycle.sweeper_conf import SAMPLERS, OptunaSweeperConf
+from rag_experiments.locations import CONF_DIR
 
 
 def _parse(line: str) -> object:
@@ -290,3 +295,19 @@ def test_a_misspelled_sweeper_key_fails_at_compose(compose_cfg: Callable[..., Di
             overrides=["hydra/sweeper=optuna", "hydra.sweeper.n_trial=3"],
             return_hydra_config=True,
         )
+
+
+@pytest.mark.slow  # composes a trial's config
+def test_a_misspelled_swept_key_fails_before_any_job(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path
+) -> None:
+    overrides = ["hydra/sweeper=optuna", f"hydra.sweep.dir={tmp_path}/sweep"]
+    config = compose("config", overrides=overrides, return_hydra_config=True)
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
+    sampler = optuna.samplers.RandomSampler(seed=0)
+    sweeper = _sweeper(tmp_path, _top_k_score, sampler, params={"retriver.top_k": "choice(3)"})
+    sweeper.hydra_context = HydraContext(config_loader=loader, callbacks=Callbacks())
+    sweeper.config = config
+    with pytest.raises(ConfigCompositionException, match="retriver.top_k"):
+        sweeper.sweep([])
+    assert sweeper.launcher.batches == []  # no job ran

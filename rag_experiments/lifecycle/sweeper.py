@@ -250,6 +250,8 @@ class OptunaSweeper(Sweeper):
         while job_idx < n_trials:
             trials = [study.ask() for _ in range(min(self.n_jobs, n_trials - job_idx))]
             batch = [self._suggest(trial, distributions, fixed) for trial in trials]
+            if self.hydra_context is not None:  # a misspelled key fails here, before any job
+                self.validate_batch_is_legal(batch)
             returns = self.launcher.launch(batch, initial_job_idx=job_idx)
             job_idx += len(returns)
             told = [self._tell(study, t, r) for t, r in zip(trials, returns, strict=True)]
