@@ -6,6 +6,7 @@ The runner never imports Hydra; every "config node → object" decision is in
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import time
@@ -154,6 +155,10 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         preflight(exp.checks)
         if not (cfg.run_name or swept_name):  # the default name holds the dataset's name
             tracker.set_tags({"mlflow.runName": _default_run_name(cfg, exp.dataset.name)})
+        # Everything built so far (imported modules, the config, the parts, the dataset) lives
+        # for the whole run: frozen, the collector stops re-scanning it in every full
+        # collection while the run allocates its rows; unfrozen when the run ends.
+        gc.freeze()
         try:
             result = evaluate_in_run(
                 exp.dataset,
@@ -166,6 +171,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
                 seed=int(cfg.seed),
             )
         finally:  # LLM usage per role and model identity, also when the run fails
+            gc.unfreeze()
             tracker.set_tags(identity_by_role())
             tracker.log_metrics(usage_by_role())
         summary = result.metrics()

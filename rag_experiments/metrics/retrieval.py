@@ -232,10 +232,12 @@ class RetrievalMetrics(MetricBase):
         provider = _provider()
         values: dict[tuple[str, str], float] = {}
         plain = {k: v for k, v in self._ir.items() if not k.startswith("MRR@")}
-        by_measure = {v: k for k, v in plain.items()}
+        # keyed by repr: ir-measures hashes and compares measures by repr, so this is the same
+        # lookup with one repr per value instead of three
+        by_measure = {repr(v): k for k, v in plain.items()}
         if plain:
             for m in provider.iter_calc(list(plain.values()), qrels, run):
-                values[(m.query_id, by_measure[m.measure])] = float(m.value)
+                values[(m.query_id, by_measure[repr(m.measure)])] = float(m.value)
         if "MRR" in self.measures:
             for k in self.cutoffs:
                 cut = _truncate(run, k)
