@@ -99,7 +99,7 @@ def _field_comments(cls: type) -> dict[str, str]:
     doc = cls.__doc__ or ""
     if not doc.startswith(cls.__name__ + "("):
         for sentence in re.split(r"(?<=[.;])\s+", _one_line(doc)):
-            for name in re.findall(r"``(\w+)``", sentence):
+            for name in re.findall(r"``(\w+)(?::[^`]*)?``", sentence):
                 if name not in out and any(f.name == name for f in dataclasses.fields(cls)):
                     out[name] = sentence
     return out
@@ -271,6 +271,9 @@ def _node_rows(node: Any, yaml_comments: dict[str, str], extra: dict[str, str]) 
                 and len(child)
                 and not (child._is_none())
             ):
+                note = yaml_comments.get(dotted) or comments.get(str(key))
+                if note:  # a comment on a mapping: its own row, then its keys
+                    rows.append(f"| `{dotted}` | (mapping) | {_cell(note)} |")
                 walk(child, f"{dotted}.")
                 continue
             if is_missing:
