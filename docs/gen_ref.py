@@ -97,12 +97,44 @@ def _field_comments(cls: type) -> dict[str, str]:
             if "#" in line:
                 out[name] = line.split("#", 1)[1].strip()
     doc = cls.__doc__ or ""
+    for klass in cls.__mro__:  # Google style: an ``Attributes:`` section of the class docstring
+        for name, text in _attributes_section(klass.__doc__ or "").items():
+            out.setdefault(name, text)
     if not doc.startswith(cls.__name__ + "("):
         for sentence in re.split(r"(?<=[.;])\s+", _one_line(doc)):
             for name in re.findall(r"``(\w+)(?::[^`]*)?``", sentence):
                 if name not in out and any(f.name == name for f in dataclasses.fields(cls)):
                     out[name] = sentence
     return out
+
+
+def _attributes_section(doc: str) -> dict[str, str]:
+    """``{name: text}`` of the ``Attributes:`` section of a Google-style docstring."""
+    lines = inspect.cleandoc(doc).splitlines()
+    out: dict[str, str] = {}
+    inside, current = False, None
+    for line in lines:
+        if line.strip() == "Attributes:":
+            inside = True
+            continue
+        if not inside:
+            continue
+        entry = re.match(r"^    (\w+)(?: \([^)]*\))?: (.*)$", line)
+        if entry:
+            current = entry.group(1)
+            out[current] = entry.group(2).strip()
+        elif current and line.startswith("        "):
+            out[current] += " " + line.strip()
+        elif line.strip():
+            break  # the next section
+    return out
+
+
+def _doc_summary(doc: str) -> str:
+    """A docstring up to its first Google-style section (``Attributes:``, ``Args:`` …)."""
+    text = inspect.cleandoc(doc)
+    text = re.split(r"^\w[\w ]*:\s*$", text, maxsplit=1, flags=re.M)[0]
+    return _one_line(text)
 
 
 def _yaml_comments(path: Path) -> dict[str, str]:
@@ -211,6 +243,27 @@ def config_options(conf_dir: Path) -> dict[str, list[str]]:
     return groups
 
 
+def store_options(prefix: str = "hydra", provider: str = "rag") -> dict[str, dict[str, Any]]:
+    """``{group: {option: node}}`` of the options our own plugins store in Hydra's ConfigStore
+    under ``prefix`` (a provider named ``rag…``): sweepers, samplers, launcher schemas that have
+    no YAML file in ``conf/``. Hydra's plugins are scanned first (importing them stores them)."""
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()
+    found: dict[str, dict[str, Any]] = {}
+
+    def walk(tree: dict, path: str) -> None:
+        for key, value in tree.items():
+            if isinstance(value, dict):
+                walk(value, f"{path}/{key}")
+            elif str(getattr(value, "provider", "") or "").startswith(provider):
+                found.setdefault(path.strip("/"), {})[key.removesuffix(".yaml")] = value.node
+
+    walk(ConfigStore.instance().repo.get(prefix, {}), prefix)
+    return found
+
+
 def _default_options(cfg_path: Path) -> dict[str, str]:
     import yaml
 
@@ -296,7 +349,7 @@ def _schema_line(node: Any) -> str:
     schema = OmegaConf.get_type(node)
     if not (isinstance(schema, type) and dataclasses.is_dataclass(schema)):
         return ""
-    doc = _one_line(schema.__doc__ or "") if schema.__doc__ else ""
+    doc = _doc_summary(schema.__doc__ or "") if schema.__doc__ else ""
     if doc.startswith(schema.__name__ + "("):  # dataclass's generated signature: no docstring
         doc = ""
     return f"Schema `{schema.__module__}.{schema.__name__}`" + (f": {doc}" if doc else ".")
@@ -317,6 +370,10 @@ def config_reference(conf_dir: Path | None = None) -> str:
 
 def _config_reference(conf_dir: Path, compose: _Composer, OmegaConf: Any) -> str:
     options = config_options(conf_dir)
+    stored = store_options()
+    for group, nodes in stored.items():
+        options[group] = sorted({*options.get(group, []), *nodes})
+    options = dict(sorted(options.items()))
     defaults = _default_options(conf_dir / "config.yaml")
     root_table = _key_table_comments(conf_dir / "config.yaml")
     out = [
@@ -375,6 +432,9 @@ def _config_reference(conf_dir: Path, compose: _Composer, OmegaConf: Any) -> str
     for group, names in options.items():
         out += [f"## `{group}`", ""]
         for name in names:
+            if not (conf_dir / group / f"{name}.yaml").exists():
+                out += _stored_section(group, name, stored[group][name])
+                continue
             out += _option_section(conf_dir, compose, group, name, defaults)
     for primary in sorted(p.stem for p in conf_dir.glob("*.yaml") if p.stem != "config"):
         out += _primary_section(conf_dir, compose, primary, set(options))
@@ -436,6 +496,23 @@ def _option_section(
     out += ["| key | default | comment |", "|---|---|---|"]
     out += [r.replace("| `", f"| `{prefix}.", 1) for r in rows]
     return out + [""]
+
+
+def _stored_section(group: str, name: str, node: Any) -> list[str]:
+    """An option stored in the ConfigStore by our plugins (no YAML): its schema's keys."""
+    prefix = group.replace("/", ".")
+    line = _schema_line(node)
+    out = [
+        f"### `{group}={name}` {{ #{_anchor(group, name)} }}",
+        "",
+        f"Use: `rag-exp run -m {group}={name} …`; keys: `{prefix}.<key>=…`. Stored by our "
+        f"Hydra plugin (no YAML file)." + (f" {line}" if line else ""),
+        "",
+        "| key | default | comment |",
+        "|---|---|---|",
+    ]
+    rows = _node_rows(node, {}, {})
+    return out + [r.replace("| `", f"| `{prefix}.", 1) for r in rows] + [""]
 
 
 def _primary_section(

@@ -163,6 +163,9 @@ def test_config_reference_lists_every_group_option_and_key() -> None:
     for rel in options:
         group, option = "/".join(rel.parts[:-1]), rel.stem
         assert f"`{group}={option}`" in headings, rel
+    for group, nodes in _gen_ref().store_options().items():  # our plugins' stored options
+        for option in nodes:
+            assert f"`{group}={option}`" in headings, (group, option)
     for primary in [p.stem for p in conf.glob("*.yaml") if p.stem != "config"]:
         assert f"(`conf/{primary}.yaml`)" in headings, primary
     # every field of every schema a section names is a row of that section
