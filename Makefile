@@ -13,7 +13,7 @@ ARGS ?=
 MAX_SAMPLES ?= 8
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-all lint sweep mlflow-ui clean help
+.PHONY: install run test test-all lint docs sweep mlflow-ui clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@# The CPU build of torch first, so nothing pulls a multi-GB CUDA build.
 	$(PIP) install --quiet torch==2.13.0
 	@# llama-cpp-python builds from source the first time (about 6 minutes).
-	$(PIP) install --quiet -c constraints.txt -e ".[dev,ray,slurm,server]"
+	$(PIP) install --quiet -c constraints.txt -e ".[dev,docs,ray,slurm,server]"
 	touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install the package with its test tools
@@ -42,6 +42,11 @@ lint: install  ## ruff check + ruff format --check over the tree (config in pypr
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# The docs site (mkdocs.yml: docs/ -> site/). --strict: a broken link or anchor fails the build;
+# the hook docs/gen_ref.py generates the config and CLI references from the code at every build.
+docs: install  ## build the docs site into site/ (mkdocs build --strict; open site/index.html)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 # `make sweep` scores retrieval only by default (SWEEP_ARGS: doc- and chunk-level ranking metrics
 # and the keyword coverage of the top-k contexts; no model but the embedder) on all 69 questions:
 # about 2 minutes on 2 idle cores (102 s of CPU measured). Judged answers take far longer with the
@@ -57,4 +62,4 @@ mlflow-ui: install  ## browse results: MLflow UI on http://127.0.0.1:5000 over .
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///mlruns.db --host 127.0.0.1 --port 5000
 
 clean:  ## remove caches and outputs (keeps .venv and mlruns.db)
-	rm -rf .cache outputs multirun .pytest_cache
+	rm -rf .cache outputs multirun .pytest_cache site
