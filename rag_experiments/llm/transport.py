@@ -40,15 +40,19 @@ _RECV_BYTES = 65536
 
 
 class _Answer:
-    """httptools callbacks: the status line, headers (lower-case names) and body of one
-    answer."""
+    """httptools callbacks: the status, headers (lower-case names) and body of one answer, and
+    whether its connection can be reused (asked at the end of the message: the parser says
+    False once it has finished)."""
 
-    __slots__ = ("body", "complete", "headers")
+    __slots__ = ("body", "complete", "headers", "keep", "parser", "status")
 
     def __init__(self) -> None:
         self.headers: dict[str, str] = {}
         self.body: list[bytes] = []
         self.complete = False
+        self.keep = False
+        self.status = 0
+        self.parser = httptools.HttpResponseParser(self)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
@@ -58,6 +62,8 @@ class _Answer:
 
     def on_message_complete(self) -> None:
         self.complete = True
+        self.status = self.parser.get_status_code()
+        self.keep = self.parser.should_keep_alive()
 
 
 class _Dropped(Exception):
@@ -252,13 +258,12 @@ class JsonHttp:
         """
         sock.sendall(message)
         answer = _Answer()
-        parser = httptools.HttpResponseParser(answer)
         while not answer.complete:
             chunk = sock.recv(_RECV_BYTES)
             if not chunk:
                 raise _Dropped("Remote end closed connection without response")
-            parser.feed_data(chunk)
-        return parser.get_status_code(), answer, parser.should_keep_alive()
+            answer.parser.feed_data(chunk)
+        return answer.status, answer, answer.keep
 
     def close(self) -> None:
         """Close the pooled connections."""
