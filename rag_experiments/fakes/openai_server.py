@@ -205,6 +205,22 @@ class FakeOpenAIServer:
             loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         loop.close()
 
+    def close_connections(self) -> None:
+        """Close every open client connection, unanswered, and keep serving (as a server that
+        closes idle kept-alive connections); returns once they are closed."""
+        loop = self._loop
+        if loop is None:
+            return
+        closed = threading.Event()
+
+        def close() -> None:
+            for conn in list(self._conns):
+                conn.abort()
+            closed.set()
+
+        loop.call_soon_threadsafe(close)
+        closed.wait(10)
+
     def __enter__(self) -> FakeOpenAIServer:
         return self.start()
 
