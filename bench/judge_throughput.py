@@ -19,9 +19,10 @@ our judge declares ``max_concurrency`` = the slots and keeps its default ``in_fl
 that). Before timing, our judge opens its connection pool (``in_flight`` warm-up requests at
 once, at most 300), as the first seconds of a long run do; DeepEval's client opens its own
 inside ``evaluate()``. For each: judge calls (counted by the server), wall time, two ideals and
-wall / each, and each system's wall time over ours. No response cache: every call reaches the
-server. By default only ours and DeepEval's ``evaluate()`` with ``include_reason=False`` run
-(``--skip`` chooses).
+wall / each, each system's wall time over ours, and the CPU seconds of the client (this
+process) and of the server while it judged (what a loaded machine does not blur). No response
+cache: every call reaches the server. By default only ours and DeepEval's ``evaluate()`` with
+``include_reason=False`` run (``--skip`` chooses).
 
 **The ideal (a lower bound on the wall time).** ``ideal`` (the honest one)::
 
@@ -140,19 +141,34 @@ class ServerProcess:
         """Chat requests the server has received."""
         return int(httpx.get(f"{self.root}/stats", trust_env=False).json()["requests"])
 
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the server process has used (Linux; NaN elsewhere)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         """End the server."""
         self.proc.terminate()
         self.proc.wait(timeout=10)
 
 
-def timed(server: ServerProcess, fn: Callable[[], Any]) -> tuple[int, float, Any]:
-    """``(calls the server received, wall seconds, fn's result)``."""
+def timed(server: ServerProcess, fn: Callable[[], Any]) -> tuple[int, float, float, float, Any]:
+    """``(calls the server received, wall seconds, this process's CPU seconds, the server's CPU
+    seconds, fn's result)``. CPU seconds (user + system, all threads) say what each system costs
+    when a loaded machine makes wall times noisy; the server's are read from Linux's
+    ``/proc/<pid>/stat`` (NaN elsewhere)."""
     before = server.requests
+    server_before = server.cpu_s()
     started = time.perf_counter()
+    cpu_started = time.process_time()
     out = fn()
     wall = time.perf_counter() - started  # before asking the server for its count (an HTTP call)
-    return server.requests - before, wall, out
+    cpu = time.process_time() - cpu_started
+    return server.requests - before, wall, cpu, server.cpu_s() - server_before, out
 
 
 def deepeval_llm(base_url: str, model: str) -> Any:
@@ -301,11 +317,11 @@ def judge_for(server: ServerProcess, slots: int, in_flight: int | None) -> OpenA
 
 def run_slots(
     args: argparse.Namespace, slots: int, samples: list[Any], responses: list[Any], embedder: Any
-) -> list[tuple[str, int, float, int]]:
+) -> list[tuple[str, int, float, int, float, float]]:
     """Every system against one server of ``slots`` slots (0 = unbounded):
-    ``[(system, calls, wall s, chain)]`` (``chain``: longest chain of dependent calls of one
-    question, see :func:`ideal_s`)."""
-    rows: list[tuple[str, int, float, int]] = []
+    ``[(system, calls, wall s, chain, client CPU s, server CPU s)]`` (``chain``: longest chain
+    of dependent calls of one question, see :func:`ideal_s`; CPU: see :func:`timed`)."""
+    rows: list[tuple[str, int, float, int, float, float]] = []
     server = ServerProcess(args.latency, slots)
     try:
         judge = judge_for(server, slots, args.in_flight)
@@ -324,10 +340,10 @@ def run_slots(
                 ContextPrecision(judge=judge),
                 ContextRecall(judge=judge),
             ]
-            calls, wall, out = timed(
+            calls, wall, cpu, server_cpu, out = timed(
                 server, lambda: judge_rows(core, samples, responses, progress=False)
             )
-            rows.append(("rag-exp metrics=custom", calls, wall, chain_of(out)))
+            rows.append(("rag-exp metrics=custom", calls, wall, chain_of(out), cpu, server_cpu))
         if "deepeval" not in args.skip:
             ours = [
                 cls(judge=judge)
@@ -338,15 +354,15 @@ def run_slots(
                     DeepEvalContextRecall,
                 )
             ]
-            calls, wall, out = timed(
+            calls, wall, cpu, server_cpu, out = timed(
                 server, lambda: judge_rows(ours, samples, responses, progress=False)
             )
-            rows.append(("rag-exp metrics=deepeval", calls, wall, chain_of(out)))
+            rows.append(("rag-exp metrics=deepeval", calls, wall, chain_of(out), cpu, server_cpu))
         for name, with_reason in (("evaluate", False), ("evaluate-defaults", True)):
             if name in args.skip:
                 continue
             llm = deepeval_llm(server.url, server.model)  # its async client binds to one loop
-            calls, wall, _ = timed(
+            calls, wall, cpu, server_cpu, _ = timed(
                 server,
                 lambda r=with_reason, m=llm: deepeval_evaluate(
                     samples, responses, m, include_reason=r
@@ -357,7 +373,7 @@ def run_slots(
                 if not with_reason
                 else "deepeval evaluate(), defaults"
             )
-            rows.append((label, calls, wall, DEEPEVAL_CHAIN[with_reason]))
+            rows.append((label, calls, wall, DEEPEVAL_CHAIN[with_reason], cpu, server_cpu))
     finally:
         server.stop()
     return rows
@@ -401,19 +417,20 @@ def main() -> None:
     print(
         f"\n{'slots':>9} {'system':<44} {'calls':>6} {'chain':>5} {'wall s':>7} "
         f"{'ideal s':>8} {'wall/ideal':>10} {'1-round s':>9} {'wall/1-round':>12} "
-        f"{'vs custom':>10}"
+        f"{'vs custom':>10} {'CPU s':>6} {'CPU ms/call':>11} {'server CPU s':>12}"
     )
     for slots in args.slots:
         rows = run_slots(args, slots, samples, responses, embedder)
         ours = next((r[2] for r in rows if r[0] == "rag-exp metrics=custom"), None)
-        for name, calls, wall, chain in rows:
+        for name, calls, wall, chain, cpu, server_cpu in rows:
             ideal = ideal_s(calls, args.latency, slots, chain)
             one_round = ideal_s(calls, args.latency, slots)
             vs = wall / ours if ours else float("nan")
             print(
                 f"{slots or 'unbounded':>9} {name:<44} {calls:>6} {chain:>5} {wall:>7.2f} "
                 f"{ideal:>8.2f} {wall / ideal:>10.2f} {one_round:>9.2f} "
-                f"{wall / one_round:>12.2f} {vs:>9.2f}x",
+                f"{wall / one_round:>12.2f} {vs:>9.2f}x {cpu:>6.2f} "
+                f"{cpu / max(calls, 1) * 1000:>11.2f} {server_cpu:>12.2f}",
                 flush=True,
             )
     print(
@@ -421,7 +438,10 @@ def main() -> None:
         "dependent calls of one question (ours: from the run's audit records; DeepEval "
         "evaluate(): its declared call structure, 2 reason-off, 3 with reasons). 1-round: the "
         "former ideal, ceil(calls / slots) x latency (1 round when unbounded). 'vs custom': "
-        "that system's wall time over rag-exp metrics=custom's (> 1 = slower than ours). Our "
+        "that system's wall time over rag-exp metrics=custom's (> 1 = slower than ours). CPU s: "
+        "this process's CPU seconds (all threads) while that system judged, and per server "
+        "call; server CPU s: the fake server's (10 ms ticks) — on a loaded machine the wall "
+        "times wait for a core, these do not. Our "
         "judge declares max_concurrency = slots (512 when unbounded), in_flight "
         f"{'= ' + str(args.in_flight) if args.in_flight else 'default (2 x slots)'}; "
         f"machine load after: {os.getloadavg()[0]:.1f}."

@@ -94,3 +94,18 @@ def test_a_non_retryable_error_is_raised_at_once_and_jitter_stays_below_the_boun
     assert all(0.0 <= w <= b + 0.005 for w, b in zip(_waits(caplog), bounds, strict=True))
     with pytest.raises(ConfigError, match="max_retries must be >= 0"):
         RetryPolicy(max_retries=-1)
+
+
+def test_a_first_attempt_that_succeeds_is_counted_once_and_max_retries_0_raises_at_once() -> None:
+    counted: list[int] = []
+    assert RetryPolicy(max_retries=2).call(lambda: 7, on_attempt=lambda: counted.append(1)) == 7
+    assert counted == [1]
+    calls: list[int] = []
+
+    def refused() -> None:
+        calls.append(1)
+        raise httpx.ConnectError("refused")
+
+    with pytest.raises(httpx.ConnectError):
+        RetryPolicy(0, backoff_s=5.0).call(refused, on_attempt=lambda: counted.append(1))
+    assert calls == [1] and counted == [1, 1]

@@ -19,7 +19,12 @@ from pydantic import BaseModel, Field
 from rag_experiments.fakes.openai_server import FakeOpenAIServer
 from rag_experiments.llm.base import Completion, Usage
 from rag_experiments.llm.cache import CachedChat, ResponseCache
-from rag_experiments.llm.errors import LLMError, LLMUnreachableError
+from rag_experiments.llm.errors import (
+    LLMConnectionDroppedError,
+    LLMError,
+    LLMHTTPError,
+    LLMUnreachableError,
+)
 from rag_experiments.llm.ollama import OllamaChat
 from rag_experiments.llm.openai_compat import OpenAICompatChat, reported_usage
 from rag_experiments.llm.transport import JsonHttp
@@ -246,6 +251,42 @@ def test_a_200_whose_body_is_not_json_is_retried() -> None:
         second = judge.complete(user("hello"))  # request 1: a bad body, retried as request 2
         assert server.requests == 3 and server.faults == 1
     assert first.text == second.text == "ok"
+
+
+def test_the_client_reuses_one_kept_alive_connection_and_replaces_one_the_server_closed() -> None:
+    with FakeOpenAIServer(latency_s=0.0, slots=2) as server:
+        http = JsonHttp(server.url, 5.0, where="judge", unreachable_hint="start it")
+        body = {"messages": [{"role": "user", "content": "x"}]}
+        for _ in range(3):
+            assert http.request("POST", "/chat/completions", body)["choices"][0]["message"] == {
+                "role": "assistant",
+                "content": "ok",
+            }
+        assert (server.requests, server.connections) == (3, 1)
+        server.close_connections()  # as a server closing idle kept-alive connections
+        time.sleep(0.05)  # the close reaches the client's socket
+        assert http.request("GET", "/models")["data"][0]["id"] == server.model
+        assert server.connections == 2  # a new one, not an error
+
+
+def test_an_error_status_keeps_its_body_and_retry_after() -> None:
+    with FakeOpenAIServer(
+        latency_s=0.0, slots=2, fault="429", fault_share=1.0, retry_after_s=3
+    ) as server:
+        http = JsonHttp(server.url, 5.0, where="judge", unreachable_hint="start it")
+        with pytest.raises(LLMHTTPError) as info:
+            http.request("POST", "/chat/completions", {"messages": [{"content": "x"}]})
+    assert info.value.status == 429 and info.value.retry_after_s == 3.0
+    assert "injected 429" in info.value.body
+
+
+def test_a_refused_connection_is_unreachable_not_dropped() -> None:
+    from rag_experiments.fakes.llama_cpp_server import free_port
+
+    http = JsonHttp(f"http://127.0.0.1:{free_port()}/v1", 5.0, where="judge", unreachable_hint="x")
+    with pytest.raises(LLMUnreachableError, match="cannot connect") as info:
+        http.request("GET", "/models")
+    assert not isinstance(info.value, LLMConnectionDroppedError)
 
 
 # --- a refused connection at preflight is not retried (issue 28 item 5) ------------------------

@@ -307,6 +307,24 @@ class RetryPolicy:
         Raises:
             Exception: The last attempt's error, or the first one that is not retryable.
         """
+        # The first attempt runs without tenacity: building its Retrying and stepping its state
+        # machine cost more client CPU than a whole request to a local judge server (issue 25).
+        # Only a retryable failure enters the retry loop, which replays that failure as its
+        # first attempt (same numbering, log lines, waits and on_attempt count).
+        if on_attempt is not None:
+            on_attempt()
+        try:
+            return fn()
+        except Exception as exc:
+            if self.max_retries == 0 or not is_retryable(exc):
+                raise
+            first: list[Exception] = [exc]
+
+        def attempt() -> T:
+            if first:
+                raise first.pop()
+            return fn()
+
         if self.jitter:
             backoff = wait_random_exponential(multiplier=self.backoff_s, max=self.backoff_max_s)
         else:
@@ -334,8 +352,12 @@ class RetryPolicy:
             stop=stop_after_attempt(self.max_retries + 1),
             wait=wait,
             retry=retry_if_exception(is_retryable),
-            before=(lambda _state: on_attempt()) if on_attempt is not None else before_nothing,
+            before=(
+                (lambda state: on_attempt() if state.attempt_number > 1 else None)
+                if on_attempt is not None
+                else before_nothing
+            ),
             before_sleep=before_sleep,
             reraise=True,
         )
-        return retrying(fn)
+        return retrying(attempt)

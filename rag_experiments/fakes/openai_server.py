@@ -2,6 +2,12 @@
 parallel slots, like a vLLM or llama.cpp server: for throughput benchmarks and for tests of
 back pressure and faults.
 
+It serves from one asyncio event loop (in a daemon thread) with httptools' request parser, not
+from :mod:`http.server`'s thread per connection: in ``bench/judge_throughput.py`` it shares two
+cores with the client it measures, and the threaded server spent 0.6-1.0 ms of CPU per request
+(header parsing through the ``email`` package, a GIL hand-off per request), as much as the
+client itself.
+
 ``POST /v1/chat/completions`` sleeps ``latency_s`` inside one of ``slots`` slots (a request
 beyond that waits for a free slot, as a server's queue does) and answers:
 
@@ -23,15 +29,17 @@ closed without an answer). The server counts requests and the peak number in fli
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import threading
-import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler
+from http import HTTPStatus
 from typing import Any
 
-from rag_experiments.fakes.local_server import LocalServer
+import httptools
+
+from rag_experiments.errors import RagExpError
 
 FAULTS = ("429", "500", "garbage", "badbody", "drop")
 """Fault kinds :class:`FakeOpenAIServer` can inject."""
@@ -93,7 +101,7 @@ def schema_instance(
     return "x" * min(n, int(schema.get("maxLength", n)))
 
 
-class FakeOpenAIServer(LocalServer):
+class FakeOpenAIServer:
     """A fake OpenAI-compatible server on a free port of 127.0.0.1.
 
     Args:
@@ -112,6 +120,7 @@ class FakeOpenAIServer(LocalServer):
         requests: Chat requests received.
         faults: Chat requests that got the fault.
         peak_in_flight: Most chat requests being served or waiting at once.
+        connections: Connections clients opened.
         seen: Per chat request in arrival order: ``(id_slot, cache_prompt, last message's
             content)`` as sent (None for a field not sent).
 
@@ -141,22 +150,93 @@ class FakeOpenAIServer(LocalServer):
         self.retry_after_s = retry_after_s
         self.vary = vary
         self.requests = 0
+        self.connections = 0
         self.faults = 0
         self.gone = False
         self.in_flight = 0
         self.peak_in_flight = 0
         self.seen: list[tuple[Any, Any, str]] = []
-        self._slots = threading.BoundedSemaphore(slots)
+        self.slots = slots
         self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._conns: set[_Connection] = set()
+        self._port = 0
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        return _make_handler(self)
+    def start(self) -> FakeOpenAIServer:
+        """Listen on a free port of 127.0.0.1 and serve from an event loop in a daemon
+        thread."""
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._sem = asyncio.Semaphore(self.slots)
+        self._server = loop.run_until_complete(
+            loop.create_server(
+                lambda: _Connection(self), "127.0.0.1", 0, backlog=2048, reuse_address=True
+            )
+        )
+        self._port = self._server.sockets[0].getsockname()[1]
+        self._thread = threading.Thread(target=loop.run_forever, daemon=True)
+        self._thread.start()
+        return self
 
     def stop(self) -> None:
         """Stop serving and close the socket; requests on kept-alive connections are then
         dropped unanswered, as by a server that died."""
         self.gone = True
-        super().stop()
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+
+        def close() -> None:
+            if self._server is not None:
+                self._server.close()
+            for conn in list(self._conns):
+                conn.abort()
+            loop.stop()
+
+        loop.call_soon_threadsafe(close)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        tasks = asyncio.all_tasks(loop)  # requests still waiting for their latency
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        loop.close()
+
+    def close_connections(self) -> None:
+        """Close every open client connection, unanswered, and keep serving (as a server that
+        closes idle kept-alive connections); returns once they are closed."""
+        loop = self._loop
+        if loop is None:
+            return
+        closed = threading.Event()
+
+        def close() -> None:
+            for conn in list(self._conns):
+                conn.abort()
+            closed.set()
+
+        loop.call_soon_threadsafe(close)
+        closed.wait(10)
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def root(self) -> str:
+        """``http://127.0.0.1:<port>``.
+
+        Raises:
+            RagExpError: The server is not started.
+        """
+        if not self._port:
+            raise RagExpError(f"the {type(self).__name__} is not started: call start() first")
+        return f"http://127.0.0.1:{self._port}"
 
     @property
     def url(self) -> str:
@@ -186,10 +266,11 @@ class FakeOpenAIServer(LocalServer):
         with self._lock:
             self.in_flight -= 1
 
-    def chat(self, body: dict[str, Any], n: int = 0) -> str:
-        """The content of the reply to chat request number ``n`` (after its latency)."""
-        with self._slots:
-            time.sleep(self.latency_s)
+    async def chat(self, body: dict[str, Any], n: int = 0) -> str:
+        """The content of the reply to chat request number ``n`` (after its latency, in one
+        of the slots)."""
+        async with self._sem:
+            await asyncio.sleep(self.latency_s)
         fmt = body.get("response_format") or {}
         schema = (fmt.get("json_schema") or {}).get("schema")
         if not schema:
@@ -198,28 +279,77 @@ class FakeOpenAIServer(LocalServer):
         return json.dumps(schema_instance(schema, pick=pick))
 
 
-def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        # Headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm and the
-        # client's delayed ACK hold the body back ~40 ms on a kept-alive connection.
-        disable_nagle_algorithm = True
+def _response(status: int, payload: Any, headers: dict[str, str] | None = None) -> bytes:
+    """One HTTP/1.1 answer with a JSON body, as bytes."""
+    data = json.dumps(payload).encode("utf-8")
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+    head = (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\n{extra}\r\n"
+    )
+    return head.encode("latin-1") + data
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
-            pass
 
-        def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-            data = json.dumps(payload).encode("utf-8")
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(data)
+class _Connection(asyncio.Protocol):
+    """One client connection of a :class:`FakeOpenAIServer` (kept alive; one request at a
+    time, answered in order)."""
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            if self.path.rstrip("/") == "/stats":
+    def __init__(self, server: FakeOpenAIServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.url = b""
+        self.body: list[bytes] = []
+        self.pending: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.server.connections += 1
+        self.server._conns.add(self)  # noqa: SLF001 - part of the server
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server._conns.discard(self)  # noqa: SLF001
+
+    def abort(self) -> None:
+        """Close the connection at once, unanswered."""
+        if self.transport is not None:
+            self.transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.abort()
+
+    # httptools callbacks
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        method = self.parser.get_method().decode("ascii")
+        path = self.url.decode("utf-8").rstrip("/")
+        body = b"".join(self.body)
+        self.url, self.body = b"", []
+        previous = self.pending
+        self.pending = asyncio.get_running_loop().create_task(
+            self._answer(previous, method, path, body)
+        )
+
+    def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(_response(status, payload, headers))
+
+    async def _answer(
+        self, previous: asyncio.Task[None] | None, method: str, path: str, raw: bytes
+    ) -> None:
+        if previous is not None:  # a pipelined request: answers go out in order
+            await previous
+        server = self.server
+        if method == "GET":
+            if path == "/stats":
                 self._send(
                     200,
                     {
@@ -228,64 +358,59 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                         "peak_in_flight": server.peak_in_flight,
                     },
                 )
-            elif self.path.rstrip("/").endswith("/models"):
+            elif path.endswith("/models"):
                 self._send(
                     200, {"object": "list", "data": [{"id": server.model, "object": "model"}]}
                 )
             else:
-                self._send(404, {"error": {"message": f"no route {self.path}"}})
-
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            length = int(self.headers.get("Content-Length", 0))
-            body = json.loads(self.rfile.read(length) or b"{}")
-            if not self.path.rstrip("/").endswith("/chat/completions"):
-                self._send(404, {"error": {"message": f"no route {self.path}"}})
+                self._send(404, {"error": {"message": f"no route {path}"}})
+            return
+        if not path.endswith("/chat/completions"):
+            self._send(404, {"error": {"message": f"no route {path}"}})
+            return
+        body = json.loads(raw or b"{}")
+        n, fault = server._next(body)  # noqa: SLF001 - the connection is part of the server
+        try:
+            if fault == "drop":
+                self.abort()
                 return
-            n, fault = server._next(body)  # noqa: SLF001 - the handler is part of the server
-            try:
-                if fault == "drop":
-                    self.close_connection = True
-                    self.connection.shutdown(2)
-                    return
-                if fault == "badbody":
-                    data = b"<html>upstream cut"
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/html")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    return
-                if fault in ("429", "500"):
-                    headers = {"Retry-After": f"{server.retry_after_s:g}"} if fault == "429" else {}
-                    self._send(int(fault), {"error": {"message": f"injected {fault}"}}, headers)
-                    return
-                content = "<html>not json" if fault == "garbage" else server.chat(body, n)
-                prompt_tokens = sum(
-                    len(str(m.get("content", "")).split()) for m in body.get("messages", [])
-                )
-                self._send(
-                    200,
-                    {
-                        "id": "fake",
-                        "object": "chat.completion",
-                        "model": server.model,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "finish_reason": "stop",
-                                "message": {"role": "assistant", "content": content},
-                            }
-                        ],
-                        "usage": {
-                            "prompt_tokens": prompt_tokens,
-                            "completion_tokens": len(content.split()),
-                        },
+            if fault == "badbody":
+                data = b"<html>upstream cut"
+                if self.transport is not None and not self.transport.is_closing():
+                    self.transport.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+                        b"Content-Length: %d\r\n\r\n%s" % (len(data), data)
+                    )
+                return
+            if fault in ("429", "500"):
+                headers = {"Retry-After": f"{server.retry_after_s:g}"} if fault == "429" else {}
+                self._send(int(fault), {"error": {"message": f"injected {fault}"}}, headers)
+                return
+            content = "<html>not json" if fault == "garbage" else await server.chat(body, n)
+            prompt_tokens = sum(
+                len(str(m.get("content", "")).split()) for m in body.get("messages", [])
+            )
+            self._send(
+                200,
+                {
+                    "id": "fake",
+                    "object": "chat.completion",
+                    "model": server.model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": content},
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": len(content.split()),
                     },
-                )
-            finally:
-                server._done()  # noqa: SLF001
-
-    return Handler
+                },
+            )
+        finally:
+            server._done()  # noqa: SLF001
 
 
 def main() -> None:

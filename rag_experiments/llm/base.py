@@ -3,13 +3,14 @@ generator), and the record of one completion."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel
+
+from rag_experiments.common.memo import memo
 
 Message = dict[str, str]
 """``{"role": "system" | "user" | "assistant", "content": str}``."""
@@ -45,7 +46,7 @@ class Usage:
         )
 
 
-@functools.lru_cache(maxsize=256)
+@memo(maxsize=256)
 def schema_json(schema: type[BaseModel]) -> dict[str, Any]:
     """``schema.model_json_schema()``, computed once per class (pydantic builds it anew on
     every call, which costs more than a whole request to a local server). Treat the result as

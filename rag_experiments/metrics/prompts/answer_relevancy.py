@@ -3,11 +3,11 @@ response is noncommittal."""
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Annotated
 
 from pydantic import Field, create_model
 
+from rag_experiments.common.memo import memo
 from rag_experiments.llm.parsing import StructuredOutput
 from rag_experiments.metrics.prompts.base import JudgePrompt
 
@@ -39,7 +39,7 @@ class GeneratedQuestions(StructuredOutput):
     noncommittal: bool
 
 
-@lru_cache(maxsize=16)
+@memo(maxsize=16)
 def output_model(n_questions: int) -> type[GeneratedQuestions]:
     """:class:`GeneratedQuestions` with exactly ``n_questions`` non-empty questions."""
     return create_model(

@@ -3,11 +3,11 @@ rank order, for reaching the reference answer (precision) or the response (utili
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Literal
 
 from pydantic import Field, create_model
 
+from rag_experiments.common.memo import memo
 from rag_experiments.llm.parsing import StructuredOutput
 from rag_experiments.metrics.prompts.base import JudgePrompt
 
@@ -47,7 +47,7 @@ class ContextVerdicts(StructuredOutput):
     verdicts: list[Literal["yes", "no"]] = Field(min_length=1, max_length=MAX_CONTEXTS)
 
 
-@lru_cache(maxsize=64)
+@memo(maxsize=64)
 def output_model(n_contexts: int) -> type[ContextVerdicts]:
     """:class:`ContextVerdicts` with exactly ``n_contexts`` verdicts (a grammar-constrained
     model cannot return another count; others get a parse error and a retry)."""

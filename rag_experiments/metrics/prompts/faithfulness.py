@@ -3,10 +3,9 @@ numbered context that states it (0 = none)."""
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from pydantic import Field, create_model
 
+from rag_experiments.common.memo import memo
 from rag_experiments.llm.parsing import StructuredOutput, strict_choice
 from rag_experiments.metrics.prompts.base import JudgePrompt
 
@@ -44,7 +43,7 @@ class FaithfulnessOutput(StructuredOutput):
     claims: list[Claim] = Field(max_length=MAX_CLAIMS)
 
 
-@lru_cache(maxsize=64)
+@memo(maxsize=64)
 def output_model(n_contexts: int, min_claims: int = 0) -> type[FaithfulnessOutput]:
     """:class:`FaithfulnessOutput` with ``context`` one of ``0..n_contexts`` (an enum in the
     JSON schema, so a grammar-constrained model cannot write another number; from any other
