@@ -22,9 +22,10 @@ beyond that waits for a free slot, as a server's queue does) and answers:
 serves it in its own process (so a benchmark's client does not share a GIL with it) and prints
 its URL on the first line. Faults are injected on a deterministic share of the chat
 requests (request ``n`` is faulted when ``floor((n + 1) * share) > floor(n * share)``):
-``429`` (at once, with ``Retry-After: retry_after_s``), ``500`` (after ``latency_s``), ``garbage`` (a 200 whose content is
-not JSON), ``badbody`` (a 200 whose HTTP body is not JSON) or ``drop`` (the connection is
-closed without an answer). The server counts requests and the peak number in flight.
+``429`` (at once, with ``Retry-After: retry_after_s``), ``500`` (after ``latency_s``),
+``garbage`` (a 200 whose content is not JSON), ``badbody`` (a 200 whose HTTP body is not
+JSON) or ``drop`` (the connection is closed without an answer). The server counts requests
+and the peak number in flight.
 """
 
 from __future__ import annotations
