@@ -17,10 +17,12 @@ in the tests (``--server-workers``; MLflow's own default is 4). Prints, per phas
 the wall seconds and the CPU seconds of this process plus the store's server and database
 processes (read from ``/proc``: on a shared, loaded machine the CPU ratio is the steadier
 one), each with its ratio to sqlite, then the per-question cost against the first N.
+``--stores … pg`` adds the PostgreSQL database itself as the tracking URI (no server: what
+a client with database access could do; traces then take the multi-row INSERT path).
 A benchmark, not a test::
 
     .venv/bin/python bench/logging_throughput.py [--questions 345 2000] [--more 10000]
-        [--stores sqlite server-sqlite server-pg] [--no-traces] [--server-workers 4]
+        [--stores sqlite server-sqlite server-pg pg] [--no-traces] [--server-workers 4]
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the server helpers of the tests
 
 PHASES = ("params/metrics", "tables/artifacts", "traces")
-STORES = ("sqlite", "server-sqlite", "server-pg")
+STORES = ("sqlite", "server-sqlite", "server-pg", "pg")
 
 
 def _dataset(n: int, folder: Path) -> Path:
@@ -207,16 +209,26 @@ def _stores(
 
     with ExitStack() as stack:
         stores: dict[str, tuple[str, Callable[[], float]]] = {}
+        postgres: list[Callable[[str], str]] = []  # started once, for server-pg and pg
+
+        def new_database(name: str) -> str:
+            if not postgres:
+                postgres.append(stack.enter_context(run_postgres()))
+            return postgres[0](name)
+
         for name in names:
             if name == "sqlite":
                 stores[name] = (f"sqlite:///{folder / 'bench.db'}", lambda: 0.0)
+                continue
+            if name == "pg":  # the database itself, no server: the SQL fast path for traces
+                uri = new_database("direct")
+                stores[name] = (uri, _tree_cpu(_postmaster(uri)))
                 continue
             workdir = folder / name
             workdir.mkdir()
             backend = None
             database: Callable[[], list[int]] = list
             if name == "server-pg":
-                new_database: Callable[[str], str] = stack.enter_context(run_postgres())
                 backend = new_database("bench")
                 database = _postmaster(backend)
             server = MlflowServer(workdir, backend, workers=workers)
@@ -232,7 +244,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, nargs="+", default=[345, 2000])
     parser.add_argument("--more", type=int, nargs="*", default=[], help="further N (10000…)")
-    parser.add_argument("--stores", nargs="+", default=list(STORES), choices=STORES)
+    parser.add_argument("--stores", nargs="+", default=list(STORES[:3]), choices=STORES)
     parser.add_argument("--no-traces", action="store_true", help="leave the traces phase out")
     parser.add_argument(
         "--server-workers",
@@ -248,6 +260,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="rag-exp-bench-") as tmp:
         folder = Path(tmp)
+        os.chdir(folder)  # a store without its own artifact root writes ./mlruns here
         with _stores(args.stores, folder, args.server_workers) as stores:
             per_question: dict[str, dict[int, tuple[float, float]]] = {s: {} for s in stores}
             for n in sizes:
