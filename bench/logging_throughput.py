@@ -12,18 +12,24 @@ into a new run of each store and times each phase:
 
 Stores: a sqlite file (``sqlite``), an ``mlflow server`` over sqlite (``server-sqlite``) and
 one over PostgreSQL (``server-pg``), both with proxied artifacts on 127.0.0.1, started here
-(PostgreSQL from Debian's binaries, as in ``tests/mlflow_server.py``). Prints seconds per
-phase side by side, the ratio to sqlite, and the per-question cost against the first N.
+(PostgreSQL from Debian's binaries, as in ``tests/mlflow_server.py``) with ``--workers 1`` as
+in the tests (``--server-workers``; MLflow's own default is 4). Prints, per phase and store,
+the wall seconds and the CPU seconds of this process plus the store's server and database
+processes (read from ``/proc``: on a shared, loaded machine the CPU ratio is the steadier
+one), each with its ratio to sqlite, then the per-question cost against the first N.
+``--stores … pg`` adds the PostgreSQL database itself as the tracking URI (no server: what
+a client with database access could do; traces then take the multi-row INSERT path).
 A benchmark, not a test::
 
     .venv/bin/python bench/logging_throughput.py [--questions 345 2000] [--more 10000]
-        [--stores sqlite server-sqlite server-pg] [--no-traces]
+        [--stores sqlite server-sqlite server-pg pg] [--no-traces] [--server-workers 4]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -36,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the server helpers of the tests
 
 PHASES = ("params/metrics", "tables/artifacts", "traces")
-STORES = ("sqlite", "server-sqlite", "server-pg")
+STORES = ("sqlite", "server-sqlite", "server-pg", "pg")
 
 
 def _dataset(n: int, folder: Path) -> Path:
@@ -83,8 +89,18 @@ def _evaluate(n: int, folder: Path) -> tuple[Any, Any, Any, Any]:
     return cfg, exp, result, exp.target.describe()
 
 
-def _log(uri: str, experiment: str, cfg: Any, exp: Any, result: Any, tags: Any, traces: bool):
-    """Log the result into a new run of ``uri``; seconds per phase."""
+def _log(
+    uri: str,
+    server_cpu: Callable[[], float],
+    experiment: str,
+    cfg: Any,
+    exp: Any,
+    result: Any,
+    tags: Any,
+    traces: bool,
+) -> dict[str, tuple[float, float]]:
+    """Log the result into a new run of ``uri``; ``(wall s, CPU s)`` per phase, the CPU time
+    of this process plus ``server_cpu()`` (the store's server and database processes)."""
     from omegaconf import OmegaConf
 
     from rag_experiments.tracking.mlflow_tracker import (
@@ -97,9 +113,19 @@ def _log(uri: str, experiment: str, cfg: Any, exp: Any, result: Any, tags: Any, 
     # the store's tables and the experiment exist before the clock starts (a new sqlite
     # file's migrations take seconds; a server ran its own at start-up)
     ensure_experiment(open_client(tracker.uri), experiment, tracker.uri)
-    times = dict.fromkeys(PHASES, 0.0)
+    times = {phase: [0.0, 0.0] for phase in PHASES}  # [wall s, CPU s]
+
+    def now() -> tuple[float, float]:
+        return time.perf_counter(), time.process_time() + server_cpu()
+
+    def lap(phase: str, since: tuple[float, float]) -> tuple[float, float]:
+        end = now()
+        times[phase][0] += end[0] - since[0]
+        times[phase][1] += end[1] - since[1]
+        return end
+
     params = OmegaConf.to_container(cfg, resolve=True)
-    started = time.perf_counter()
+    started = now()
     with tracker.start_run(
         params=params, config_yaml=OmegaConf.to_yaml(cfg, resolve=True), tags={}
     ):
@@ -112,45 +138,105 @@ def _log(uri: str, experiment: str, cfg: Any, exp: Any, result: Any, tags: Any, 
         )
         tracker.set_tags(tags)
         tracker.log_metrics(result.metrics())
-        times["params/metrics"] += time.perf_counter() - started
+        started = lap("params/metrics", started)
 
-        started = time.perf_counter()
         tracker.log_table(result.rows(), name="per_query")
         tracker.log_csv(result.average_rows(), "average_results.csv")
         tracker.log_dict({s.name: s.description for s in result.specs}, "metric_specs.json")
         if result.audit:
             tracker.log_text("\n".join(json.dumps(r) for r in result.audit), "judge_audit.jsonl")
-        times["tables/artifacts"] += time.perf_counter() - started
+        started = lap("tables/artifacts", started)
 
-        started = time.perf_counter()
         tracker.log_traces(result, exp.metrics, tags)
-        times["traces"] += time.perf_counter() - started
-        started = time.perf_counter()
-    times["params/metrics"] += time.perf_counter() - started  # ending the run
-    return times
+        started = lap("traces", started)
+    lap("params/metrics", started)  # ending the run
+    return {phase: (wall, cpu) for phase, (wall, cpu) in times.items()}
+
+
+def _tree_cpu(roots: Callable[[], list[int]]) -> Callable[[], float]:
+    """CPU seconds (user + system, with reaped children) of the processes ``roots()`` and
+    their descendants, read from ``/proc`` (Linux); 0 where ``/proc`` is missing."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def cpu() -> float:
+        parent: dict[int, int] = {}
+        used: dict[int, float] = {}
+        for entry in Path("/proc").glob("[0-9]*"):
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue  # gone meanwhile
+            parent[int(entry.name)] = int(fields[1])
+            used[int(entry.name)] = sum(int(x) for x in fields[11:15]) / tick
+        wanted = set(roots())
+        total = 0.0
+        for pid, seconds in used.items():
+            p = pid
+            while p > 1 and p not in wanted:
+                p = parent.get(p, 0)
+            if p in wanted:
+                total += seconds
+        return total
+
+    return cpu
+
+
+def _postmaster(uri: str) -> Callable[[], list[int]]:
+    """The pid of the PostgreSQL serving ``uri`` (``postgres … -p <port>``), found once."""
+    port = uri.rsplit(":", 1)[1].split("/", 1)[0]
+    found: list[int] = []
+
+    def pids() -> list[int]:
+        if not found:
+            for entry in Path("/proc").glob("[0-9]*"):
+                try:
+                    cmd = (entry / "cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if cmd and cmd[0].endswith(b"/postgres") and port.encode() in cmd:
+                    found.append(int(entry.name))
+        return found
+
+    return pids
 
 
 @contextmanager
-def _stores(names: list[str], folder: Path) -> Iterator[dict[str, str]]:
+def _stores(
+    names: list[str], folder: Path, workers: int
+) -> Iterator[dict[str, tuple[str, Callable[[], float]]]]:
+    """``{store: (uri, CPU seconds of its server and database processes)}``, servers started."""
     from mlflow_server import MlflowServer, run_postgres
 
     with ExitStack() as stack:
-        uris: dict[str, str] = {}
+        stores: dict[str, tuple[str, Callable[[], float]]] = {}
+        postgres: list[Callable[[str], str]] = []  # started once, for server-pg and pg
+
+        def new_database(name: str) -> str:
+            if not postgres:
+                postgres.append(stack.enter_context(run_postgres()))
+            return postgres[0](name)
+
         for name in names:
             if name == "sqlite":
-                uris[name] = f"sqlite:///{folder / 'bench.db'}"
+                stores[name] = (f"sqlite:///{folder / 'bench.db'}", lambda: 0.0)
+                continue
+            if name == "pg":  # the database itself, no server: the SQL fast path for traces
+                uri = new_database("direct")
+                stores[name] = (uri, _tree_cpu(_postmaster(uri)))
                 continue
             workdir = folder / name
             workdir.mkdir()
             backend = None
+            database: Callable[[], list[int]] = list
             if name == "server-pg":
-                new_database: Callable[[str], str] = stack.enter_context(run_postgres())
                 backend = new_database("bench")
-            server = MlflowServer(workdir, backend)
+                database = _postmaster(backend)
+            server = MlflowServer(workdir, backend, workers=workers)
             server.start()
             stack.callback(server.stop)
-            uris[name] = server.url
-        yield uris
+            pid = server.proc.pid if server.proc else 0
+            stores[name] = (server.url, _tree_cpu(lambda pid=pid, db=database: [pid, *db()]))
+        yield stores
 
 
 def main() -> None:
@@ -158,8 +244,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, nargs="+", default=[345, 2000])
     parser.add_argument("--more", type=int, nargs="*", default=[], help="further N (10000…)")
-    parser.add_argument("--stores", nargs="+", default=list(STORES), choices=STORES)
+    parser.add_argument("--stores", nargs="+", default=list(STORES[:3]), choices=STORES)
     parser.add_argument("--no-traces", action="store_true", help="leave the traces phase out")
+    parser.add_argument(
+        "--server-workers",
+        type=int,
+        default=1,
+        help="mlflow server --workers (1 as in the tests; MLflow's own default is 4)",
+    )
     args = parser.parse_args()
     sizes = [*args.questions, *args.more]
 
@@ -168,33 +260,43 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="rag-exp-bench-") as tmp:
         folder = Path(tmp)
-        with _stores(args.stores, folder) as uris:
-            per_question: dict[str, dict[int, float]] = {s: {} for s in args.stores}
+        os.chdir(folder)  # a store without its own artifact root writes ./mlruns here
+        with _stores(args.stores, folder, args.server_workers) as stores:
+            per_question: dict[str, dict[int, tuple[float, float]]] = {s: {} for s in stores}
             for n in sizes:
                 cfg, exp, result, tags = _evaluate(n, folder)
-                print(f"\n{n} questions, {len(result.specs)} metric columns (fake models)")
-                rows: dict[str, dict[str, float]] = {}
-                for store, uri in uris.items():
+                print(
+                    f"\n{n} questions, {len(result.specs)} metric columns (fake models), "
+                    f"servers with --workers {args.server_workers}"
+                )
+                rows: dict[str, dict[str, tuple[float, float]]] = {}
+                for store, (uri, server_cpu) in stores.items():
                     rows[store] = _log(
-                        uri, f"bench-{n}", cfg, exp, result, tags, not args.no_traces
+                        uri, server_cpu, f"bench-{n}", cfg, exp, result, tags, not args.no_traces
                     )
-                _print(rows, args.stores)
-                for store in args.stores:
-                    per_question[store][n] = sum(rows[store].values()) / n
+                for k, what in enumerate(("wall s", "CPU s: client + server + database")):
+                    print(f"  {what}")
+                    _print({st: {p: v[k] for p, v in t.items()} for st, t in rows.items()})
+                for store, t in rows.items():
+                    per_question[store][n] = (
+                        sum(v[0] for v in t.values()) / n,
+                        sum(v[1] for v in t.values()) / n,
+                    )
             if len(sizes) > 1:
                 first = sizes[0]
-                print(f"\nper-question logging cost, ms (ratio to N={first})")
-                for store in args.stores:
+                print(f"\nper-question logging cost, ms wall | ms CPU (ratio to N={first})")
+                for store, cost in per_question.items():
                     cells = "  ".join(
-                        f"N={n}: {per_question[store][n] * 1000:6.2f} "
-                        f"({per_question[store][n] / per_question[store][first]:.2f}x)"
+                        f"N={n}: {cost[n][0] * 1000:6.2f} ({cost[n][0] / cost[first][0]:.2f}x)"
+                        f" | {cost[n][1] * 1000:6.2f} ({cost[n][1] / cost[first][1]:.2f}x)"
                         for n in sizes
                     )
                     print(f"  {store:<14} {cells}")
 
 
-def _print(rows: dict[str, dict[str, float]], stores: list[str]) -> None:
+def _print(rows: dict[str, dict[str, float]]) -> None:
     """Seconds per phase and store, with each store's ratio to sqlite."""
+    stores = list(rows)
     print(f"  {'phase':<18}" + "".join(f"{s:>16}" for s in stores))
     base = rows.get("sqlite")
     for phase in [*PHASES, "total", "total w/o traces"]:

@@ -65,10 +65,19 @@ class MlflowServer:
         backend_uri: The backend store (``postgresql+psycopg://…``); a sqlite file in
             ``workdir`` when None.
         port: The port (a free one when None).
+        workers: Server worker processes (``mlflow server --workers``; MLflow's own default is
+            4, the tests use 1: one process to kill and restart).
     """
 
-    def __init__(self, workdir: Path, backend_uri: str | None = None, port: int | None = None):
+    def __init__(
+        self,
+        workdir: Path,
+        backend_uri: str | None = None,
+        port: int | None = None,
+        workers: int = 1,
+    ):
         self.workdir = workdir
+        self.workers = workers
         self.backend_uri = backend_uri or f"sqlite:///{workdir / 'db.sqlite'}"
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -93,7 +102,7 @@ class MlflowServer:
             "--artifacts-destination", str(self.workdir / "art"),
             "--host", "127.0.0.1",
             "--port", str(self.port),
-            "--workers", "1",
+            "--workers", str(self.workers),
         ]  # fmt: skip
         log_path = self.workdir / "server.log"
         with log_path.open("ab") as log_file:
