@@ -36,6 +36,14 @@ def test_handled_turns_sigterm_into_interrupted_and_restores_the_handlers() -> N
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def _default_signals() -> None:
+    """In the child, before Python starts: SIGINT and SIGTERM back to their defaults. A test
+    session started as a shell's background job (``cmd &`` without job control) ignores SIGINT,
+    the child would inherit that, and the run rightly leaves an ignored signal alone."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _start(cwd: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "rag_experiments", "run", *args],
@@ -44,6 +52,7 @@ def _start(cwd: Path, *args: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_signals,  # noqa: PLW1509 - only signal dispositions, no locks
     )
 
 
