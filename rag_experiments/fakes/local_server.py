@@ -1,5 +1,6 @@
-"""What the fake model servers share: a threaded HTTP server on a free port of 127.0.0.1,
-served from a daemon thread, started and stopped as a context manager."""
+"""What the fake model servers share: a server on a free port of 127.0.0.1, started and
+stopped as a context manager, with its root URL (:class:`LoopbackServer`), and a threaded HTTP
+server served from a daemon thread (:class:`LocalServer`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import TypeVar
 
 from rag_experiments.errors import RagExpError
 
-S = TypeVar("S", bound="LocalServer")
+S = TypeVar("S", bound="LoopbackServer")
 
 
 class _Server(ThreadingHTTPServer):
@@ -17,9 +18,44 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
 
-class LocalServer:
-    """Base of the fake servers: a subclass implements :meth:`_handler` (the request handler
-    class, bound to the server object).
+class LoopbackServer:
+    """Base of the fake servers: a subclass implements :meth:`start`, :meth:`stop` and
+    :meth:`_bound_port`; this gives the context manager and :attr:`root`."""
+
+    def start(self: S) -> S:
+        """Listen on a free port of 127.0.0.1 and serve; returns the server."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop serving."""
+        raise NotImplementedError
+
+    def _bound_port(self) -> int | None:
+        """The port it listens on, or None before :meth:`start`."""
+        raise NotImplementedError
+
+    def __enter__(self: S) -> S:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def root(self) -> str:
+        """``http://127.0.0.1:<port>``.
+
+        Raises:
+            RagExpError: The server is not started.
+        """
+        port = self._bound_port()
+        if port is None:
+            raise RagExpError(f"the {type(self).__name__} is not started: call start() first")
+        return f"http://127.0.0.1:{port}"
+
+
+class LocalServer(LoopbackServer):
+    """A threaded HTTP fake server: a subclass implements :meth:`_handler` (the request
+    handler class, bound to the server object).
 
     Use as a context manager, or call :meth:`start` / :meth:`stop`.
     """
@@ -44,19 +80,5 @@ class LocalServer:
             self._httpd.server_close()
             self._httpd = None
 
-    def __enter__(self: S) -> S:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def root(self) -> str:
-        """``http://127.0.0.1:<port>``.
-
-        Raises:
-            RagExpError: The server is not started.
-        """
-        if self._httpd is None:
-            raise RagExpError(f"the {type(self).__name__} is not started: call start() first")
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+    def _bound_port(self) -> int | None:
+        return None if self._httpd is None else int(self._httpd.server_address[1])

@@ -40,7 +40,7 @@ from typing import Any
 
 import httptools
 
-from rag_experiments.errors import RagExpError
+from rag_experiments.fakes.local_server import LoopbackServer
 
 FAULTS = ("429", "500", "garbage", "badbody", "drop")
 """Fault kinds :class:`FakeOpenAIServer` can inject."""
@@ -102,7 +102,7 @@ def schema_instance(
     return "x" * min(n, int(schema.get("maxLength", n)))
 
 
-class FakeOpenAIServer:
+class FakeOpenAIServer(LoopbackServer):
     """A fake OpenAI-compatible server on a free port of 127.0.0.1.
 
     Args:
@@ -222,22 +222,8 @@ class FakeOpenAIServer:
         loop.call_soon_threadsafe(close)
         closed.wait(10)
 
-    def __enter__(self) -> FakeOpenAIServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def root(self) -> str:
-        """``http://127.0.0.1:<port>``.
-
-        Raises:
-            RagExpError: The server is not started.
-        """
-        if not self._port:
-            raise RagExpError(f"the {type(self).__name__} is not started: call start() first")
-        return f"http://127.0.0.1:{self._port}"
+    def _bound_port(self) -> int | None:
+        return self._port or None
 
     @property
     def url(self) -> str:
