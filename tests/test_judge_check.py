@@ -257,7 +257,7 @@ def _judge_check_cfg(tmp_path: Path, *overrides: str):
 
 def _run(tmp_path: Path, *overrides: str):
     """A cheap `rag-exp run` with the fake judge on one sample question; its MLflow run."""
-    from rag_experiments.app import run_job
+    from rag_experiments.job import run_job
 
     sample = (PROJECT_ROOT / "datasets/sample/eval.jsonl").read_text().splitlines()[0]
     (tmp_path / "one.jsonl").write_text(sample + "\n", encoding="utf-8")

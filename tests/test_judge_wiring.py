@@ -208,7 +208,7 @@ def test_embedded_judge_gives_every_row_a_value_or_a_reason(compose_cfg, tmp_pat
     unanswerable); the fake generator keeps it to the judge's calls."""
     import pandas as pd
 
-    from rag_experiments.app import run_job
+    from rag_experiments.job import run_job
     from rag_experiments.locations import PROJECT_ROOT
 
     lines = (PROJECT_ROOT / "datasets/sample/eval.jsonl").read_text(encoding="utf-8").splitlines()

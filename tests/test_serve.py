@@ -19,8 +19,8 @@ from hydra.utils import instantiate
 from mlflow.tracking import MlflowClient
 
 from rag_experiments.analysis.runs import run_values
-from rag_experiments.app import run_job
 from rag_experiments.errors import ConfigError
+from rag_experiments.job import run_job
 from rag_experiments.records import RagResponse, Sample
 from rag_experiments.targets.http import HttpTarget
 from rag_experiments.targets.http_server import TargetServer

@@ -86,7 +86,7 @@ def _compose(tmp_path: Path, uri: str, experiment: str, *extra: str) -> Any:
 
 def _run_in_process(tmp_path: Path, uri: str, experiment: str, *extra: str) -> str:
     """``run_job`` in this process; the id of the run it made."""
-    from rag_experiments.app import run_job
+    from rag_experiments.job import run_job
 
     cfg = _compose(tmp_path, uri, experiment, *extra)
     try:

@@ -13,9 +13,9 @@ from mlflow import MlflowClient
 from mlflow.entities import Document, SpanType
 from omegaconf import DictConfig
 
-from rag_experiments.app import run_job
 from rag_experiments.data.mlflow_traces import MlflowTracesDataset
 from rag_experiments.errors import DatasetError
+from rag_experiments.job import run_job
 from rag_experiments.llm.fake import FakeChat
 from rag_experiments.metrics.faithfulness import Faithfulness
 from rag_experiments.mlflow_scorers import faithfulness_scorer, row_of

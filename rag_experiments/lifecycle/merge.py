@@ -168,8 +168,8 @@ def merge(parent_id: str, tracking_uri: str, overrides: list[str] | None = None)
         DatasetError: The dataset loaded now is not the one the shards evaluated.
         TrackingError: A run's artifacts cannot be read or the new run cannot be written.
     """
-    from rag_experiments.app import log_dropped
     from rag_experiments.build import load_dataset
+    from rag_experiments.job import log_dropped
     from rag_experiments.lifecycle.rerun import load_run_config
 
     uri = resolve_tracking_uri(tracking_uri)

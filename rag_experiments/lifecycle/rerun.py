@@ -133,8 +133,8 @@ def rerun(run_id: str, tracking_uri: str, overrides: list[str] | None = None) ->
         DatasetError: The dataset loaded now does not have the run's digest.
         RagExpError: Any error of the rerun itself (after it was recorded on the new run).
     """
-    from rag_experiments.app import run_job
     from rag_experiments.build import load_dataset
+    from rag_experiments.job import run_job
     from rag_experiments.tracking.mlflow_tracker import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
