@@ -112,7 +112,7 @@ def _review(argv: list[str]) -> int:
 
 
 def _rerun(argv: list[str]) -> int:
-    from rag_experiments.lifecycle.rerun import rerun_command
+    from rag_experiments.commands.rerun import rerun_command
 
     return rerun_command(argv)
 
@@ -124,7 +124,7 @@ def _grade_sheet(argv: list[str]) -> int:
 
 
 def _export(argv: list[str]) -> int:
-    from rag_experiments.export import export_command
+    from rag_experiments.commands.export import export_command
 
     return export_command(argv)
 
@@ -148,7 +148,7 @@ def _init(argv: list[str]) -> int:
 
 
 def _merge(argv: list[str]) -> int:
-    from rag_experiments.lifecycle.merge import merge_command
+    from rag_experiments.commands.merge import merge_command
 
     return merge_command(argv)
 

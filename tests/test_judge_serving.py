@@ -119,8 +119,8 @@ def test_rerun_of_a_run_at_concurrency_16_against_a_varying_server_is_identical(
     """Rows 2k and 2k+1 are the same question: their judge prompts are identical and in flight
     together; the server answers every call differently. Without single flight the run kept
     the reply of one call per row while the cache kept another's, and the rerun differed."""
+    from rag_experiments.commands.rerun import rerun
     from rag_experiments.job import run_job
-    from rag_experiments.lifecycle.rerun import rerun
 
     lines = (SAMPLE / "eval.jsonl").read_text().splitlines()[:8]
     doubled = []
