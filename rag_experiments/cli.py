@@ -94,9 +94,9 @@ def _generate(argv: list[str]) -> int:
 
 
 def _dataset(argv: list[str]) -> int:
-    from rag_experiments.generate.stats import stats_command
+    from rag_experiments.commands.dataset import dataset_command
 
-    return stats_command(argv)
+    return dataset_command(argv)
 
 
 def _judge_check(argv: list[str]) -> int:
@@ -136,7 +136,7 @@ def _agreement(argv: list[str]) -> int:
 
 
 def _compare(argv: list[str]) -> int:
-    from rag_experiments.analysis.compare import compare_command
+    from rag_experiments.commands.compare import compare_command
 
     return compare_command(argv)
 
@@ -154,7 +154,7 @@ def _merge(argv: list[str]) -> int:
 
 
 def _report(argv: list[str]) -> int:
-    from rag_experiments.analysis.report import report_command
+    from rag_experiments.commands.report import report_command
 
     return report_command(argv)
 

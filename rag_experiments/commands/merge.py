@@ -52,7 +52,7 @@ from rag_experiments.tracking.mlflow_tracker import (
     read_table,
     resolve_tracking_uri,
 )
-from rag_experiments.tracking.sweep import child_runs
+from rag_experiments.tracking.store import child_runs
 
 log = logging.getLogger(__name__)
 
