@@ -118,7 +118,7 @@ def _rerun(argv: list[str]) -> int:
 
 
 def _grade_sheet(argv: list[str]) -> int:
-    from rag_experiments.agreement import grade_sheet_command
+    from rag_experiments.commands.agreement import grade_sheet_command
 
     return grade_sheet_command(argv)
 
@@ -130,7 +130,7 @@ def _export(argv: list[str]) -> int:
 
 
 def _agreement(argv: list[str]) -> int:
-    from rag_experiments.agreement import agreement_command
+    from rag_experiments.commands.agreement import agreement_command
 
     return agreement_command(argv)
 

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rag_experiments.aggregate import aggregate, bootstrap_ci, to_metrics
 from rag_experiments.analysis.runs import run_values
 from rag_experiments.build import build
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm.fake import FakeChat
 from rag_experiments.llm.roles import check_judge_distinct, judge_model_node
+from rag_experiments.metrics.aggregate import aggregate, bootstrap_ci, to_metrics
 from rag_experiments.metrics.answer_relevancy import AnswerRelevancy
 from rag_experiments.metrics.context_precision import ContextPrecision
 from rag_experiments.metrics.faithfulness import Faithfulness

@@ -8,7 +8,7 @@ metric). For every metric, over all questions and per question type:
 * **diff** = mean(b) − mean(a) over the n pairs (equal to mean(d)).
 * **95 % CI**: percentile bootstrap of mean(d) — the pairs are resampled together, which is
   the paired bootstrap (Efron & Tibshirani 1993, ch. 13; the resampling is
-  :func:`rag_experiments.aggregate.bootstrap_ci` applied to d, seeded).
+  :func:`rag_experiments.metrics.aggregate.bootstrap_ci` applied to d, seeded).
 * **p-value**: two-sided paired permutation test of mean(d) = 0 — under the null each pair's
   two values are exchangeable, i.e. each d_i's sign is flipped at random (Good, *Permutation
   Tests*, 2000, §3.1). Computed by ``scipy.stats.permutation_test(..., permutation_type=
@@ -37,7 +37,7 @@ metrics                                t             why
 ``P@k``, ``chunk.P@k``                 > 0           one relevant item in k gives P@k = 1/k; > 0
                                                      = "the top k held something relevant"
 ``faithfulness``, ``context_recall``   0.8           the "faithful"/"complete" boundary of the
-(any backend prefix)                                 grade sheets (:mod:`rag_experiments.agreement`)
+(any backend prefix)                                 grade sheets (``qualify/agreement.py``)
 every other metric                     midpoint of   0.5 on [0, 1]: ``Hit@k`` (0/1) passes on a
                                        its range     hit, ``nDCG@k``/``MRR@k``/``R@k``/``MAP@k`` …
                                                      on a half-good ranking; 3 on the judge's raw
@@ -57,7 +57,6 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from rag_experiments.aggregate import bootstrap_ci
 from rag_experiments.analysis.paired import (
     ALL,
     CONFIDENCE,
@@ -77,6 +76,7 @@ from rag_experiments.analysis.runs import (
 )
 from rag_experiments.common.cliargs import DEFAULT_TRACKING_URI
 from rag_experiments.errors import DatasetError
+from rag_experiments.metrics.aggregate import bootstrap_ci
 from rag_experiments.tracking.mlflow_tracker import read_table
 
 _CLAIM_RATIOS = ("faithfulness", "context_recall")

@@ -21,8 +21,8 @@ import pandas as pd
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 
-from rag_experiments.aggregate import Aggregate, to_metrics
 from rag_experiments.errors import TrackingError
+from rag_experiments.metrics.aggregate import Aggregate, to_metrics
 from rag_experiments.metrics.keys import KEY_METRICS
 from rag_experiments.tracking.mlflow_tracker import resolve_tracking_uri
 from rag_experiments.tracking.names import sanitize_metric_name
@@ -95,7 +95,7 @@ def run_values(client: mlflow.MlflowClient, run: Run) -> dict[str, float]:
     and, for the aggregates a headline run did not log as metrics
     (:mod:`~rag_experiments.tracking.selection`), the values of its ``average_results.csv``
     (mean, ``_ci_low``, ``_ci_high``, ``_n_valid``, per type under ``by_type/<type>/``, as
-    :func:`~rag_experiments.aggregate.to_metrics` names them). A run without that table (not
+    :func:`~rag_experiments.metrics.aggregate.to_metrics` names them). A run without that table (not
     an evaluation run) has its logged metrics only.
 
     Args:
