@@ -69,7 +69,7 @@ def _run(argv: list[str]) -> int:
 
 
 def _serve(argv: list[str]) -> int:
-    from rag_experiments.serve import main as serve_main
+    from rag_experiments.commands.serve import main as serve_main
 
     parser = argparse.ArgumentParser(
         prog="rag-exp serve",
@@ -88,7 +88,7 @@ def _serve(argv: list[str]) -> int:
 
 
 def _generate(argv: list[str]) -> int:
-    from rag_experiments.generate.app import generate_command
+    from rag_experiments.commands.generate import generate_command
 
     return generate_command(with_user_conf(argv))
 
@@ -100,7 +100,7 @@ def _dataset(argv: list[str]) -> int:
 
 
 def _judge_check(argv: list[str]) -> int:
-    from rag_experiments.qualify.command import judge_check_command
+    from rag_experiments.commands.judge_check import judge_check_command
 
     return judge_check_command(argv)
 

@@ -17,13 +17,13 @@ from hydra.core.global_hydra import GlobalHydra
 from mlflow import MlflowClient
 from sklearn.metrics import accuracy_score, balanced_accuracy_score, cohen_kappa_score
 
+from rag_experiments.commands.judge_check import compose_judge_check, run_judge_check
 from rag_experiments.errors import ConfigError, DatasetError
 from rag_experiments.llm.base import Completion, Usage
 from rag_experiments.llm.fake import FakeChat
 from rag_experiments.llm.parsing import parse_structured
 from rag_experiments.locations import CONF_DIR, PROJECT_ROOT
 from rag_experiments.qualify.check import JudgeCheck
-from rag_experiments.qualify.command import compose_judge_check, run_judge_check
 from rag_experiments.qualify.pairs import (
     balanced_subset,
     load_faithbench,

@@ -224,7 +224,7 @@ def test_server_api_contract():
 
 
 def test_serve_refuses_non_baseline_target_and_multirun(compose_cfg):
-    from rag_experiments.serve import main, serve_job
+    from rag_experiments.commands.serve import main, serve_job
 
     with pytest.raises(ConfigError, match="runs the built-in baseline"):
         serve_job(compose_cfg("target=http"))
