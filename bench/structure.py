@@ -36,7 +36,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.test_import_contracts import PACKAGE, imports_of, module_files  # noqa: E402
+from tests.test_import_contracts import (  # noqa: E402
+    PACKAGE,
+    import_circles,
+    import_graph,
+    module_files,
+)
 
 ENTRY = {"app", "cli", "__main__"}
 ENGINE = {"job", "build", "runner"}
@@ -69,60 +74,21 @@ def tier(module: str, commands: set[str]) -> int:
     return 0
 
 
-def graph(files: dict[str, Path]) -> dict[str, dict[str, int]]:
-    """Short module name → {imported short module name: first line}, package modules only."""
-    out: dict[str, dict[str, int]] = {}
-    for module, path in files.items():
-        edges: dict[str, int] = {}
-        for imp in imports_of(path, module):
-            for target in imp.modules:
-                if target in files and target != module and target != PACKAGE:
-                    if module.startswith(target + "."):  # a submodule importing its package
-                        continue
-                    edges.setdefault(_short(target), imp.line)
-        out[_short(module) if module != PACKAGE else PACKAGE] = edges
-    return out
+def graph() -> dict[str, dict[str, int]]:
+    """Short module name → {imported short module name: first line}
+    (:func:`tests.test_import_contracts.import_graph`)."""
+    full = import_graph(ROOT, PACKAGE)
+    return {_short(m): {_short(t): line for t, line in e.items()} for m, e in full.items()}
 
 
 def circles(edges: dict[str, dict[str, int]]) -> list[list[str]]:
-    """Strongly connected components with more than one module (Tarjan's algorithm)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in edges.get(v, {}):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                found.append(sorted(comp))
-
-    sys.setrecursionlimit(10_000)
-    for v in sorted(edges):
-        if v not in index:
-            visit(v)
-    return sorted(found)
+    """The import circles (:func:`tests.test_import_contracts.import_circles`)."""
+    return import_circles(edges)
 
 
 def main() -> None:
     files = module_files(ROOT, PACKAGE)
-    edges = graph(files)
+    edges = graph()
     commands = command_modules(files)
     upward = [
         f"{src} (tier {tier(src, commands)}) -> {dst} (tier {tier(dst, commands)}), line {line}"
