@@ -21,7 +21,7 @@ from rag_experiments.job import run_job
 from rag_experiments.metrics.keyword_faithfulness import KeywordFaithfulness
 from rag_experiments.records import Document, RecordedAnswer, Sample
 from rag_experiments.targets.recorded import RecordedTarget
-from rag_experiments.tracking.mlflow_tracker import read_table
+from rag_experiments.tracking.store import read_table
 
 ANSWER_METRICS = (
     "faithfulness",

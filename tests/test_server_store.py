@@ -42,7 +42,8 @@ from mlflow_server import (  # noqa: F401  (fixtures)
 
 from rag_experiments.errors import TrackingError
 from rag_experiments.locations import CONF_DIR
-from rag_experiments.tracking.mlflow_tracker import MlflowTracker, read_table
+from rag_experiments.tracking.mlflow_tracker import MlflowTracker
+from rag_experiments.tracking.store import read_table
 
 pytestmark = pytest.mark.slow
 

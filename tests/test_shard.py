@@ -22,7 +22,7 @@ from rag_experiments.data.base import EvalDataset
 from rag_experiments.data.shard import select_shard, shard_of
 from rag_experiments.errors import ConfigError
 from rag_experiments.records import Sample
-from rag_experiments.tracking.mlflow_tracker import read_table
+from rag_experiments.tracking.store import read_table
 
 FAST = ["llm=fake", "embedder=hash", "metrics=retrieval", "progress=false"]
 

@@ -19,7 +19,7 @@ from rag_experiments.job import run_job
 from rag_experiments.llm.fake import FakeChat
 from rag_experiments.metrics.faithfulness import Faithfulness
 from rag_experiments.mlflow_scorers import faithfulness_scorer, row_of
-from rag_experiments.tracking.mlflow_tracker import read_table
+from rag_experiments.tracking.store import read_table
 
 CLAIMS = {
     "claims": [

@@ -68,16 +68,11 @@ from rag_experiments.analysis.paired import (
     PairedStat,
     Threshold,
 )
-from rag_experiments.analysis.runs import (
-    MetricInfo,
-    client_for,
-    get_run,
-    load_specs,
-)
+from rag_experiments.analysis.runs import MetricInfo, load_specs
 from rag_experiments.common.cliargs import DEFAULT_TRACKING_URI
 from rag_experiments.errors import DatasetError
 from rag_experiments.metrics.aggregate import bootstrap_ci
-from rag_experiments.tracking.mlflow_tracker import read_table
+from rag_experiments.tracking.store import get_run, open_store, read_table
 
 _CLAIM_RATIOS = ("faithfulness", "context_recall")
 
@@ -313,7 +308,7 @@ def compare_runs(
         TrackingError: A run, its table or its metric specs cannot be fetched.
         DatasetError: Different dataset digests without ``force``; no common question.
     """
-    client = client_for(tracking_uri)
+    client = open_store(tracking_uri)
     runs = {k: get_run(client, r) for k, r in (("a", run_a), ("b", run_b))}
     digests = {k: r.data.tags.get("dataset.digest") for k, r in runs.items()}
     if digests["a"] != digests["b"] and not force:

@@ -47,14 +47,13 @@ from rag_experiments.analysis.plots import (
 )
 from rag_experiments.analysis.runs import (
     MetricInfo,
-    get_run,
     key_metrics,
     load_specs,
     run_values,
 )
 from rag_experiments.errors import TrackingError
 from rag_experiments.tracking.names import sanitize_metric_name
-from rag_experiments.tracking.store import child_runs
+from rag_experiments.tracking.store import child_runs, get_run
 
 COSTS = ("latency_ms_p50", "judge_calls")
 """Cost axes of the Pareto front (``judge_calls`` only when a child called a judge)."""

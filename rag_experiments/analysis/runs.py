@@ -24,8 +24,8 @@ from mlflow.exceptions import MlflowException
 from rag_experiments.errors import TrackingError
 from rag_experiments.metrics.aggregate import Aggregate, to_metrics
 from rag_experiments.metrics.keys import KEY_METRICS
-from rag_experiments.tracking.mlflow_tracker import resolve_tracking_uri
 from rag_experiments.tracking.names import sanitize_metric_name
+from rag_experiments.tracking.store import get_run
 
 
 @dataclass(frozen=True)
@@ -43,27 +43,6 @@ class MetricInfo:
     higher_is_better: bool = True
     low: float = 0.0
     high: float = 1.0
-
-
-def client_for(uri: str) -> mlflow.MlflowClient:
-    """An MLflow client for ``uri`` (relative sqlite paths resolve against the working
-    directory, as ``rag-exp run`` does)."""
-    return mlflow.MlflowClient(tracking_uri=resolve_tracking_uri(uri))
-
-
-def get_run(client: mlflow.MlflowClient, run_id: str) -> Run:
-    """Fetch a run.
-
-    Raises:
-        TrackingError: No such run in the store (the message names the store).
-    """
-    try:
-        return client.get_run(run_id)
-    except MlflowException as exc:
-        raise TrackingError(
-            f"run {run_id!r} not found at {client.tracking_uri}: {exc.message}. Check the run id "
-            "and --tracking-uri"
-        ) from exc
 
 
 def load_specs(client: mlflow.MlflowClient, run_id: str) -> list[MetricInfo]:

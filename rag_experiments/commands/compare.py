@@ -16,10 +16,10 @@ import mlflow
 from rag_experiments.analysis.compare import compare_runs
 from rag_experiments.analysis.paired import N_RESAMPLES, Comparison
 from rag_experiments.analysis.plots import write_compare_report
-from rag_experiments.analysis.runs import client_for, get_run
 from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
 from rag_experiments.errors import RagExpError
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker
+from rag_experiments.tracking.store import get_run, open_store
 
 
 def log_comparison(
@@ -40,7 +40,7 @@ def log_comparison(
     Raises:
         TrackingError: The store cannot be written.
     """
-    client = client_for(tracking_uri)
+    client = open_store(tracking_uri)
     experiment = client.get_experiment(get_run(client, result.run_a).info.experiment_id).name
     write_compare_report(result, out_dir)
     tracker = MlflowTracker(

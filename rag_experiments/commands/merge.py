@@ -49,10 +49,9 @@ from rag_experiments.runner import EvalResult, log_result, summarise
 from rag_experiments.tracking.mlflow_tracker import (
     MlflowTracker,
     open_client,
-    read_table,
     resolve_tracking_uri,
 )
-from rag_experiments.tracking.store import child_runs
+from rag_experiments.tracking.store import child_runs, read_table
 
 log = logging.getLogger(__name__)
 

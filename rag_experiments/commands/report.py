@@ -13,8 +13,9 @@ from rag_experiments.analysis.report import (
     resolve_parent,
     write_sweep_report,
 )
-from rag_experiments.analysis.runs import artifact_location, client_for
+from rag_experiments.analysis.runs import artifact_location
 from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
+from rag_experiments.tracking.store import open_store
 
 
 def report_command(argv: list[str]) -> int:
@@ -41,7 +42,7 @@ def report_command(argv: list[str]) -> int:
     opts = parse_store_command(parser, argv)
     if opts.no_log and not opts.out:
         parser.error("--no-log needs --out")
-    client = client_for(opts.tracking_uri)
+    client = open_store(opts.tracking_uri)
     report = build_report(client, resolve_parent(client, opts.sweep), opts.metrics)
     with tempfile.TemporaryDirectory(prefix="rag-exp-report-") as tmp:
         out = Path(opts.out) if opts.out else Path(tmp)

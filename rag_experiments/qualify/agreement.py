@@ -44,12 +44,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import mlflow
 import pandas as pd
 from mlflow.exceptions import MlflowException
 
 from rag_experiments.errors import DatasetError, TrackingError
-from rag_experiments.tracking.mlflow_tracker import read_table
+from rag_experiments.tracking.store import open_store, read_table
 
 
 @dataclass(frozen=True)
@@ -102,12 +101,6 @@ LABEL_SETS: dict[str, LabelSet] = {
 SHEET_FIXED = ("item", "sheet_id", "question", "reference", "contexts", "response")
 
 
-def _client(uri: str) -> mlflow.MlflowClient:
-    from rag_experiments.tracking.mlflow_tracker import resolve_tracking_uri
-
-    return mlflow.MlflowClient(tracking_uri=resolve_tracking_uri(uri))
-
-
 def _contexts(cell: Any) -> str:
     try:
         items = json.loads(cell) if isinstance(cell, str) else []
@@ -135,7 +128,7 @@ def grade_sheet(
         TrackingError: The run or its table cannot be fetched.
         DatasetError: The run has no judged metric of :data:`LABEL_SETS` with a value.
     """
-    table = read_table(_client(tracking_uri), run_id)
+    table = read_table(open_store(tracking_uri), run_id)
     metrics = [
         m
         for m, ls in LABEL_SETS.items()
@@ -307,7 +300,7 @@ def log_agreement(
     Raises:
         TrackingError: The run cannot be reached.
     """
-    client = _client(tracking_uri or key["tracking_uri"])
+    client = open_store(tracking_uri or key["tracking_uri"])
     values = {}
     for r in results:
         for name, v in (
