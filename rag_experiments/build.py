@@ -35,8 +35,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from rag_experiments.config.keys import check_keys
 from rag_experiments.data.base import EvalDataset
+from rag_experiments.data.shard import select_shard
 from rag_experiments.errors import ConfigError, RagExpError
-from rag_experiments.lifecycle.shard import select_shard
 from rag_experiments.llm.base import ChatModelBase
 from rag_experiments.llm.factory import build_chat, configure_from_config
 from rag_experiments.llm.roles import check_judge_distinct, judge_model_node
@@ -196,7 +196,7 @@ def build_tracker(cfg: DictConfig, **options: Any) -> Any:
 def load_dataset(cfg: DictConfig) -> EvalDataset:
     """The dataset a job evaluates: ``cfg.dataset`` loaded, then the seeded ``max_samples``
     subset when one is set, then shard ``shard.index`` of ``shard.count``
-    (:mod:`rag_experiments.lifecycle.shard`); its digest is the one the run logs.
+    (:mod:`rag_experiments.data.shard`); its digest is the one the run logs.
 
     Raises:
         RagExpError: The dataset cannot be loaded.

@@ -69,7 +69,7 @@ def _run(argv: list[str]) -> int:
 
 
 def _serve(argv: list[str]) -> int:
-    from rag_experiments.serve import main as serve_main
+    from rag_experiments.commands.serve import main as serve_main
 
     parser = argparse.ArgumentParser(
         prog="rag-exp serve",
@@ -88,19 +88,19 @@ def _serve(argv: list[str]) -> int:
 
 
 def _generate(argv: list[str]) -> int:
-    from rag_experiments.generate.app import generate_command
+    from rag_experiments.commands.generate import generate_command
 
     return generate_command(with_user_conf(argv))
 
 
 def _dataset(argv: list[str]) -> int:
-    from rag_experiments.generate.stats import stats_command
+    from rag_experiments.commands.dataset import dataset_command
 
-    return stats_command(argv)
+    return dataset_command(argv)
 
 
 def _judge_check(argv: list[str]) -> int:
-    from rag_experiments.qualify.command import judge_check_command
+    from rag_experiments.commands.judge_check import judge_check_command
 
     return judge_check_command(argv)
 
@@ -112,31 +112,31 @@ def _review(argv: list[str]) -> int:
 
 
 def _rerun(argv: list[str]) -> int:
-    from rag_experiments.lifecycle.rerun import rerun_command
+    from rag_experiments.commands.rerun import rerun_command
 
     return rerun_command(argv)
 
 
 def _grade_sheet(argv: list[str]) -> int:
-    from rag_experiments.agreement import grade_sheet_command
+    from rag_experiments.commands.agreement import grade_sheet_command
 
     return grade_sheet_command(argv)
 
 
 def _export(argv: list[str]) -> int:
-    from rag_experiments.export import export_command
+    from rag_experiments.commands.export import export_command
 
     return export_command(argv)
 
 
 def _agreement(argv: list[str]) -> int:
-    from rag_experiments.agreement import agreement_command
+    from rag_experiments.commands.agreement import agreement_command
 
     return agreement_command(argv)
 
 
 def _compare(argv: list[str]) -> int:
-    from rag_experiments.analysis.compare import compare_command
+    from rag_experiments.commands.compare import compare_command
 
     return compare_command(argv)
 
@@ -148,13 +148,13 @@ def _init(argv: list[str]) -> int:
 
 
 def _merge(argv: list[str]) -> int:
-    from rag_experiments.lifecycle.merge import merge_command
+    from rag_experiments.commands.merge import merge_command
 
     return merge_command(argv)
 
 
 def _report(argv: list[str]) -> int:
-    from rag_experiments.analysis.report import report_command
+    from rag_experiments.commands.report import report_command
 
     return report_command(argv)
 

@@ -22,7 +22,7 @@ import math
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
-from rag_experiments.aggregate import CONFIDENCE, Aggregate
+from rag_experiments.metrics.aggregate import CONFIDENCE, Aggregate
 from rag_experiments.metrics.definitions import DEFINITIONS
 from rag_experiments.metrics.keys import KEY_METRICS
 from rag_experiments.records import MetricSpec, MetricValue

@@ -114,7 +114,7 @@ class LLMError(RagExpError):
 
 class PreflightError(RagExpError):
     """A model or service the job needs cannot be used; found by the check before any question
-    was answered (:func:`rag_experiments.app.preflight`).
+    was answered (:func:`rag_experiments.job.preflight`).
 
     Args:
         role: The part that failed (``generator``, ``judge``, ``embedder``, ``target``).

@@ -20,13 +20,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rag_experiments.aggregate import Aggregate, aggregate, percentile, to_metrics
+from rag_experiments.common.progress import Progress
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError, RagExpError, RunFailedError
 from rag_experiments.llm.errors import JUDGE_ERROR_REASONS, SERVICE_ERROR_REASONS
+from rag_experiments.metrics.aggregate import Aggregate, aggregate, percentile, to_metrics
 from rag_experiments.metrics.audit import collect_audit, to_jsonl
 from rag_experiments.metrics.scheduler import JudgedRowMetric, JudgeScheduler, RowResults
-from rag_experiments.progress import Progress
 from rag_experiments.protocols import Metric, Target
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 
@@ -357,7 +357,7 @@ def summarise(
         seed: Seed of the bootstrap confidence intervals (the CIs depend on the row order).
 
     Returns:
-        ``(aggregates, counts)``: :func:`~rag_experiments.aggregate.aggregate` over all rows
+        ``(aggregates, counts)``: :func:`~rag_experiments.metrics.aggregate.aggregate` over all rows
         and per question type; ``n_samples``, ``n_failed``, ``n_unanswerable``,
         ``n_cached_answers`` (answers the generator's response cache served,
         :func:`served_from_cache`), and ``latency_ms_p50`` / ``latency_ms_p95`` over the

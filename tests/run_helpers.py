@@ -19,7 +19,7 @@ def evaluate_retrieval(
     (the one named ``run_name`` in experiment ``rag-experiments``)."""
     from mlflow import MlflowClient
 
-    from rag_experiments.app import run_job
+    from rag_experiments.job import run_job
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -11,8 +11,8 @@ import mlflow
 import pandas as pd
 import pytest
 
-from rag_experiments.agreement import agreement, grade_sheet, log_agreement, score_sheet
 from rag_experiments.errors import DatasetError
+from rag_experiments.qualify.agreement import agreement, grade_sheet, log_agreement, score_sheet
 
 # Judge faithfulness per sample: 6 "faithful" (1.0) and 4 "unfaithful" (0.0); s10 is not graded.
 JUDGE = {f"s{i}": (1.0 if i < 6 else 0.0) for i in range(10)}

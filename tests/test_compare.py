@@ -14,16 +14,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from rag_experiments.analysis.compare import (
-    Threshold,
-    compare_runs,
-    compare_tables,
-    holm,
-    log_comparison,
-    paired_test,
-)
+from rag_experiments.analysis.compare import compare_runs, compare_tables, holm, paired_test
+from rag_experiments.analysis.paired import Threshold
 from rag_experiments.analysis.runs import MetricInfo
 from rag_experiments.cli import main
+from rag_experiments.commands.compare import log_comparison
 from rag_experiments.errors import DatasetError
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker
 
@@ -327,7 +322,7 @@ def test_groups_of_one_question_give_too_few_pairs_not_an_error() -> None:
     observations"); one metric is NaN on all but one question."""
     import pandas as pd
 
-    from rag_experiments.analysis.compare import TOO_FEW_PAIRS
+    from rag_experiments.analysis.paired import TOO_FEW_PAIRS
 
     ids = [f"q{i}" for i in range(8)]
     types = [f"type{i}" for i in range(8)]

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from rag_experiments.aggregate import aggregate
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import Completion, Message
 from rag_experiments.llm.fake import FakeChat
+from rag_experiments.metrics.aggregate import aggregate
 from rag_experiments.metrics.audit import collect_audit
 from rag_experiments.metrics.context_precision import ContextPrecision
 from rag_experiments.metrics.deepeval_backend import (

@@ -26,12 +26,12 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from omegaconf import DictConfig
 from pytest_httpserver import HTTPServer
 
-from rag_experiments.app import preflight, run_job
 from rag_experiments.data.beir import BeirDataset
 from rag_experiments.embedding.hash import HashEmbedder
 from rag_experiments.embedding.ollama import OllamaEmbedder
 from rag_experiments.embedding.openai_compat import OpenAICompatEmbedder
 from rag_experiments.errors import ConfigError, PreflightError, TargetError
+from rag_experiments.job import preflight, run_job
 from rag_experiments.lifecycle.objective import NaNObjective, nan_reason, objective_value
 from rag_experiments.llm.errors import LLMHTTPError, LLMUnreachableError, ModelNotFoundError
 from rag_experiments.llm.factory import build_chat

@@ -16,7 +16,18 @@ layer (files)                      must not import
 ``common/`` (neutral)              anything of the package but ``errors`` and ``common``
 ``runner.py``                      ``hydra``: directly (at any level), or through the
                                    package modules it imports at module level (transitively)
+the parts (every folder of         ``build`` (the composition root builds the parts; a part that
+:data:`PARTS`)                     built parts itself would hide a config → object decision)
 =================================  ==============================================================
+
+Above the parts, the package has three tiers, and an arrow never points up (:data:`TIERS`):
+the entry points (``app.py``, the Hydra entry of ``rag-exp run``; ``cli.py``; ``__main__.py``)
+→ the commands (``commands/``) → the engine (``job.py``) → everything else. A module may import
+its own tier or a lower one: a command may call the engine, the engine never reaches back into
+a command or the entry point, so a change to a command cannot break ``run`` and reusing the
+engine (a sweeper, a rerun) does not drag Hydra's entry along. And no module imports itself
+through others: the import graph has no circle (a circle means two modules share a piece that
+belongs in a module of its own, below both).
 
 A failure names ``file:line`` and the forbidden import. The checker is tested on a synthetic
 tree at the end of this file, so a passing run means "no forbidden import", not "no check".
@@ -72,6 +83,43 @@ class Contract:
     allowed: tuple[str, ...] = ()
 
 
+TIERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("entry point", ("app", "cli", "__main__")),
+    ("command", ("commands",)),
+    ("engine", ("job",)),
+)
+"""Tiers above the parts, top first: (name, package-relative module or folder names). Every
+other module of the package is a part (tier "part", the lowest)."""
+
+PARTS = (
+    "analysis",
+    "chunking",
+    "common",
+    "data",
+    "embedding",
+    "index",
+    "lifecycle",
+    "llm",
+    "metrics",
+    "qualify",
+    "retrieval",
+    "targets",
+    "text",
+    "tracking",
+)
+"""Folders of parts: built by the composition root (``build.py``), never building themselves."""
+
+WHY_UPWARD = (
+    "an arrow points up (entry point -> commands -> engine -> parts): the lower module would "
+    "break when the higher one changes and a circle is one step away; move what both need "
+    "down, into the lower module or a module of its own"
+)
+WHY_CIRCLE = (
+    "these modules import each other (directly or through others): neither can be read, "
+    "tested or moved alone; move the shared types or helpers into a module of their own, "
+    "below both"
+)
+
 MODEL_FORBIDDEN = ("metrics", "targets", "data", "tracking")
 
 CONTRACTS = (
@@ -83,6 +131,10 @@ CONTRACTS = (
     Contract("data knows no targets/metrics/tracking", "data", ("targets", "metrics", "tracking")),
     Contract("common imports nothing of the package but errors", "common", ("*",), ("errors",)),
     Contract("the runner imports no Hydra", "runner.py", ("external:hydra",)),
+    *(
+        Contract("parts do not build parts (the composition root does)", p, ("build",))
+        for p in PARTS
+    ),
 )
 
 KNOWN_EXCEPTIONS: frozenset[tuple[str, str]] = frozenset()
@@ -214,6 +266,113 @@ def check_no_eager_import(start: str, forbidden: str, src_root: Path, package: s
     return problems
 
 
+def tier_of(module: str, package: str, tiers=TIERS) -> tuple[int, str]:
+    """``(rank, name)`` of a module's tier: 0 for the top tier of ``tiers``, ``len(tiers)`` (name
+    ``"part"``) for a module in none of them."""
+    for rank, (name, members) in enumerate(tiers):
+        if any(_under(module, f"{package}.{m}") for m in members):
+            return rank, name
+    return len(tiers), "part"
+
+
+def _article(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
+
+
+def check_upward(src_root: Path, package: str, tiers=TIERS) -> list[str]:
+    """Imports that point to a higher tier than their file's, one line each:
+    ``<file>:<line>: imports <module> (a <tier> imports a <tier>: <why>)``."""
+    problems = []
+    for module, path in module_files(src_root, package).items():
+        rank, name = tier_of(module, package, tiers)
+        rel = path.relative_to(src_root).as_posix()
+        for imp in imports_of(path, module):
+            hit = imp.first(lambda m, rank=rank: tier_of(m, package, tiers)[0] < rank)
+            if hit is not None and (rel, hit) not in KNOWN_EXCEPTIONS:
+                above = tier_of(hit, package, tiers)[1]
+                what = f"{_article(name)} {name} imports {_article(above)} {above}"
+                problems.append(f"{rel}:{imp.line}: imports {hit} ({what}: {WHY_UPWARD})")
+    return problems
+
+
+def import_graph(src_root: Path, package: str) -> dict[str, dict[str, int]]:
+    """Module → {package module it imports: line of the first such import}, every import counted
+    (module level, in functions, type-only). A submodule's import of its own package (its
+    ``__init__``, which Python runs first anyway) is left out."""
+    files = module_files(src_root, package)
+    graph: dict[str, dict[str, int]] = {}
+    for module, path in files.items():
+        edges: dict[str, int] = {}
+        for imp in imports_of(path, module):
+            for target in imp.modules:
+                if target in files and target != module and not module.startswith(target + "."):
+                    edges.setdefault(target, imp.line)
+        graph[module] = edges
+    return graph
+
+
+def import_circles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (modules that import each
+    other, directly or through others), each sorted, in sorted order (Tarjan, 1972, *SIAM J.
+    Comput.* 1(2), iterative form)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, {}))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, {})))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return sorted(found)
+
+
+def check_circles(src_root: Path, package: str) -> list[str]:
+    """One line per import circle: ``a <-> b <-> c: a:12 imports b; b:30 imports a (<why>)``
+    (the imports inside the circle, with their lines)."""
+    graph = import_graph(src_root, package)
+    files = module_files(src_root, package)
+    problems = []
+    for circle in import_circles(graph):
+        members = set(circle)
+        arrows = [
+            f"{files[m].relative_to(src_root).as_posix()}:{line} imports {t}"
+            for m in circle
+            for t, line in sorted(graph[m].items())
+            if t in members
+        ]
+        problems.append(f"{' <-> '.join(circle)}: {'; '.join(arrows)} ({WHY_CIRCLE})")
+    return problems
+
+
 # --- the contracts on the package ----------------------------------------------------------
 
 
@@ -222,6 +381,18 @@ def test_import_contract(contract: Contract) -> None:
     assert (ROOT / PACKAGE / contract.layer).exists(), contract.layer
     problems = check_contract(contract, ROOT, PACKAGE)
     assert not problems, "forbidden imports:\n" + "\n".join(problems)
+
+
+def test_no_import_points_up() -> None:
+    problems = check_upward(ROOT, PACKAGE)
+    assert not problems, "upward imports:\n" + "\n".join(problems)
+
+
+def test_no_import_circle() -> None:
+    graph = import_graph(ROOT, PACKAGE)
+    assert len(graph) > 100 and sum(map(len, graph.values())) > 300  # the graph is read
+    problems = check_circles(ROOT, PACKAGE)
+    assert not problems, "import circles:\n" + "\n".join(problems)
 
 
 def test_runner_imports_no_hydra_transitively() -> None:
@@ -293,6 +464,41 @@ def test_checker_follows_module_level_imports_to_hydra(tmp_path: Path) -> None:
     direct = Contract("no hydra", "runner.py", ("external:hydra",))
     (root / "pkg" / "runner.py").write_text("def f():\n    import hydra\n", encoding="utf-8")
     assert check_contract(direct, root, "pkg") == ["pkg/runner.py:2: imports hydra (no hydra)"]
+
+
+def test_checker_finds_upward_imports_and_circles(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "app.py": "from pkg.commands.run import go\nfrom pkg.job import run\n",
+            "commands/run.py": "from pkg.job import run\n\ndef go():\n    from pkg import app\n",
+            "job.py": "from pkg.data import load\nfrom pkg.commands import run\n",
+            "data/__init__.py": "from pkg.data.load import f\n",
+            "data/load.py": "from pkg.data import other\n",
+            "data/other.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from pkg.data.load import f\n"
+            ),
+            "data/shard.py": "import pkg.job\n",
+        },
+    )
+    tiers = (("entry point", ("app",)), ("command", ("commands",)), ("engine", ("job",)))
+    assert check_upward(root, "pkg", tiers) == [
+        f"pkg/commands/run.py:4: imports pkg.app (a command imports an entry point: {WHY_UPWARD})",
+        f"pkg/data/shard.py:1: imports pkg.job (a part imports an engine: {WHY_UPWARD})",
+        f"pkg/job.py:2: imports pkg.commands (an engine imports a command: {WHY_UPWARD})",
+    ]
+    graph = import_graph(root, "pkg")
+    assert "pkg.data" not in graph["pkg.data.load"]  # a submodule's import of its own package
+    assert import_circles(graph) == [  # the upward imports close a circle too
+        ["pkg.app", "pkg.commands.run", "pkg.job"],
+        ["pkg.data.load", "pkg.data.other"],
+    ]
+    circle = check_circles(root, "pkg")[1]
+    assert circle.startswith(
+        "pkg.data.load <-> pkg.data.other: pkg/data/load.py:1 imports pkg.data.other; "
+        "pkg/data/other.py:3 imports pkg.data.load ("
+    )
 
 
 def _from_imports(paths: list[Path]) -> Iterator[tuple[str, int, str, str]]:

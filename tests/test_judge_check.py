@@ -17,13 +17,13 @@ from hydra.core.global_hydra import GlobalHydra
 from mlflow import MlflowClient
 from sklearn.metrics import accuracy_score, balanced_accuracy_score, cohen_kappa_score
 
+from rag_experiments.commands.judge_check import compose_judge_check, run_judge_check
 from rag_experiments.errors import ConfigError, DatasetError
 from rag_experiments.llm.base import Completion, Usage
 from rag_experiments.llm.fake import FakeChat
 from rag_experiments.llm.parsing import parse_structured
 from rag_experiments.locations import CONF_DIR, PROJECT_ROOT
 from rag_experiments.qualify.check import JudgeCheck
-from rag_experiments.qualify.command import compose_judge_check, run_judge_check
 from rag_experiments.qualify.pairs import (
     balanced_subset,
     load_faithbench,
@@ -257,7 +257,7 @@ def _judge_check_cfg(tmp_path: Path, *overrides: str):
 
 def _run(tmp_path: Path, *overrides: str):
     """A cheap `rag-exp run` with the fake judge on one sample question; its MLflow run."""
-    from rag_experiments.app import run_job
+    from rag_experiments.job import run_job
 
     sample = (PROJECT_ROOT / "datasets/sample/eval.jsonl").read_text().splitlines()[0]
     (tmp_path / "one.jsonl").write_text(sample + "\n", encoding="utf-8")

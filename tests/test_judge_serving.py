@@ -119,8 +119,8 @@ def test_rerun_of_a_run_at_concurrency_16_against_a_varying_server_is_identical(
     """Rows 2k and 2k+1 are the same question: their judge prompts are identical and in flight
     together; the server answers every call differently. Without single flight the run kept
     the reply of one call per row while the cache kept another's, and the rerun differed."""
-    from rag_experiments.app import run_job
-    from rag_experiments.lifecycle.rerun import rerun
+    from rag_experiments.commands.rerun import rerun
+    from rag_experiments.job import run_job
 
     lines = (SAMPLE / "eval.jsonl").read_text().splitlines()[:8]
     doubled = []
@@ -328,7 +328,7 @@ def test_run_with_llm_and_judge_on_llama_cpp_server_end_to_end(
     replies, and the usage it reports is logged."""
     import json
 
-    from rag_experiments.app import run_job
+    from rag_experiments.job import run_job
 
     cfg = compose_cfg(
         "llm=openai", f"llm.base_url={llama_server}", "llm.model=smollm2", "llm.max_tokens=48",

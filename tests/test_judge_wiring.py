@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rag_experiments.aggregate import aggregate, bootstrap_ci, to_metrics
 from rag_experiments.analysis.runs import run_values
 from rag_experiments.build import build
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm.fake import FakeChat
 from rag_experiments.llm.roles import check_judge_distinct, judge_model_node
+from rag_experiments.metrics.aggregate import aggregate, bootstrap_ci, to_metrics
 from rag_experiments.metrics.answer_relevancy import AnswerRelevancy
 from rag_experiments.metrics.context_precision import ContextPrecision
 from rag_experiments.metrics.faithfulness import Faithfulness
@@ -208,7 +208,7 @@ def test_embedded_judge_gives_every_row_a_value_or_a_reason(compose_cfg, tmp_pat
     unanswerable); the fake generator keeps it to the judge's calls."""
     import pandas as pd
 
-    from rag_experiments.app import run_job
+    from rag_experiments.job import run_job
     from rag_experiments.locations import PROJECT_ROOT
 
     lines = (PROJECT_ROOT / "datasets/sample/eval.jsonl").read_text(encoding="utf-8").splitlines()

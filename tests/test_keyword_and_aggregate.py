@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rag_experiments.aggregate import aggregate, percentile, to_metrics
+from rag_experiments.metrics.aggregate import aggregate, percentile, to_metrics
 from rag_experiments.metrics.keyword_coverage import KeywordCoverage
 from rag_experiments.records import MetricValue, RagResponse, Sample
 

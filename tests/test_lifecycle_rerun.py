@@ -11,9 +11,9 @@ import mlflow
 import pytest
 from omegaconf import DictConfig
 
-from rag_experiments.app import run_job
+from rag_experiments.commands.rerun import RERUN_TAG, rerun
 from rag_experiments.errors import DatasetError
-from rag_experiments.lifecycle.rerun import RERUN_TAG, rerun
+from rag_experiments.job import run_job
 from rag_experiments.llm.fake import FakeChat
 from rag_experiments.locations import PROJECT_ROOT
 

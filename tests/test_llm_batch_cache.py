@@ -11,10 +11,10 @@ import pytest
 from mlflow import MlflowClient
 from pydantic import BaseModel, Field
 
-from rag_experiments.app import run_job
 from rag_experiments.build import build
 from rag_experiments.errors import ConfigError
 from rag_experiments.fakes.ollama_server import FakeOllamaServer
+from rag_experiments.job import run_job
 from rag_experiments.llm import factory
 from rag_experiments.llm.base import Completion, Usage
 from rag_experiments.llm.batch import ChatRequest, complete_many

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from rag_experiments.aggregate import Aggregate, to_metrics
 from rag_experiments.console import summary_table
 from rag_experiments.errors import ConfigError
+from rag_experiments.metrics.aggregate import Aggregate, to_metrics
 from rag_experiments.records import MetricSpec, MetricValue
 from rag_experiments.tracking.selection import select_metrics
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from rag_experiments.progress import Progress
+from rag_experiments.common.progress import Progress
 
 
 def test_a_line_every_tenth_and_at_the_end(caplog: pytest.LogCaptureFixture) -> None:

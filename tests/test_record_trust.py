@@ -148,7 +148,7 @@ def only_run(tmp_path: Path) -> mlflow.entities.Run:
 def test_a_recorded_run_judged_by_the_fake_has_no_note_about_the_unused_embedded_model(
     compose_cfg, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from rag_experiments.app import run_job
+    from rag_experiments.job import run_job
 
     path, docs = make_recorded_dataset(tmp_path / "data")
     # llm is left at its default, the embedded SmolLM2: the recorded target never calls it
@@ -188,8 +188,8 @@ def test_the_caveat_says_what_the_embedded_model_produced(compose_cfg) -> None:
 
 @pytest.mark.slow
 def test_refused_commands_create_no_mlflow_run(compose_cfg, tmp_path: Path) -> None:
-    from rag_experiments.app import run_job
     from rag_experiments.errors import ConfigError, RagExpError
+    from rag_experiments.job import run_job
 
     path, docs = make_dataset(tmp_path / "data")
     base = ["dataset=jsonl", f"dataset.corpus={docs}", "embedder=hash", "metrics=retrieval"]
@@ -457,7 +457,7 @@ def test_an_index_in_another_space_or_from_another_embedder_is_rebuilt(
 def test_a_top_k_larger_than_the_corpus_is_said(
     compose_cfg, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from rag_experiments.app import run_job
+    from rag_experiments.job import run_job
 
     path, docs = make_dataset(tmp_path / "data")
     cfg = compose_cfg(
@@ -503,8 +503,8 @@ WRONG_TYPES = [
 def test_a_judge_whose_every_reply_has_wrong_types_fails_the_run_after_logging(
     compose_cfg, tmp_path: Path
 ) -> None:
-    from rag_experiments.app import run_job
     from rag_experiments.errors import RunFailedError
+    from rag_experiments.job import run_job
 
     path, docs = make_dataset(tmp_path / "data")
     cfg = compose_cfg(

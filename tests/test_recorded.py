@@ -13,15 +13,15 @@ import pytest
 from mlflow import MlflowClient
 from omegaconf import DictConfig
 
-from rag_experiments.app import run_job
 from rag_experiments.cli import main as cli_main
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.data.peer import DeepEvalDataset, RagasDataset
 from rag_experiments.errors import DatasetError
+from rag_experiments.job import run_job
 from rag_experiments.metrics.keyword_faithfulness import KeywordFaithfulness
 from rag_experiments.records import Document, RecordedAnswer, Sample
 from rag_experiments.targets.recorded import RecordedTarget
-from rag_experiments.tracking.mlflow_tracker import read_table
+from rag_experiments.tracking.store import read_table
 
 ANSWER_METRICS = (
     "faithfulness",

@@ -10,9 +10,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rag_experiments.analysis.runs import run_values
-from rag_experiments.app import run_job
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import RunFailedError
+from rag_experiments.job import run_job
 from rag_experiments.metrics.keyword_coverage import KeywordCoverage
 from rag_experiments.metrics.retrieval import RetrievalMetrics
 from rag_experiments.records import Document, RagResponse, Sample

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rag_experiments.app import run_job
 from rag_experiments.data.beir import BeirDataset
+from rag_experiments.job import run_job
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_data]
 

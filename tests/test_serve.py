@@ -19,8 +19,8 @@ from hydra.utils import instantiate
 from mlflow.tracking import MlflowClient
 
 from rag_experiments.analysis.runs import run_values
-from rag_experiments.app import run_job
 from rag_experiments.errors import ConfigError
+from rag_experiments.job import run_job
 from rag_experiments.records import RagResponse, Sample
 from rag_experiments.targets.http import HttpTarget
 from rag_experiments.targets.http_server import TargetServer
@@ -224,7 +224,7 @@ def test_server_api_contract():
 
 
 def test_serve_refuses_non_baseline_target_and_multirun(compose_cfg):
-    from rag_experiments.serve import main, serve_job
+    from rag_experiments.commands.serve import main, serve_job
 
     with pytest.raises(ConfigError, match="runs the built-in baseline"):
         serve_job(compose_cfg("target=http"))

@@ -42,7 +42,8 @@ from mlflow_server import (  # noqa: F401  (fixtures)
 
 from rag_experiments.errors import TrackingError
 from rag_experiments.locations import CONF_DIR
-from rag_experiments.tracking.mlflow_tracker import MlflowTracker, read_table
+from rag_experiments.tracking.mlflow_tracker import MlflowTracker
+from rag_experiments.tracking.store import read_table
 
 pytestmark = pytest.mark.slow
 
@@ -86,7 +87,7 @@ def _compose(tmp_path: Path, uri: str, experiment: str, *extra: str) -> Any:
 
 def _run_in_process(tmp_path: Path, uri: str, experiment: str, *extra: str) -> str:
     """``run_job`` in this process; the id of the run it made."""
-    from rag_experiments.app import run_job
+    from rag_experiments.job import run_job
 
     cfg = _compose(tmp_path, uri, experiment, *extra)
     try:

@@ -16,13 +16,13 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from test_sweep import RUN_TIMEOUT_S
 
 from rag_experiments.analysis.runs import run_values
+from rag_experiments.commands.merge import MERGED_FROM_TAG, ShardMergeError, merge
+from rag_experiments.commands.rerun import _VOLATILE_SUFFIXES
 from rag_experiments.data.base import EvalDataset
+from rag_experiments.data.shard import select_shard, shard_of
 from rag_experiments.errors import ConfigError
-from rag_experiments.lifecycle.merge import MERGED_FROM_TAG, ShardMergeError, merge
-from rag_experiments.lifecycle.rerun import _VOLATILE_SUFFIXES
-from rag_experiments.lifecycle.shard import select_shard, shard_of
 from rag_experiments.records import Sample
-from rag_experiments.tracking.mlflow_tracker import read_table
+from rag_experiments.tracking.store import read_table
 
 FAST = ["llm=fake", "embedder=hash", "metrics=retrieval", "progress=false"]
 
@@ -42,8 +42,7 @@ def test_shard_of_is_sha256_of_the_id_mod_count() -> None:
 def test_shard_of_does_not_depend_on_pythons_hash_seed() -> None:
     ids = [f"q{i}" for i in range(50)]
     code = (
-        "from rag_experiments.lifecycle.shard import shard_of;"
-        f"print([shard_of(i, 7) for i in {ids!r}])"
+        f"from rag_experiments.data.shard import shard_of;print([shard_of(i, 7) for i in {ids!r}])"
     )
     outs = {
         subprocess.run(

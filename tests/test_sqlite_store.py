@@ -6,7 +6,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from rag_experiments.sqlite_store import connect, init_store, is_busy, write
+from rag_experiments.common.sqlite_store import connect, init_store, is_busy, write
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v INTEGER NOT NULL)"
 WRITERS = 12

@@ -14,12 +14,13 @@ from mlflow import MlflowClient
 from mlflow.entities import AssessmentSourceType
 from omegaconf import DictConfig
 
-from rag_experiments.app import run_job
 from rag_experiments.errors import TrackingError
+from rag_experiments.job import run_job
 from rag_experiments.metrics.keys import KEY_METRICS
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 from rag_experiments.tracking import traces as traces_mod
-from rag_experiments.tracking.mlflow_tracker import ensure_experiment, open_client, read_table
+from rag_experiments.tracking.mlflow_tracker import ensure_experiment, open_client
+from rag_experiments.tracking.store import read_table
 from rag_experiments.tracking.traces import (
     FAILURE_REASONS,
     ColumnSource,

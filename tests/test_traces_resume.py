@@ -21,7 +21,7 @@ import pytest
 from mlflow import MlflowClient
 
 from rag_experiments.locations import PROJECT_ROOT
-from rag_experiments.tracking.mlflow_tracker import read_table
+from rag_experiments.tracking.store import read_table
 
 SAMPLE = PROJECT_ROOT / "datasets" / "sample"
 N_QUESTIONS = 8

@@ -8,7 +8,7 @@ metric). For every metric, over all questions and per question type:
 * **diff** = mean(b) − mean(a) over the n pairs (equal to mean(d)).
 * **95 % CI**: percentile bootstrap of mean(d) — the pairs are resampled together, which is
   the paired bootstrap (Efron & Tibshirani 1993, ch. 13; the resampling is
-  :func:`rag_experiments.aggregate.bootstrap_ci` applied to d, seeded).
+  :func:`rag_experiments.metrics.aggregate.bootstrap_ci` applied to d, seeded).
 * **p-value**: two-sided paired permutation test of mean(d) = 0 — under the null each pair's
   two values are exchangeable, i.e. each d_i's sign is flipped at random (Good, *Permutation
   Tests*, 2000, §3.1). Computed by ``scipy.stats.permutation_test(..., permutation_type=
@@ -37,7 +37,7 @@ metrics                                t             why
 ``P@k``, ``chunk.P@k``                 > 0           one relevant item in k gives P@k = 1/k; > 0
                                                      = "the top k held something relevant"
 ``faithfulness``, ``context_recall``   0.8           the "faithful"/"complete" boundary of the
-(any backend prefix)                                 grade sheets (:mod:`rag_experiments.agreement`)
+(any backend prefix)                                 grade sheets (``qualify/agreement.py``)
 every other metric                     midpoint of   0.5 on [0, 1]: ``Hit@k`` (0/1) passes on a
                                        its range     hit, ``nDCG@k``/``MRR@k``/``R@k``/``MAP@k`` …
                                                      on a half-good ranking; 3 on the judge's raw
@@ -49,269 +49,32 @@ every other metric                     midpoint of   0.5 on [0, 1]: ``Hit@k`` (0
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
-import json
 import math
-import sys
-import tempfile
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any
 
-import mlflow
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from rag_experiments.aggregate import bootstrap_ci
-from rag_experiments.analysis.runs import (
-    MetricInfo,
-    client_for,
-    get_run,
-    load_specs,
+from rag_experiments.analysis.paired import (
+    ALL,
+    CONFIDENCE,
+    MIN_PAIRS_CI,
+    N_RESAMPLES,
+    TOO_FEW_PAIRS,
+    Comparison,
+    Flip,
+    PairedStat,
+    Threshold,
 )
-from rag_experiments.common.cliargs import (
-    DEFAULT_TRACKING_URI,
-    add_tracking_uri,
-    parse_store_command,
-)
-from rag_experiments.errors import DatasetError, RagExpError
-from rag_experiments.metrics.keys import key_metrics_among
-from rag_experiments.tracking.mlflow_tracker import MlflowTracker, read_table
-
-N_RESAMPLES = 9999
-"""Bootstrap resamples and random sign patterns per test (scipy's default)."""
-
-CONFIDENCE = 0.95
-"""Coverage of the difference's confidence interval."""
-
-ALL = "all"
-"""Group name of the comparison over every question."""
-
-MIN_PAIRS_CI = 2
-"""Fewest pairs with a confidence interval (below it: NaN, reason :data:`TOO_FEW_PAIRS`)."""
-
-TOO_FEW_PAIRS = "too_few_pairs"
-"""Reason of a statistic left NaN because there are too few pairs for it."""
+from rag_experiments.analysis.runs import MetricInfo, load_specs
+from rag_experiments.common.cliargs import DEFAULT_TRACKING_URI
+from rag_experiments.errors import DatasetError
+from rag_experiments.metrics.aggregate import bootstrap_ci
+from rag_experiments.tracking.store import get_run, open_store, read_table
 
 _CLAIM_RATIOS = ("faithfulness", "context_recall")
-
-
-@dataclass(frozen=True)
-class PairedStat:
-    """Paired comparison of one metric over one group of questions (b − a).
-
-    Attributes:
-        metric: Canonical metric name.
-        group: ``"all"`` or a question type.
-        n: Pairs (questions with a value in both runs).
-        mean_a: Mean of run a over the pairs.
-        mean_b: Mean of run b over the pairs.
-        diff: ``mean_b − mean_a`` (NaN when n = 0).
-        ci_low: Lower bound of the 95 % paired bootstrap CI of the diff.
-        ci_high: Upper bound of it.
-        p_value: Two-sided paired permutation (sign-flip) test p-value, in (0, 1].
-        p_holm: Holm-adjusted p across the metrics of the group, in (0, 1].
-        higher_is_better: The metric's direction.
-        reason: Why some of the statistics are NaN (:data:`TOO_FEW_PAIRS`: n <
-            :data:`MIN_PAIRS_CI`), ``""`` when all are defined.
-    """
-
-    metric: str
-    group: str
-    n: int
-    mean_a: float
-    mean_b: float
-    diff: float
-    ci_low: float
-    ci_high: float
-    p_value: float
-    p_holm: float
-    higher_is_better: bool = True
-    reason: str = ""
-
-    @property
-    def verdict(self) -> str:
-        """``better`` / ``worse`` (b against a) when the CI excludes 0 and p_holm < 0.05,
-        else ``""``."""
-        if not (self.p_holm < 0.05 and (self.ci_low > 0 or self.ci_high < 0)):
-            return ""
-        return "better" if (self.diff > 0) == self.higher_is_better else "worse"
-
-
-@dataclass(frozen=True)
-class Threshold:
-    """Pass threshold of a metric (see the module docstring).
-
-    Attributes:
-        value: t.
-        inclusive: ``value ≥ t`` passes (``≤`` for lower-is-better); strict comparison when
-            False.
-    """
-
-    value: float
-    inclusive: bool = True
-
-    def passes(self, x: float, higher_is_better: bool = True) -> bool:
-        """Whether the value ``x`` passes."""
-        if higher_is_better:
-            return x >= self.value if self.inclusive else x > self.value
-        return x <= self.value if self.inclusive else x < self.value
-
-
-@dataclass(frozen=True)
-class Flip:
-    """A question that passed a metric's threshold in one run and not in the other.
-
-    Attributes:
-        metric: Canonical metric name.
-        id: Sample id.
-        question_type: The sample's type ("" when none).
-        user_input: The question.
-        a: Value in run a.
-        b: Value in run b.
-        change: ``gained`` (passes in b only) or ``lost`` (passes in a only).
-    """
-
-    metric: str
-    id: str
-    question_type: str
-    user_input: str
-    a: float
-    b: float
-    change: str
-
-
-@dataclass
-class Comparison:
-    """Everything :func:`compare_tables` found.
-
-    Attributes:
-        stats: One :class:`PairedStat` per metric over ``all``, then per type.
-        flips: Flipped questions, by metric then id.
-        thresholds: The pass threshold used per metric.
-        pairs: ``{metric: (a values, b values)}`` over all pairs (for the scatter plots).
-        n_common: Questions present in both runs.
-        run_a: Id of run a ("" for tables compared directly).
-        run_b: Id of run b.
-        dataset_digest: ``{"a": digest, "b": digest}``.
-        seed: Seed of the bootstrap and the permutations.
-        n_resamples: Resamples per bootstrap and per test.
-    """
-
-    stats: list[PairedStat]
-    flips: list[Flip]
-    thresholds: dict[str, Threshold]
-    pairs: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    n_common: int = 0
-    run_a: str = ""
-    run_b: str = ""
-    dataset_digest: dict[str, str | None] = field(default_factory=dict)
-    seed: int = 0
-    n_resamples: int = N_RESAMPLES
-
-    def overall(self) -> list[PairedStat]:
-        """The stats over every question."""
-        return [s for s in self.stats if s.group == ALL]
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"metrics": {name: {diff, ci_low, ci_high, p_value, p_holm, n, mean_a, mean_b,
-        higher_is_better}}, "by_type": {type: {name: {…}}}, "flipped": [...], …}``; NaN
-        becomes null."""
-        by_type: dict[str, dict[str, Any]] = {}
-        for s in self.stats:
-            if s.group != ALL:
-                by_type.setdefault(s.group, {})[s.metric] = _stat_json(s)
-        return _finite({
-            "run_a": self.run_a, "run_b": self.run_b, "dataset_digest": self.dataset_digest,
-            "n_common": self.n_common, "seed": self.seed, "n_resamples": self.n_resamples,
-            "confidence": CONFIDENCE,
-            "metrics": {s.metric: _stat_json(s) for s in self.overall()},
-            "by_type": by_type,
-            "flipped": [asdict(f) for f in self.flips],
-            "thresholds": {m: asdict(t) for m, t in self.thresholds.items()},
-        })  # fmt: skip
-
-    def rows(self) -> list[dict[str, Any]]:
-        """One CSV row per (group, metric)."""
-        return [{**asdict(s), "verdict": s.verdict} for s in self.stats]
-
-    def format(self, max_flips: int = 5, all_metrics: bool = False) -> str:
-        """A human-readable summary: the overall table, then the flipped questions.
-
-        The key metrics (:data:`~rag_experiments.metrics.keys.KEY_METRICS`, in that order)
-        come first; the other metrics are summarised in one line each for the table
-        (how many are better, worse, undecided) and for the flips, unless ``all_metrics``.
-        A comparison without any key metric (``--metrics Hit@1``) lists every metric.
-
-        Args:
-            max_flips: Flipped questions listed per metric.
-            all_metrics: List every metric, not only the key ones.
-        """
-        overall = self.overall()
-        key = key_metrics_among(s.metric for s in overall)
-        if all_metrics or not key:
-            shown = [s for s in overall]
-        else:
-            order = {m: i for i, m in enumerate(key)}
-            shown = sorted((s for s in overall if s.metric in order), key=lambda s: order[s.metric])
-        shown_names = {s.metric for s in shown}
-        rest = [s for s in overall if s.metric not in shown_names]
-        width = max([len(s.metric) for s in shown] + [24])
-        lines = [
-            f"compare a={self.run_a} b={self.run_b}: {self.n_common} common questions, "
-            f"diff = b - a, {CONFIDENCE:.0%} paired bootstrap CI, permutation p "
-            f"({self.n_resamples} resamples, seed {self.seed}), Holm across metrics"
-        ]
-        lines.append(
-            f"  {'metric':<{width}} {'n':>4} {'a':>7} {'b':>7} {'diff':>8} "
-            f"{'95% CI':>18} {'p':>7} {'p_holm':>7}"
-        )
-        for s in shown:
-            ci = f"[{s.ci_low:+.3f}, {s.ci_high:+.3f}]"
-            lines.append(
-                f"  {s.metric:<{width}} {s.n:>4} {s.mean_a:>7.4f} {s.mean_b:>7.4f} "
-                f"{s.diff:>+8.4f} {ci:>18} {s.p_value:>7.4f} {s.p_holm:>7.4f}"
-                f"  {s.verdict}".rstrip()
-            )
-        if rest:
-            verdicts = Counter(s.verdict or "no decision" for s in rest)
-            lines.append(
-                f"  + {len(rest)} other metrics: "
-                + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
-                + " (--all lists them; every group and metric: compare.csv)"
-            )
-        by_metric: dict[str, list[Flip]] = {}
-        for f in self.flips:
-            by_metric.setdefault(f.metric, []).append(f)
-        other_flips = {m: fl for m, fl in by_metric.items() if m not in shown_names}
-        if any(m in shown_names for m in by_metric):
-            lines.append("flipped questions (passed the threshold in one run only):")
-        for metric, flips in by_metric.items():
-            if metric not in shown_names:
-                continue
-            t = self.thresholds[metric]
-            gained = sum(f.change == "gained" for f in flips)
-            lines.append(
-                f"  {metric} (t {'≥' if t.inclusive else '>'} {t.value:g}): "
-                f"{gained} gained, {len(flips) - gained} lost"
-            )
-            for f in flips[:max_flips]:
-                lines.append(
-                    f"    {f.change:<6} {f.id}  {f.a:.3f} -> {f.b:.3f}  {_short(f.user_input)}"
-                )
-            if len(flips) > max_flips:
-                lines.append(f"    … and {len(flips) - max_flips} more (--json lists all)")
-        if other_flips:
-            lines.append(
-                f"  + flipped questions on {len(other_flips)} other metrics "
-                f"({sum(len(f) for f in other_flips.values())} flips; --all lists them, "
-                "flipped.csv has every one)"
-            )
-        return "\n".join(lines)
 
 
 def paired_test(
@@ -545,7 +308,7 @@ def compare_runs(
         TrackingError: A run, its table or its metric specs cannot be fetched.
         DatasetError: Different dataset digests without ``force``; no common question.
     """
-    client = client_for(tracking_uri)
+    client = open_store(tracking_uri)
     runs = {k: get_run(client, r) for k, r in (("a", run_a), ("b", run_b))}
     digests = {k: r.data.tags.get("dataset.digest") for k, r in runs.items()}
     if digests["a"] != digests["b"] and not force:
@@ -567,186 +330,3 @@ def compare_runs(
     )
     result.run_a, result.run_b, result.dataset_digest = run_a, run_b, digests
     return result
-
-
-def log_comparison(
-    result: Comparison, tracking_uri: str, out_dir: Path, *, forced: bool = False
-) -> str:
-    """Write the comparison's files to ``out_dir`` and log them as a new MLflow run.
-
-    The run goes to run a's experiment, named ``compare-<a8>-vs-<b8>``, with tags
-    ``compare.run_a`` / ``compare.run_b`` / ``compare.forced`` and metrics
-    ``<metric>.diff`` / ``.ci_low`` / ``.ci_high`` / ``.p_value`` / ``.p_holm`` / ``.n``; its
-    artifacts are ``compare.csv`` (every group and metric), ``flipped.csv``,
-    ``compare.json`` (the ``--json`` output), ``compare.html`` (self-contained) and the PNG
-    plots ``diff_ci.png`` and ``scatter.png``.
-
-    Returns:
-        The new run's id.
-
-    Raises:
-        TrackingError: The store cannot be written.
-    """
-    from rag_experiments.analysis.plots import write_compare_report
-
-    client = client_for(tracking_uri)
-    experiment = client.get_experiment(get_run(client, result.run_a).info.experiment_id).name
-    write_compare_report(result, out_dir)
-    tracker = MlflowTracker(
-        tracking_uri,
-        experiment,
-        run_name=f"compare-{result.run_a[:8]}-vs-{result.run_b[:8]}",
-        log_table=False,
-    )
-    params = {
-        "compare": {
-            "run_a": result.run_a,
-            "run_b": result.run_b,
-            "seed": result.seed,
-            "n_resamples": result.n_resamples,
-            "force": forced,
-        }
-    }
-    tags = {
-        "compare.run_a": result.run_a,
-        "compare.run_b": result.run_b,
-        "compare.forced": str(forced).lower(),
-        "dataset.digest": str(result.dataset_digest.get("a")),
-    }
-    with tracker.start_run(params=params, config_yaml=json.dumps(params), tags=tags) as run_id:
-        values: dict[str, float] = {}
-        for s in result.overall():
-            for key in ("diff", "ci_low", "ci_high", "p_value", "p_holm", "n"):
-                values[f"{s.metric}.{key}"] = float(getattr(s, key))
-        tracker.log_metrics(values)
-        mlflow.log_artifacts(str(out_dir))
-    return run_id
-
-
-def compare_command(argv: list[str]) -> int:
-    """``rag-exp compare <run_a> <run_b> [--json] [--metrics …] [--force] …``."""
-    parser = argparse.ArgumentParser(
-        prog="rag-exp compare",
-        description="Paired comparison of two runs over the questions both answered: per metric "
-        "the mean difference b - a, its 95% paired bootstrap CI, a paired permutation test "
-        "p-value, Holm-adjusted p across metrics, the same per question type, and the questions "
-        "that flipped. Logged as a new MLflow run (CSV, HTML report, PNG plots).",
-    )
-    parser.add_argument("run_a", help="baseline run id")
-    parser.add_argument("run_b", help="changed run id (diff = b - a)")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON only")
-    parser.add_argument(
-        "--all",
-        action="store_true",
-        dest="all_metrics",
-        help="list every metric in the printed table (default: the key metrics first, the "
-        "others summarised in one line)",
-    )
-    parser.add_argument(
-        "--metrics",
-        nargs="+",
-        metavar="NAME",
-        help="canonical names or patterns to compare (e.g. 'nDCG@*' MRR@10)",
-    )
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="compare runs of different datasets (their common sample ids)",
-    )
-    parser.add_argument(
-        "--threshold",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="pass threshold of a metric for flipped questions (repeatable)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of bootstrap and test (0)")
-    parser.add_argument(
-        "--n-resamples",
-        type=int,
-        default=N_RESAMPLES,
-        help=f"bootstrap resamples and sign patterns ({N_RESAMPLES})",
-    )
-    add_tracking_uri(parser)
-    parser.add_argument("--out", default=None, help="also keep the report files in this folder")
-    parser.add_argument(
-        "--no-log", action="store_true", help="log no MLflow run (files only with --out)"
-    )
-    opts = parse_store_command(parser, argv)
-    result = compare_runs(
-        opts.run_a,
-        opts.run_b,
-        tracking_uri=opts.tracking_uri,
-        force=opts.force,
-        metrics=opts.metrics,
-        thresholds=_parse_thresholds(opts.threshold),
-        seed=opts.seed,
-        n_resamples=opts.n_resamples,
-    )
-    run_id = None
-    with tempfile.TemporaryDirectory(prefix="rag-exp-compare-") as tmp:
-        out = Path(opts.out) if opts.out else Path(tmp)
-        if not opts.no_log:
-            run_id = log_comparison(result, opts.tracking_uri, out, forced=opts.force)
-        elif opts.out:
-            from rag_experiments.analysis.plots import write_compare_report
-
-            write_compare_report(result, out)
-    if opts.json:
-        print(
-            json.dumps(
-                {**result.to_json(), "comparison_run_id": run_id}, indent=2, ensure_ascii=False
-            )
-        )
-    else:
-        print(result.format(all_metrics=opts.all_metrics))
-        if run_id:
-            print(f"logged as MLflow run {run_id}", file=sys.stderr)
-    return 0
-
-
-def _parse_thresholds(items: Sequence[str]) -> dict[str, float]:
-    out = {}
-    for item in items:
-        name, sep, value = item.rpartition("=")
-        try:
-            if not sep or not name:
-                raise ValueError
-            out[name] = float(value)
-        except ValueError:
-            raise RagExpError(
-                f"--threshold {item!r} is not NAME=VALUE (e.g. nDCG@10=0.7)"
-            ) from None
-    return out
-
-
-def _stat_json(s: PairedStat) -> dict[str, Any]:
-    return {
-        "diff": s.diff,
-        "ci_low": s.ci_low,
-        "ci_high": s.ci_high,
-        "p_value": s.p_value,
-        "p_holm": s.p_holm,
-        "n": s.n,
-        "mean_a": s.mean_a,
-        "mean_b": s.mean_b,
-        "higher_is_better": s.higher_is_better,
-        "verdict": s.verdict,
-        "reason": s.reason,
-    }
-
-
-def _finite(obj: Any) -> Any:
-    """NaN and infinities → None, recursively (strict JSON)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def _short(text: str, limit: int = 90) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -27,7 +27,7 @@ from rag_experiments.analysis.runs import key_metrics
 from rag_experiments.metrics.keys import key_metrics_among
 
 if TYPE_CHECKING:
-    from rag_experiments.analysis.compare import Comparison, PairedStat
+    from rag_experiments.analysis.paired import Comparison, PairedStat
 
 _GREEN, _RED, _GREY, _BLUE = "#1a7f37", "#cf222e", "#6e7781", "#0969da"
 

@@ -21,11 +21,11 @@ import pandas as pd
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 
-from rag_experiments.aggregate import Aggregate, to_metrics
 from rag_experiments.errors import TrackingError
+from rag_experiments.metrics.aggregate import Aggregate, to_metrics
 from rag_experiments.metrics.keys import KEY_METRICS
-from rag_experiments.tracking.mlflow_tracker import resolve_tracking_uri
 from rag_experiments.tracking.names import sanitize_metric_name
+from rag_experiments.tracking.store import get_run
 
 
 @dataclass(frozen=True)
@@ -43,27 +43,6 @@ class MetricInfo:
     higher_is_better: bool = True
     low: float = 0.0
     high: float = 1.0
-
-
-def client_for(uri: str) -> mlflow.MlflowClient:
-    """An MLflow client for ``uri`` (relative sqlite paths resolve against the working
-    directory, as ``rag-exp run`` does)."""
-    return mlflow.MlflowClient(tracking_uri=resolve_tracking_uri(uri))
-
-
-def get_run(client: mlflow.MlflowClient, run_id: str) -> Run:
-    """Fetch a run.
-
-    Raises:
-        TrackingError: No such run in the store (the message names the store).
-    """
-    try:
-        return client.get_run(run_id)
-    except MlflowException as exc:
-        raise TrackingError(
-            f"run {run_id!r} not found at {client.tracking_uri}: {exc.message}. Check the run id "
-            "and --tracking-uri"
-        ) from exc
 
 
 def load_specs(client: mlflow.MlflowClient, run_id: str) -> list[MetricInfo]:
@@ -95,7 +74,7 @@ def run_values(client: mlflow.MlflowClient, run: Run) -> dict[str, float]:
     and, for the aggregates a headline run did not log as metrics
     (:mod:`~rag_experiments.tracking.selection`), the values of its ``average_results.csv``
     (mean, ``_ci_low``, ``_ci_high``, ``_n_valid``, per type under ``by_type/<type>/``, as
-    :func:`~rag_experiments.aggregate.to_metrics` names them). A run without that table (not
+    :func:`~rag_experiments.metrics.aggregate.to_metrics` names them). A run without that table (not
     an evaluation run) has its logged metrics only.
 
     Args:

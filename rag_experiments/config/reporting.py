@@ -7,7 +7,7 @@ stack, the original error chained as the cause). So a :class:`~rag_experiments.e
 leaving a Hydra task (or a sweeper) is re-raised as :class:`ReportedError`: the user sees
 ``rag-exp run: error: <message>`` and exit code 1; ``HYDRA_FULL_ERROR=1`` or
 ``rag-exp --verbose`` shows the stack. In a multirun, the failed job's own run is already
-FAILED (see :func:`rag_experiments.app.run_job`); the sweeper re-raises the job's error and the
+FAILED (see :func:`rag_experiments.job.run_job`); the sweeper re-raises the job's error and the
 process ends with the same one line and exit code 1.
 
 ``rag-exp`` itself (:func:`rag_experiments.cli.main`) runs every command with Hydra's reporting

@@ -493,7 +493,7 @@ class TrackingConf(ComponentConf):
 # --- sharding --------------------------------------------------------------------------------
 @dataclass
 class ShardConf:
-    """Evaluate one part of the samples (:mod:`rag_experiments.lifecycle.shard`): shard
+    """Evaluate one part of the samples (:mod:`rag_experiments.data.shard`): shard
     ``index`` of ``count`` by a hash of the sample id, after ``max_samples``; ``count: 1`` =
     all. ``rag-exp merge <parent run>`` joins a sweep over ``shard.index``."""
 

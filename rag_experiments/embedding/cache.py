@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from rag_experiments.common.sqlite_store import connect, init_store, write
 from rag_experiments.errors import ConfigError
 from rag_experiments.protocols import Embedder
-from rag_experiments.sqlite_store import connect, init_store, write
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS embeddings (

@@ -11,5 +11,6 @@ Modules: :mod:`~rag_experiments.generate.schedule` (which chunk gets which type)
 :mod:`~rag_experiments.generate.generator` (the orchestration),
 :mod:`~rag_experiments.generate.template` (template mode),
 :mod:`~rag_experiments.generate.stats` (``rag-exp dataset stats``),
-:mod:`~rag_experiments.generate.app` (the Hydra entry point).
+:mod:`~rag_experiments.generate.app` (the generation job; its Hydra entry is
+:mod:`rag_experiments.commands.generate`).
 """

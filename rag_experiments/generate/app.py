@@ -1,5 +1,7 @@
-"""Hydra entry point of ``rag-exp generate``: compose ``conf/generate.yaml``, build the parts,
-generate, print the summary and log it to MLflow (experiment ``datasets``)."""
+"""The generation job of ``rag-exp generate`` (its Hydra entry is
+:mod:`rag_experiments.commands.generate`) and of the review app: from a composed
+``conf/generate.yaml``, build the parts, generate, print the summary and log it to MLflow
+(experiment ``datasets``)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rag_experiments.build import build_generation, build_tracker, run_caveat
@@ -28,7 +29,6 @@ from rag_experiments.generate.generator import (
 from rag_experiments.generate.summary import GenerationSummary
 from rag_experiments.generate.template import TemplateSettings, generate_from_template
 from rag_experiments.llm.factory import configure_from_config, identity_by_role, usage_by_role
-from rag_experiments.locations import CONF_DIR
 
 log = logging.getLogger("rag_experiments")
 
@@ -205,26 +205,3 @@ def _log_summary(tracker: Any, summary: GenerationSummary, name: str) -> None:
             str(eval_path.resolve()),
             [s.model_dump(mode="json") for s in samples],
         )
-
-
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="generate")
-def generate_main(cfg: DictConfig) -> None:
-    """``rag-exp generate [overrides…]``."""
-    run_generate(cfg)
-
-
-def generate_command(argv: list[str]) -> int:
-    """``rag-exp generate …``: run Hydra on ``conf/generate.yaml``; 130 after Ctrl-C."""
-    import sys
-
-    sys.argv = ["rag-exp generate", *argv]
-    try:
-        generate_main()
-    except KeyboardInterrupt:
-        print(
-            "rag-exp generate: interrupted; the accepted pairs are saved. Run the same "
-            "command again to resume.",
-            file=sys.stderr,
-        )
-        return 130
-    return 0

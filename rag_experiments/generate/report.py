@@ -38,11 +38,8 @@ MLflow experiment ``datasets`` (metrics, files as artifacts).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
-import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -51,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from rag_experiments.generate.stats import DatasetStats, compute_stats, dataset_stats
+from rag_experiments.generate.stats import DatasetStats, compute_stats
 from rag_experiments.metrics.audit import nan_to_none
 from rag_experiments.records import Chunk, Document, Sample
 from rag_experiments.text.normalize import word_tokens
@@ -419,73 +416,3 @@ def write_report(report: DatasetReport, out: Path) -> list[Path]:
         )
         save(fig, "groundedness.png")
     return files
-
-
-def report_command(args: argparse.Namespace, overrides: list[str]) -> int:
-    """``rag-exp dataset report`` (arguments parsed by :func:`~rag_experiments.generate.stats
-    .stats_command`); returns the exit code.
-
-    Raises:
-        RagExpError: Unreadable dataset or corpus, bad overrides, a judge that cannot load.
-    """
-    import mlflow
-    from omegaconf import OmegaConf
-
-    from rag_experiments.build import build_chunker, build_role_chat, build_tracker
-    from rag_experiments.config.compose import compose_config
-    from rag_experiments.data.jsonl import JsonlDataset, load_corpus
-    from rag_experiments.llm.factory import configure_from_config
-
-    stats = dataset_stats(args.path)  # resolves a generation folder, checks the file
-    samples = JsonlDataset(stats.path).load().samples
-    cfg = compose_config("config", [*([f"judge={args.judge}"] if args.judge else []), *overrides])
-    documents = chunker = judge = None
-    if args.corpus:
-        documents, _ = load_corpus(args.corpus)
-        chunker = build_chunker(cfg)
-    if args.judge:
-        configure_from_config(cfg)
-        judge = build_role_chat(cfg.judge, "judge")
-    report = build_report(
-        samples,
-        stats.path,
-        documents=documents,
-        chunker=chunker,
-        judge=judge,
-        dup_threshold=args.dup_threshold,
-    )
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        write_report(report, out)
-    if args.log:
-        tracker = build_tracker(
-            cfg,
-            experiment=DATASETS_EXPERIMENT,
-            run_name=f"report-{Path(stats.path).parent.name or 'dataset'}",
-        )
-        params = {
-            "report": {
-                "path": stats.path,
-                "corpus": args.corpus,
-                "judge": args.judge,
-                "dup_threshold": args.dup_threshold,
-            },
-            "chunker": OmegaConf.to_container(cfg.chunker, resolve=True),
-        }
-        with tracker.start_run(
-            params=params,
-            config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
-            tags={"dataset.report": stats.path},
-        ):
-            tracker.log_metrics(report.metrics())
-            with tempfile.TemporaryDirectory() as tmp:
-                folder = out or Path(tmp)
-                write_report(report, folder)
-                mlflow.log_artifacts(str(folder), "report")  # the tracker's run is active
-        print(tracker.describe_location(), file=sys.stderr)
-    print(
-        json.dumps(report.to_dict(), indent=2, ensure_ascii=False)
-        if args.json
-        else report.markdown()
-    )
-    return 0

@@ -11,7 +11,6 @@ Definitions (``n`` = samples counted):
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -111,54 +110,3 @@ def dataset_stats(path: str | Path) -> DatasetStats:
         )
     dataset = JsonlDataset(str(target)).load()
     return compute_stats(dataset.samples, str(target))
-
-
-def stats_command(argv: list[str]) -> int:
-    """``rag-exp dataset stats <path> [--json]`` and ``rag-exp dataset report <path> …``
-    (:mod:`~rag_experiments.generate.report`); returns the exit code."""
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="rag-exp dataset",
-        description="Inspect an evaluation dataset in our JSONL format.",
-    )
-    sub = parser.add_subparsers(dest="action", metavar="action", required=True)
-    stats = sub.add_parser("stats", help="type distribution and average question/answer length")
-    stats.add_argument("path", help="a dataset .jsonl file, or a `rag-exp generate` out folder")
-    stats.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    report = sub.add_parser(
-        "report",
-        help="quality report: type balance, lengths, near-duplicates, corpus "
-        "coverage, groundedness (Markdown, JSON, PNG plots)",
-        description="Quality report of a dataset; extra arguments are Hydra overrides of the "
-        "run config (chunker=fixed, judge.model=…).",
-    )
-    report.add_argument("path", help="a dataset .jsonl file, or a `rag-exp generate` out folder")
-    report.add_argument("--corpus", help="document folder or BEIR corpus: report coverage")
-    report.add_argument(
-        "--judge",
-        help="judge option (embedded, ollama, openai, fake): judge "
-        "the groundedness of each reference answer",
-    )
-    report.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
-    report.add_argument("--out", help="folder for report.md, report.json and the PNG plots")
-    report.add_argument("--log", action="store_true", help="log to MLflow experiment datasets")
-    report.add_argument(
-        "--dup-threshold",
-        type=float,
-        default=0.8,
-        help="token Jaccard index of near-duplicate questions (default 0.8)",
-    )
-    args, overrides = parser.parse_known_args(argv)
-    if args.action == "report":
-        from rag_experiments.generate.report import report_command
-
-        return report_command(args, overrides)
-    if overrides:
-        parser.error(f"unrecognized arguments: {' '.join(overrides)}")
-    result = dataset_stats(args.path)
-    if args.json:
-        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
-    else:
-        print(result.format())
-    return 0

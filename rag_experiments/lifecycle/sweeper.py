@@ -12,7 +12,7 @@ settings are :class:`~rag_experiments.lifecycle.sweeper_conf.OptunaSweeperConf`.
 Failed trials:
 
 - a job that returns a NaN objective (a :class:`~rag_experiments.lifecycle.objective.NaNObjective`
-  from :func:`rag_experiments.app.run_job`) is told FAIL, with the reason (which metric, why
+  from :func:`rag_experiments.job.run_job`) is told FAIL, with the reason (which metric, why
   NaN, how many valid rows) logged as ``Failed experiment: <reason>`` and kept as the trial's
   user attribute ``error``; so is a job that raised or returned no number. The study goes on
   within ``max_failure_rate`` (per batch of ``n_jobs`` trials);

@@ -11,9 +11,9 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from rag_experiments.common.memo import memo
+from rag_experiments.llm.messages import Message
 
-Message = dict[str, str]
-"""``{"role": "system" | "user" | "assistant", "content": str}``."""
+__all__ = ["LANE", "ChatModel", "ChatModelBase", "Completion", "Message", "Usage", "schema_json"]
 
 LANE: ContextVar[int | None] = ContextVar("rag_experiments_llm_lane", default=None)
 """The scheduling lane (0 .. slots-1) of the calls made in this context, set by a scheduler

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
+from rag_experiments.common.sqlite_store import BUSY_TIMEOUT_S, connect, init_store, is_busy
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import (
     ChatModel,
@@ -37,7 +38,6 @@ from rag_experiments.llm.base import (
 )
 from rag_experiments.llm.parsing import LLMParseError, parse_structured
 from rag_experiments.llm.usage import UsageMeter
-from rag_experiments.sqlite_store import BUSY_TIMEOUT_S, connect, init_store, is_busy
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class ResponseCache:
     def put(self, key: str, provider: str, completion: Completion) -> None:
         """Store a completion (replacing an older one under the same key) with the tokens of
         the call that made it; "database is locked" (another process writing) is retried for
-        up to :data:`~rag_experiments.sqlite_store.BUSY_TIMEOUT_S`.
+        up to :data:`~rag_experiments.common.sqlite_store.BUSY_TIMEOUT_S`.
 
         Raises:
             sqlite3.Error: Any other database error, or still locked after the timeout.

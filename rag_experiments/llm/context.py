@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from rag_experiments.llm.base import Message
+from rag_experiments.llm.messages import Message
 
 CHARS_PER_TOKEN = 4
 """Rule of thumb for English text with BPE tokenizers of the GPT/Llama families: one token is

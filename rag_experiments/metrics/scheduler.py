@@ -50,10 +50,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar
 
+from rag_experiments.common.progress import Progress
 from rag_experiments.errors import LLMError, RagExpError
 from rag_experiments.llm.base import LANE, ChatModel
 from rag_experiments.metrics.audit import USAGE_KEYS
-from rag_experiments.progress import Progress
 from rag_experiments.protocols import MetricBase
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 
@@ -147,7 +147,7 @@ class JudgeScheduler:
     Args:
         metrics: The judged metrics.
         n_rows: Rows that will be submitted (indices ``0 .. n_rows - 1``).
-        progress: Show a ``judging`` bar and log lines (:class:`~rag_experiments.progress.
+        progress: Show a ``judging`` bar and log lines (:class:`~rag_experiments.common.progress.
             Progress`).
         position: Line of the bar (1 when an ``answering`` bar is shown above it).
     """

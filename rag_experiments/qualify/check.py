@@ -22,7 +22,8 @@ Probes (each builds the metric object with the judge and calls its public
   verdict (1 or 0); relevant when ``≥ 0.5``.
 - ``position_bias`` — faithfulness again on the pairs with at least two contexts, the
   contexts in reverse order; reported: the share of pairs whose verdict changes (both
-  verdicts valid), with a bootstrap interval (:func:`~rag_experiments.aggregate.bootstrap_ci`).
+  verdicts valid), with a bootstrap interval
+  (:func:`~rag_experiments.metrics.aggregate.bootstrap_ci`).
 
 A pair whose score is NaN (judge failure, no claims, a refusal…) has no verdict: it is
 counted in ``n_failed`` with its reason and left out of the agreement statistics
@@ -38,9 +39,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rag_experiments.aggregate import bootstrap_ci
 from rag_experiments.errors import ConfigError, DatasetError
 from rag_experiments.llm.base import ChatModel
+from rag_experiments.metrics.aggregate import bootstrap_ci
 from rag_experiments.metrics.answer_relevancy import AnswerRelevancy
 from rag_experiments.metrics.context_precision import ContextPrecision
 from rag_experiments.metrics.faithfulness import Faithfulness

@@ -109,9 +109,9 @@ def find_qualification(uri: str, identity: Mapping[str, str]) -> Qualification |
         uri: Tracking URI (the run's ``tracking.uri``).
         identity: The run's ``judge.*`` identity tags.
     """
-    import mlflow
+    from rag_experiments.tracking.store import open_store
 
-    client = mlflow.MlflowClient(uri)
+    client = open_store(uri)
     exp = client.get_experiment_by_name(JUDGES_EXPERIMENT)
     if exp is None:
         return None

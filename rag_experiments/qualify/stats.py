@@ -11,7 +11,7 @@ For labels y and verdicts p in {0, 1} over n pairs (positive class 1):
   κ = 0 and balanced accuracy 0.5, whatever its accuracy.
 
 The point values come from scikit-learn. Each gets a 95 % percentile bootstrap interval
-(Efron & Tibshirani, 1993, ch. 13, as in :mod:`rag_experiments.aggregate`): the n pairs are
+(Efron & Tibshirani, 1993, ch. 13, as in :mod:`rag_experiments.metrics.aggregate`): the n pairs are
 resampled with replacement B = 1,000 times (``numpy.random.default_rng(seed)``), the statistic
 is recomputed on each resample with the closed forms above (vectorised; they equal
 scikit-learn's, see the tests) and the interval is the (2.5, 97.5) percentiles. Resamples where
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rag_experiments.aggregate import CONFIDENCE, N_RESAMPLES
+from rag_experiments.metrics.aggregate import CONFIDENCE, N_RESAMPLES
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from flask import Flask, jsonify, render_template, request
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from rag_experiments.common.wsgi_server import LOOPBACK_HOSTS
 from rag_experiments.errors import ConfigError, RagExpError, ReviewError
 from rag_experiments.records import QUESTION_TYPES, Sample
 from rag_experiments.review.jobs import GenerationJob, JobManager
@@ -53,7 +54,6 @@ from rag_experiments.review.preflight import check_model
 from rag_experiments.review.saving import save_approved
 from rag_experiments.review.state import CardPatch, ReviewState, card_stats
 from rag_experiments.review.workspace import ALLOWED_EXTENSIONS, Workspace
-from rag_experiments.wsgi_server import LOOPBACK_HOSTS
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from flask import Flask
 
+from rag_experiments.common.wsgi_server import BackgroundServer
 from rag_experiments.review.app import DEFAULT_MAX_UPLOAD_MB, DEFAULT_MLFLOW_UI, create_app
 from rag_experiments.review.workspace import Workspace
-from rag_experiments.wsgi_server import BackgroundServer
 
 log = logging.getLogger("rag_experiments")
 

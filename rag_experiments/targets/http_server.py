@@ -33,9 +33,9 @@ from typing import Any
 from flask import Flask, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from rag_experiments.common.wsgi_server import LOOPBACK_BINDS, LOOPBACK_HOSTS, BackgroundServer
 from rag_experiments.protocols import Target
 from rag_experiments.records import Sample
-from rag_experiments.wsgi_server import LOOPBACK_BINDS, LOOPBACK_HOSTS, BackgroundServer
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def create_app(target: Target, loopback_only: bool = True) -> Flask:
     Args:
         target: A prepared target.
         loopback_only: Accept only loopback ``Host`` headers
-            (:data:`~rag_experiments.wsgi_server.LOOPBACK_HOSTS`; others get 400), as the
+            (:data:`~rag_experiments.common.wsgi_server.LOOPBACK_HOSTS`; others get 400), as the
             review app does: set False when serving on another interface.
 
     Returns:

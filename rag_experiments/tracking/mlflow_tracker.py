@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib.metadata
-import io
 import json
 import logging
 import math
@@ -966,20 +965,3 @@ def _dataset_source(source: str) -> DatasetSource:
             return resolve_dataset_source(source)
         except MlflowException:
             return _LabelSource(source)
-
-
-def read_table(client: mlflow.MlflowClient, run_id: str, name: str = "per_query") -> pd.DataFrame:
-    """The ``<name>_results.csv`` table that :meth:`MlflowTracker.log_table` logged on run
-    ``run_id``, with the ``id`` column read as strings.
-
-    Raises:
-        TrackingError: The run or its table cannot be fetched.
-    """
-    try:
-        local = client.download_artifacts(run_id, f"{name}_results.csv")
-    except (MlflowException, OSError) as exc:
-        raise TrackingError(
-            f"cannot fetch {name}_results.csv of run {run_id} from {client.tracking_uri}: "
-            f"{exc}. Check the run id and --tracking-uri"
-        ) from exc
-    return pd.read_csv(io.StringIO(Path(local).read_text(encoding="utf-8")), dtype={"id": str})

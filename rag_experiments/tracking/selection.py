@@ -42,8 +42,8 @@ MIN_TYPE_VALUES = 2
 """Fewest valid values of a question type for its key-metric means to be logged."""
 
 AGGREGATE_SUFFIXES = ("", "_ci_low", "_ci_high", "_n_valid")
-"""The names :func:`~rag_experiments.aggregate.to_metrics` gives a metric ``m``: ``m`` + each
-suffix, under ``by_type/<type>/`` for a question type."""
+"""The names :func:`~rag_experiments.metrics.aggregate.to_metrics` gives a metric ``m``: ``m`` +
+each suffix, under ``by_type/<type>/`` for a question type."""
 
 BY_TYPE = "by_type/"
 

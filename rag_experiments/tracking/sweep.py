@@ -32,12 +32,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import mlflow
 from hydra.experimental.callback import Callback
 from hydra.utils import to_absolute_path
 from mlflow.entities import Metric, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from omegaconf import DictConfig, OmegaConf
 
 from rag_experiments.common import interrupt
@@ -48,6 +46,7 @@ from rag_experiments.tracking.mlflow_tracker import (
     open_client,
     resolve_tracking_uri,
 )
+from rag_experiments.tracking.store import child_runs
 
 log = logging.getLogger(__name__)
 
@@ -413,22 +412,6 @@ def parent_run_id_for_job() -> str | None:
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return None
     return read_parent_run_id(str(hydra_cfg.sweep.dir))
-
-
-def child_runs(client: mlflow.MlflowClient, experiment_id: str, parent_id: str) -> list[Any]:
-    """Every active (not deleted) run whose ``mlflow.parentRunId`` is ``parent_id``."""
-    runs: list[Any] = []
-    token: str | None = None
-    while True:
-        page = client.search_runs(
-            [experiment_id],
-            filter_string=f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_id}'",
-            page_token=token,
-        )
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
 
 
 def _now_ms() -> int:

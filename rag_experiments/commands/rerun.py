@@ -29,7 +29,7 @@ from rag_experiments.analysis.runs import run_values
 from rag_experiments.common.cliargs import add_overrides, add_tracking_uri, parse_store_command
 from rag_experiments.common.redact import REDACTED
 from rag_experiments.errors import ConfigError, DatasetError, TrackingError
-from rag_experiments.tracking.mlflow_tracker import read_table
+from rag_experiments.tracking.store import find_runs, open_store, read_table
 
 log = logging.getLogger(__name__)
 
@@ -133,12 +133,12 @@ def rerun(run_id: str, tracking_uri: str, overrides: list[str] | None = None) ->
         DatasetError: The dataset loaded now does not have the run's digest.
         RagExpError: Any error of the rerun itself (after it was recorded on the new run).
     """
-    from rag_experiments.app import run_job
     from rag_experiments.build import load_dataset
+    from rag_experiments.job import run_job
     from rag_experiments.tracking.mlflow_tracker import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
-    client = mlflow.MlflowClient(tracking_uri=uri)
+    client = open_store(uri)
     try:
         original = client.get_run(run_id)
     except MlflowException as exc:
@@ -178,11 +178,11 @@ def rerun(run_id: str, tracking_uri: str, overrides: list[str] | None = None) ->
 
 
 def _latest_rerun(client: mlflow.MlflowClient, experiment_id: str, run_id: str) -> Any:
-    runs = client.search_runs(
+    runs = find_runs(
+        client,
         [experiment_id],
-        filter_string=f"tags.{RERUN_TAG} = '{run_id}'",
+        f"tags.{RERUN_TAG} = '{run_id}'",
         order_by=["attributes.start_time DESC"],
-        max_results=1,
     )
     if not runs:
         raise TrackingError(f"the rerun of {run_id} was not found in experiment {experiment_id}")

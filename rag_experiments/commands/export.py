@@ -127,13 +127,11 @@ def export_run(run_id: str, fmt: str, out: str | Path, tracking_uri: str) -> Pat
         DatasetError: Unknown format, or a row that cannot be exported.
         TrackingError: The run or its table cannot be fetched.
     """
-    import mlflow
-
-    from rag_experiments.tracking.mlflow_tracker import read_table, resolve_tracking_uri
+    from rag_experiments.tracking.store import open_store, read_table
 
     if fmt not in WRITERS:
         raise DatasetError(f"unknown export format {fmt!r}; use one of {', '.join(WRITERS)}")
-    client = mlflow.MlflowClient(tracking_uri=resolve_tracking_uri(tracking_uri))
+    client = open_store(tracking_uri)
     table = read_table(client, run_id)
     samples = table_samples(table.to_dict(orient="records"))
     return WRITERS[fmt](samples, out)

@@ -36,7 +36,6 @@ single label.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -45,13 +44,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import mlflow
 import pandas as pd
 from mlflow.exceptions import MlflowException
 
-from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
 from rag_experiments.errors import DatasetError, TrackingError
-from rag_experiments.tracking.mlflow_tracker import read_table
+from rag_experiments.tracking.store import open_store, read_table
 
 
 @dataclass(frozen=True)
@@ -104,12 +101,6 @@ LABEL_SETS: dict[str, LabelSet] = {
 SHEET_FIXED = ("item", "sheet_id", "question", "reference", "contexts", "response")
 
 
-def _client(uri: str) -> mlflow.MlflowClient:
-    from rag_experiments.tracking.mlflow_tracker import resolve_tracking_uri
-
-    return mlflow.MlflowClient(tracking_uri=resolve_tracking_uri(uri))
-
-
 def _contexts(cell: Any) -> str:
     try:
         items = json.loads(cell) if isinstance(cell, str) else []
@@ -137,7 +128,7 @@ def grade_sheet(
         TrackingError: The run or its table cannot be fetched.
         DatasetError: The run has no judged metric of :data:`LABEL_SETS` with a value.
     """
-    table = read_table(_client(tracking_uri), run_id)
+    table = read_table(open_store(tracking_uri), run_id)
     metrics = [
         m
         for m, ls in LABEL_SETS.items()
@@ -309,7 +300,7 @@ def log_agreement(
     Raises:
         TrackingError: The run cannot be reached.
     """
-    client = _client(tracking_uri or key["tracking_uri"])
+    client = open_store(tracking_uri or key["tracking_uri"])
     values = {}
     for r in results:
         for name, v in (
@@ -336,48 +327,3 @@ def log_agreement(
         raise TrackingError(
             f"cannot log the agreement to run {key['run_id']}: {exc.message}"
         ) from exc
-
-
-def grade_sheet_command(argv: list[str]) -> int:
-    """``rag-exp grade-sheet <run_id> [--n 20] [--seed 0] [--out DIR] [--tracking-uri URI]``."""
-    parser = argparse.ArgumentParser(
-        prog="rag-exp grade-sheet",
-        description=(
-            "Export a blinded CSV of a run's answers for human grading (judge verdicts hidden) and "
-            "a separate key; labels: "
-            + "; ".join(f"{m}: {'/'.join(ls.labels)}" for m, ls in LABEL_SETS.items())
-        ),
-    )
-    parser.add_argument("run_id")
-    parser.add_argument("--n", type=int, default=20, help="questions to draw (default 20)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the draw (default 0)")
-    parser.add_argument("--out", default=".", help="folder for the sheet and the key")
-    add_tracking_uri(parser, "the run")
-    opts = parse_store_command(parser, argv)
-    sheet, key = grade_sheet(opts.run_id, opts.tracking_uri, opts.n, opts.seed, opts.out)
-    print(f"sheet (give to graders): {sheet}\nkey (keep apart): {key}")
-    return 0
-
-
-def agreement_command(argv: list[str]) -> int:
-    """``rag-exp agreement <filled.csv> [--key KEY] [--tracking-uri URI] [--no-log]``."""
-    parser = argparse.ArgumentParser(
-        prog="rag-exp agreement",
-        description=(
-            "Raw agreement and Cohen's kappa between a filled grade sheet and the judge, per "
-            "metric; logged to the original run."
-        ),
-    )
-    parser.add_argument("filled")
-    parser.add_argument("--key", default=None, help="the key (default: beside the sheet)")
-    parser.add_argument("--tracking-uri", default=None, help="default: the one in the key")
-    parser.add_argument("--no-log", action="store_true", help="print only")
-    opts = parser.parse_args(argv)
-    key, results = score_sheet(opts.filled, opts.key)
-    print(f"{'metric':<28} {'n':>4} {'raw':>6} {'kappa':>7} {'kappa_q':>7}")
-    for r in results:
-        print(f"{r.metric:<28} {r.n:>4} {r.raw:>6.3f} {r.kappa:>7.3f} {r.kappa_quadratic:>7.3f}")
-    if not opts.no_log:
-        log_agreement(key, results, opts.tracking_uri)
-        print(f"logged to run {key['run_id']}")
-    return 0

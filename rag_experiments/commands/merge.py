@@ -1,6 +1,6 @@
 """``rag-exp merge <parent_run_id>``: join the shard runs of a sweep into one run.
 
-A sweep over ``shard.index=0,…,N-1`` (:mod:`rag_experiments.lifecycle.shard`) leaves one child
+A sweep over ``shard.index=0,…,N-1`` (:mod:`rag_experiments.data.shard`) leaves one child
 run per shard under its parent. ``merge`` checks that every shard is there, FINISHED, and
 evaluated the same configuration, then writes one new run (in the parent's experiment, not
 nested) that stands for the unsharded evaluation:
@@ -41,18 +41,17 @@ from mlflow.exceptions import MlflowException
 from omegaconf import OmegaConf
 
 from rag_experiments.common.cliargs import add_overrides, add_tracking_uri, parse_store_command
+from rag_experiments.data.shard import select_shard, shard_of
 from rag_experiments.errors import ConfigError, DatasetError, TrackingError
-from rag_experiments.lifecycle.shard import select_shard, shard_of
 from rag_experiments.metrics.audit import USAGE_KEYS, collect_audit
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 from rag_experiments.runner import EvalResult, log_result, summarise
 from rag_experiments.tracking.mlflow_tracker import (
     MlflowTracker,
     open_client,
-    read_table,
     resolve_tracking_uri,
 )
-from rag_experiments.tracking.sweep import child_runs
+from rag_experiments.tracking.store import child_runs, read_table
 
 log = logging.getLogger(__name__)
 
@@ -168,9 +167,9 @@ def merge(parent_id: str, tracking_uri: str, overrides: list[str] | None = None)
         DatasetError: The dataset loaded now is not the one the shards evaluated.
         TrackingError: A run's artifacts cannot be read or the new run cannot be written.
     """
-    from rag_experiments.app import log_dropped
     from rag_experiments.build import load_dataset
-    from rag_experiments.lifecycle.rerun import load_run_config
+    from rag_experiments.commands.rerun import load_run_config
+    from rag_experiments.job import log_dropped
 
     uri = resolve_tracking_uri(tracking_uri)
     client = open_client(uri)

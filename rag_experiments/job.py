@@ -1,0 +1,198 @@
+"""The engine of one evaluation job, below every command: open the job's MLflow run, build the
+parts (:mod:`rag_experiments.build`), check them (:func:`preflight`), record the rows the loader
+left out (:func:`log_dropped`) and hand everything to the runner.
+
+``rag-exp run`` (:mod:`rag_experiments.app`, the Hydra entry), ``rag-exp rerun`` and
+``rag-exp merge`` (:mod:`rag_experiments.commands`) call it with a composed config (an
+OmegaConf node: it never composes one); it imports nothing above it.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import math
+import time
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rag_experiments.build import build, build_tracker, run_caveat, used_chat_roles
+from rag_experiments.console import summary_table
+from rag_experiments.data.base import EvalDataset
+from rag_experiments.errors import LLMError, PreflightError, RagExpError, TargetError
+from rag_experiments.llm.factory import identity_by_role, usage_by_role
+
+log = logging.getLogger("rag_experiments")
+
+
+def preflight(checks: dict[str, Any]) -> None:
+    """Check every model and service of a job once, before any question is answered and
+    before any index is built: each part's ``check()`` (reachable, model present, context
+    window known), in the order given; the same object under two roles is checked once.
+
+    A refused connection fails at once and a silent server within
+    :data:`~rag_experiments.llm.transport.CHECK_TIMEOUT_S`, so the time to the error does not
+    depend on the number of questions.
+
+    Args:
+        checks: Role (``generator``, ``embedder``, ``judge``, ``target``) → part.
+
+    Raises:
+        PreflightError: A part cannot be used; the message names the role, the part and the
+            fix.
+    """
+    seen: set[int] = set()
+    for role, part in checks.items():
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        started = time.perf_counter()
+        try:
+            part.check()
+        except RagExpError as exc:
+            reason = exc.reason if isinstance(exc, (LLMError, TargetError)) else "config"
+            raise PreflightError(
+                role, reason, f"preflight: the {role} cannot be used, so nothing was run: {exc}"
+            ) from exc
+        log.info("preflight: %s ready (%.2f s)", role, time.perf_counter() - started)
+
+
+def log_dropped(dataset: EvalDataset, tracker: Any) -> None:
+    """Say which source rows the loader left out: a console warning, metric ``n_dropped``
+    (0 when none) and ``n_dropped.<reason>``, tag ``dataset.dropped`` (the one-line summary)
+    and artifact ``dropped_rows.json`` (every id with its reason)."""
+    counts = dataset.dropped_counts()
+    tracker.log_metrics(
+        {
+            "n_dropped": float(len(dataset.dropped)),
+            **{f"n_dropped.{reason}": float(n) for reason, n in counts.items()},
+        }
+    )
+    if dataset.dropped:
+        summary = dataset.dropped_summary()
+        log.warning("dataset: %s (every id in dropped_rows.json)", summary)
+        tracker.set_tags({"dataset.dropped": summary})
+        tracker.log_dict(dataset.dropped_rows(), "dropped_rows.json")
+
+
+def _default_run_name(cfg: DictConfig, dataset_name: str) -> str:
+    return f"{dataset_name}-{cfg.chunker._target_.rsplit('.', 1)[-1]}-{cfg.metrics.name}"
+
+
+def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float | None:
+    """Open the job's MLflow run, build the parts and evaluate inside it.
+
+    Outside a sweep the parts are built (config values checked, dataset loaded) before the
+    run opens, so a refused command leaves no MLflow run; a sweep's job opens its run first
+    (a refused job is a FAILED child of the sweep's parent). Any later error (a dead model
+    at preflight, an index build failure, too many failed questions) ends as a FAILED run with
+    tag ``error`` and ``error.txt``. A resumed run that finishes drops its earlier attempt's
+    ``error`` tag and ``error.txt`` (tag ``resumed_after_error`` keeps the old error).
+
+    Every job checkpoints its answers in its Hydra job directory; ``resume=<run_id or dir>``
+    reopens an interrupted run and answers only what is missing
+    (:mod:`rag_experiments.lifecycle.resume`).
+
+    Args:
+        cfg: The composed root config.
+        extra_tags: More run tags (``rag-exp rerun`` sets ``rerun_of``).
+
+    Returns:
+        The run's objective (``objective``: a metric or a weighted sum, see
+        :mod:`rag_experiments.lifecycle.objective`); a :class:`NaNObjective` saying why when
+        it cannot be computed (also tagged ``objective.error`` on the run); None without one.
+
+    Raises:
+        RagExpError: Any job error, after it was recorded on the run.
+    """
+    from rag_experiments.lifecycle.objective import NaNObjective, nan_reason, objective_value
+    from rag_experiments.lifecycle.resume import job_checkpoint
+    from rag_experiments.qualify.registry import apply_qualification
+    from rag_experiments.runner import evaluate_in_run
+    from rag_experiments.tracking.sweep import child_run_name, parent_run_id_for_job
+
+    params = OmegaConf.to_container(cfg, resolve=True)
+    params.pop("resume", None)  # a resumed run must log the params it started with
+    tags = {"metrics.backend": str(cfg.metrics.name), **(extra_tags or {})}
+    caveat = run_caveat(used_chat_roles(cfg))
+    if caveat:
+        tags["mlflow.note.content"] = caveat
+    # A sweep's child is named after its swept values; otherwise, until the dataset is
+    # loaded, a dataset config without `name` is called "dataset".
+    swept_name = None if cfg.run_name else child_run_name(str(cfg.tracking.uri))
+    provisional = swept_name or _default_run_name(cfg, str(cfg.dataset.get("name") or "dataset"))
+    tracker = build_tracker(cfg, run_name=cfg.run_name or provisional)
+    job = job_checkpoint(cfg, tracker.uri)
+    parent_run_id = parent_run_id_for_job()
+    # A refused command (a config value a part refuses, a missing dataset) leaves no run:
+    # outside a sweep the parts are built before the run opens. A sweep's job opens its run
+    # first, so the sweep's record shows the refused job as a FAILED child.
+    exp = build(cfg) if parent_run_id is None else None
+    with tracker.start_run(
+        params=params,
+        config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
+        tags=tags,
+        parent_run_id=parent_run_id,
+        run_id=job.resume_run_id,
+    ):
+        job.attach(tracker)
+        exp = exp or build(cfg)
+        log_dropped(exp.dataset, tracker)
+        apply_qualification(cfg, tracker, identity_by_role(), tags.get("mlflow.note.content"))
+        preflight(exp.checks)
+        if not (cfg.run_name or swept_name):  # the default name holds the dataset's name
+            tracker.set_tags({"mlflow.runName": _default_run_name(cfg, exp.dataset.name)})
+        # Everything built so far (imported modules, the config, the parts, the dataset) lives
+        # for the whole run: frozen, the collector stops re-scanning it in every full
+        # collection while the run allocates its rows; unfrozen when the run ends.
+        gc.freeze()
+        try:
+            result = evaluate_in_run(
+                exp.dataset,
+                job.wrap(exp.target, exp.dataset.digest),
+                exp.metrics,
+                tracker,
+                max_failure_rate=float(cfg.max_failure_rate),
+                progress=bool(cfg.progress),
+                max_concurrency=cfg.get("max_concurrency"),
+                seed=int(cfg.seed),
+            )
+        finally:  # LLM usage per role and model identity, also when the run fails
+            gc.unfreeze()
+            tracker.set_tags(identity_by_role())
+            tracker.log_metrics(usage_by_role())
+        summary = result.metrics()
+        objective = objective_value(cfg.get("objective"), summary)
+        if objective is not None and math.isnan(objective):  # a failed trial, with its reason
+            objective = NaNObjective(nan_reason(str(cfg.objective), result.values))
+            log.warning("%s; a sweeper records this trial as failed", objective.reason)
+            tracker.set_tags({"objective.error": objective.reason})
+        job.finish(tracker)  # a resumed run that got here is no longer a failure
+    print(f"\n{tracker.describe_location()}")
+    print("\n".join(summary_table(result.specs, result.aggregates, values=result.values)))
+    print(
+        f"  samples {int(result.counts['n_samples'])}, failed {int(result.counts['n_failed'])}, "
+        f"{result.counts['duration_s']:.1f} s"
+    )
+    judge_errors = {
+        k.removeprefix("judge.errors."): int(v)
+        for k, v in summary.items()
+        if k.startswith("judge.errors.")
+    }
+    if judge_errors:
+        print(
+            "  judge errors (NaN cells): "
+            + ", ".join(f"{reason} {n}" for reason, n in sorted(judge_errors.items()))
+        )
+    if exp.dataset.dropped:
+        print(f"  dropped {exp.dataset.dropped_summary()} (dropped_rows.json)")
+    if "judge_calls_per_question" in summary:
+        tokens = summary["judge_prompt_tokens"] + summary["judge_completion_tokens"]
+        print(
+            f"  judge calls per question {summary['judge_calls_per_question']:.2f} "
+            f"(max {int(summary['judge_calls_per_question_max'])}), judge tokens {int(tokens)}"
+        )
+    if caveat:
+        print(f"  NOTE: {caveat}")
+    return objective
