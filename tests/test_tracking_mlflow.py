@@ -24,6 +24,7 @@ from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 from mlflow_server import mlflow_server  # noqa: F401  (module-scoped fixture)
 from omegaconf import OmegaConf
 
+from rag_experiments.common import interrupt
 from rag_experiments.common.redact import REDACTED
 from rag_experiments.errors import TrackingError
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
@@ -184,6 +185,33 @@ def test_failed_body_sets_status_error_tag_and_traceback(uri: str) -> None:
     text = _text(uri, run_id, "error.txt")
     assert text.startswith("Traceback") and "ValueError: boom" in text and "abc" not in text
     assert json.loads(_text(uri, run_id, "metric_names.json")) == {"P@5": "P_at_5"}
+
+
+def test_interrupted_run_ends_killed_and_its_message_names_the_run_to_resume(uri: str) -> None:
+    tracker = MlflowTracker(uri, "exp")
+    with pytest.raises(interrupt.Interrupted) as info:
+        with _start(tracker) as run_id:
+            raise interrupt.Interrupted("SIGINT")
+    assert info.value.run_id == run_id
+    expected = (
+        f"stopped by SIGINT; the answers so far are checkpointed in MLflow run {run_id}: "
+        f"continue it with the same command plus resume={run_id}"
+    )
+    assert str(info.value) == expected
+    run = MlflowClient(uri).get_run(run_id)
+    assert run.info.status == "KILLED"
+    assert run.data.tags["error"] == f"Interrupted: {expected}"
+
+
+def test_interrupted_sweep_child_keeps_the_generic_resume_hint(uri: str) -> None:
+    tracker = MlflowTracker(uri, "exp")
+    with _start(tracker) as parent:
+        pass
+    with pytest.raises(interrupt.Interrupted) as info:
+        with _start(tracker, parent_run_id=parent):
+            raise interrupt.Interrupted("SIGTERM")
+    assert info.value.run_id is None
+    assert str(info.value).endswith("plus resume=<its run id>")
 
 
 def test_nested_run_left_open_by_the_body_is_ended(uri: str) -> None:
