@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 from mlflow.artifacts import download_artifacts
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 from mlflow_server import mlflow_server  # noqa: F401  (module-scoped fixture)
 from omegaconf import OmegaConf
@@ -31,6 +32,7 @@ from rag_experiments.tracking.mlflow_tracker import MlflowTracker, resolve_track
 from rag_experiments.tracking.sweep import (
     PARENT_RUN_ID_FILE,
     MlflowSweepCallback,
+    announce_sweep_end,
     close_sweep,
     read_parent_run_id,
 )
@@ -415,6 +417,36 @@ def _run_sweep(uri: str, sweep_dir: Path, child_other_process: bool) -> None:
         assert child.info.status == status
         assert child.data.tags["mlflow.parentRunId"] == parent_id
     assert close_sweep(uri, str(sweep_dir)) is None  # already closed: left alone
+
+
+SHARD_0 = {"shard.count": "2", "shard.index": "0"}
+SHARD_1 = {"shard.count": "2", "shard.index": "1"}
+
+
+@pytest.mark.parametrize(
+    ("children", "merge_hint"),
+    [
+        ([SHARD_0, SHARD_1], True),  # only shard.index differs: one evaluation in shards
+        ([SHARD_0, SHARD_0 | {"chunker.size": "512"}], False),
+        ([SHARD_0 | {"chunker.size": "256"}, SHARD_1 | {"chunker.size": "512"}], False),
+    ],
+)
+def test_sweep_end_names_merge_only_for_a_sweep_over_shard_index(
+    uri: str, children: list[dict[str, str]], merge_hint: bool
+) -> None:
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("exp")
+    parent = client.create_run(experiment).info.run_id
+    for params in children:
+        child = client.create_run(experiment, tags={MLFLOW_PARENT_RUN_ID: parent}).info.run_id
+        for key, value in params.items():
+            client.log_param(child, key, value)
+        client.set_terminated(child, "FINISHED")
+    lines = announce_sweep_end(uri, parent, "FINISHED", report=False).splitlines()
+    assert lines[0].startswith(f"sweep parent run {parent} FINISHED (children: 2 finished)")
+    hint = f"join them into one run with rag-exp merge {parent} --tracking-uri {uri}"
+    assert (len(lines) == 3 and lines[2].endswith(hint)) is merge_hint
+    assert len(lines) == (3 if merge_hint else 2)
 
 
 @pytest.mark.slow
