@@ -91,6 +91,9 @@ CONFIDENCE = 0.95
 ALL = "all"
 """Group name of the comparison over every question."""
 
+NOTE_TAG = "mlflow.note.content"
+"""The run description tag (MLflow's): the caveats a run carries (see :class:`Comparison`)."""
+
 MIN_PAIRS_CI = 2
 """Fewest pairs with a confidence interval (below it: NaN, reason :data:`TOO_FEW_PAIRS`)."""
 
@@ -200,6 +203,9 @@ class Comparison:
         dataset_digest: ``{"a": digest, "b": digest}``.
         seed: Seed of the bootstrap and the permutations.
         n_resamples: Resamples per bootstrap and per test.
+        notes: ``{"a"|"b": note}``: each run's description (``mlflow.note.content``) when it
+            has one: the caveat of a run that used the embedded 135M model, a judge
+            qualification warning; printed under the table, as ``rag-exp run`` prints it.
     """
 
     stats: list[PairedStat]
@@ -212,6 +218,7 @@ class Comparison:
     dataset_digest: dict[str, str | None] = field(default_factory=dict)
     seed: int = 0
     n_resamples: int = N_RESAMPLES
+    notes: dict[str, str] = field(default_factory=dict)
 
     def overall(self) -> list[PairedStat]:
         """The stats over every question."""
@@ -233,6 +240,7 @@ class Comparison:
             "by_type": by_type,
             "flipped": [asdict(f) for f in self.flips],
             "thresholds": {m: asdict(t) for m, t in self.thresholds.items()},
+            "notes": self.notes,
         })  # fmt: skip
 
     def rows(self) -> list[dict[str, Any]]:
@@ -311,6 +319,10 @@ class Comparison:
                 f"({sum(len(f) for f in other_flips.values())} flips; --all lists them, "
                 "flipped.csv has every one)"
             )
+        if self.notes and self.notes.get("a") == self.notes.get("b"):
+            lines.append(f"  NOTE (runs a and b): {self.notes['a']}")
+        else:
+            lines += [f"  NOTE (run {label}): {note}" for label, note in self.notes.items()]
         return "\n".join(lines)
 
 
@@ -566,6 +578,9 @@ def compare_runs(
         n_resamples=n_resamples,
     )
     result.run_a, result.run_b, result.dataset_digest = run_a, run_b, digests
+    result.notes = {
+        k: r.data.tags[NOTE_TAG] for k, r in runs.items() if r.data.tags.get(NOTE_TAG, "").strip()
+    }
     return result
 
 
