@@ -350,6 +350,12 @@ def test_groups_of_one_question_give_too_few_pairs_not_an_error() -> None:
     assert all(s.diff == pytest.approx(0.05) for s in cells if s.metric == "nDCG@10")
     text = result.format(all_metrics=True)  # refusal is not a key metric: listed with --all
     assert "refusal" in text and "nDCG@10" in text
+    (row,) = [line for line in text.splitlines() if line.lstrip().startswith("refusal ")]
+    # one pair: a diff (0) and p (1) but no CI; the row says why instead of a bare nan
+    assert row.split()[1:5] == ["1", "0.5000", "0.5000", "+0.0000"]
+    assert row.endswith(
+        "[+nan, +nan]  1.0000  1.0000  too_few_pairs (n < 2: questions with a value in both runs)"
+    )
     assert result.to_json()["by_type"]["type3"]["refusal"]["reason"] == TOO_FEW_PAIRS
 
 

@@ -283,7 +283,7 @@ class Comparison:
             lines.append(
                 f"  {s.metric:<{width}} {s.n:>4} {s.mean_a:>7.4f} {s.mean_b:>7.4f} "
                 f"{s.diff:>+8.4f} {ci:>18} {s.p_value:>7.4f} {s.p_holm:>7.4f}"
-                f"  {s.verdict}".rstrip()
+                f"  {s.verdict or _why_nan(s)}".rstrip()
             )
         if rest:
             verdicts = Counter(s.verdict or "no decision" for s in rest)
@@ -362,6 +362,13 @@ def paired_test(
         n_resamples=n_resamples, alternative="two-sided", rng=seed,
     )  # fmt: skip
     return diff, low, high, float(test.pvalue)
+
+
+def _why_nan(s: PairedStat) -> str:
+    """The table's note on a row with NaN statistics: how many pairs there were and why."""
+    if not s.reason:
+        return ""
+    return f"{s.reason} (n < {MIN_PAIRS_CI}: questions with a value in both runs)"
 
 
 def too_few_pairs(n: int) -> str:
