@@ -566,9 +566,9 @@ def _check_judge_gave_verdicts(result: EvalResult, metrics: Sequence[Metric]) ->
     raise RunFailedError(
         f"the judge gave no usable verdict: every judged metric ({', '.join(columns)}) has 0 "
         f"valid values of {len(result.samples)} (judge errors: {json.dumps(dict(errors))}). "
-        "Everything computed was logged (judge_audit.jsonl shows the replies); use a judge "
-        "that follows the JSON schema (judge=…, judge.model=…) and resume the run with "
-        "resume=<run id>"
+        "Everything computed was logged (judge_audit.jsonl shows the replies); start a new run "
+        "with a judge that follows the JSON schema (judge=…, judge.model=…): resume=<run id> "
+        "continues a run only with the config it started with, so it cannot change the judge"
     )
 
 

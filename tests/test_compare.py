@@ -345,6 +345,12 @@ def test_groups_of_one_question_give_too_few_pairs_not_an_error() -> None:
     assert all(s.diff == pytest.approx(0.05) for s in cells if s.metric == "nDCG@10")
     text = result.format(all_metrics=True)  # refusal is not a key metric: listed with --all
     assert "refusal" in text and "nDCG@10" in text
+    (row,) = [line for line in text.splitlines() if line.lstrip().startswith("refusal ")]
+    # one pair: a diff (0) and p (1) but no CI; the row says why instead of a bare nan
+    assert row.split()[1:5] == ["1", "0.5000", "0.5000", "+0.0000"]
+    assert row.endswith(
+        "[+nan, +nan]  1.0000  1.0000  too_few_pairs (n < 2: questions with a value in both runs)"
+    )
     assert result.to_json()["by_type"]["type3"]["refusal"]["reason"] == TOO_FEW_PAIRS
 
 
@@ -407,3 +413,23 @@ def test_compare_page_folds_everything_but_the_key_metrics(tmp_path: Path) -> No
     assert '<td class="l">nDCG@10</td>' in visible
     for other in ("Hit@1", "P@3"):
         assert f'<td class="l">{other}</td>' in folded and f">{other}</td>" not in visible
+
+
+def test_run_notes_such_as_the_small_model_caveat_are_printed_under_the_comparison(
+    store: str,
+) -> None:
+    caveat = "Answers come from the embedded SmolLM2-135M model: not trustworthy for decisions."
+    run_a, run_b = _log_run(store, VALUES["a"]), _log_run(store, VALUES["b"])
+    client = mlflow.MlflowClient(store)
+
+    plain = compare_runs(run_a, run_b, tracking_uri=store, n_resamples=N_RESAMPLES)
+    assert plain.notes == {} and "NOTE" not in plain.format()
+
+    client.set_tag(run_b, "mlflow.note.content", caveat)
+    one = compare_runs(run_a, run_b, tracking_uri=store, n_resamples=N_RESAMPLES)
+    assert one.notes == {"b": caveat} and one.to_json()["notes"] == {"b": caveat}
+    assert one.format().splitlines()[-1] == f"  NOTE (run b): {caveat}"
+
+    client.set_tag(run_a, "mlflow.note.content", caveat)
+    both = compare_runs(run_a, run_b, tracking_uri=store, n_resamples=N_RESAMPLES)
+    assert both.format().splitlines()[-1] == f"  NOTE (runs a and b): {caveat}"

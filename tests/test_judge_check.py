@@ -164,6 +164,22 @@ def test_agreement_of_a_judge_that_always_says_faithful_by_hand():
     assert b.kappa_ci[0] <= 0.6 <= b.kappa_ci[1]
 
 
+def test_a_probe_line_names_why_its_pairs_failed():
+    from rag_experiments.qualify.check import AgreementResult
+
+    labels = ("faithful", "hallucinated")
+    none = binary_agreement([], [])  # every pair failed: n = 0, every statistic NaN
+    failed = AgreementResult("context_relevance", labels, none, 4, {"parse_error": 3, "timeout": 1},
+                             1.0, 8, 0.3)  # fmt: skip
+    assert failed.format() == (
+        "  context_relevance  n=0    acc nan  bal.acc nan [nan, nan]  kappa nan [nan, nan]  "
+        "failed 4 (parse_error 3, timeout 1)  calls 8  0.3 s"
+    )
+    ok = AgreementResult("faithfulness", labels, binary_agreement([True, False], [True, False]),
+                         0, {}, 1.0, 2, 1.0)  # fmt: skip
+    assert ok.format().endswith("failed 0  calls 2  1.0 s")
+
+
 def test_bootstrap_closed_forms_equal_sklearn():
     rng = np.random.default_rng(1)
     y = rng.random((30, 25)) < 0.5

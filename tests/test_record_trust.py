@@ -511,8 +511,14 @@ def test_a_judge_whose_every_reply_has_wrong_types_fails_the_run_after_logging(
         "dataset=jsonl", f"dataset.path={path}", f"dataset.corpus={docs}", "embedder=hash",
         "llm=fake", "judge=fake", *WRONG_TYPES,
     )  # fmt: skip
-    with pytest.raises(RunFailedError, match="the judge gave no usable verdict"):
+    with pytest.raises(RunFailedError, match="the judge gave no usable verdict") as info:
         run_job(cfg)
+    # the advice is a new run: resuming with another judge is refused (the params differ)
+    assert str(info.value).endswith(
+        "start a new run with a judge that follows the JSON schema (judge=…, judge.model=…): "
+        "resume=<run id> continues a run only with the config it started with, so it cannot "
+        "change the judge"
+    )
     run = only_run(tmp_path)
     assert run.info.status == "FAILED" and "no usable verdict" in run.data.tags["error"]
     metrics = run.data.metrics

@@ -20,16 +20,19 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 from mlflow.artifacts import download_artifacts
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 from mlflow_server import mlflow_server  # noqa: F401  (module-scoped fixture)
 from omegaconf import OmegaConf
 
+from rag_experiments.common import interrupt
 from rag_experiments.common.redact import REDACTED
 from rag_experiments.errors import TrackingError
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
 from rag_experiments.tracking.sweep import (
     PARENT_RUN_ID_FILE,
     MlflowSweepCallback,
+    announce_sweep_end,
     close_sweep,
     read_parent_run_id,
 )
@@ -184,6 +187,33 @@ def test_failed_body_sets_status_error_tag_and_traceback(uri: str) -> None:
     text = _text(uri, run_id, "error.txt")
     assert text.startswith("Traceback") and "ValueError: boom" in text and "abc" not in text
     assert json.loads(_text(uri, run_id, "metric_names.json")) == {"P@5": "P_at_5"}
+
+
+def test_interrupted_run_ends_killed_and_its_message_names_the_run_to_resume(uri: str) -> None:
+    tracker = MlflowTracker(uri, "exp")
+    with pytest.raises(interrupt.Interrupted) as info:
+        with _start(tracker) as run_id:
+            raise interrupt.Interrupted("SIGINT")
+    assert info.value.run_id == run_id
+    expected = (
+        f"stopped by SIGINT; the answers so far are checkpointed in MLflow run {run_id}: "
+        f"continue it with the same command plus resume={run_id}"
+    )
+    assert str(info.value) == expected
+    run = MlflowClient(uri).get_run(run_id)
+    assert run.info.status == "KILLED"
+    assert run.data.tags["error"] == f"Interrupted: {expected}"
+
+
+def test_interrupted_sweep_child_keeps_the_generic_resume_hint(uri: str) -> None:
+    tracker = MlflowTracker(uri, "exp")
+    with _start(tracker) as parent:
+        pass
+    with pytest.raises(interrupt.Interrupted) as info:
+        with _start(tracker, parent_run_id=parent):
+            raise interrupt.Interrupted("SIGTERM")
+    assert info.value.run_id is None
+    assert str(info.value).endswith("plus resume=<its run id>")
 
 
 def test_nested_run_left_open_by_the_body_is_ended(uri: str) -> None:
@@ -387,6 +417,36 @@ def _run_sweep(uri: str, sweep_dir: Path, child_other_process: bool) -> None:
         assert child.info.status == status
         assert child.data.tags["mlflow.parentRunId"] == parent_id
     assert close_sweep(uri, str(sweep_dir)) is None  # already closed: left alone
+
+
+SHARD_0 = {"shard.count": "2", "shard.index": "0"}
+SHARD_1 = {"shard.count": "2", "shard.index": "1"}
+
+
+@pytest.mark.parametrize(
+    ("children", "merge_hint"),
+    [
+        ([SHARD_0, SHARD_1], True),  # only shard.index differs: one evaluation in shards
+        ([SHARD_0, SHARD_0 | {"chunker.size": "512"}], False),
+        ([SHARD_0 | {"chunker.size": "256"}, SHARD_1 | {"chunker.size": "512"}], False),
+    ],
+)
+def test_sweep_end_names_merge_only_for_a_sweep_over_shard_index(
+    uri: str, children: list[dict[str, str]], merge_hint: bool
+) -> None:
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("exp")
+    parent = client.create_run(experiment).info.run_id
+    for params in children:
+        child = client.create_run(experiment, tags={MLFLOW_PARENT_RUN_ID: parent}).info.run_id
+        for key, value in params.items():
+            client.log_param(child, key, value)
+        client.set_terminated(child, "FINISHED")
+    lines = announce_sweep_end(uri, parent, "FINISHED", report=False).splitlines()
+    assert lines[0].startswith(f"sweep parent run {parent} FINISHED (children: 2 finished)")
+    hint = f"join them into one run with rag-exp merge {parent} --tracking-uri {uri}"
+    assert (len(lines) == 3 and lines[2].endswith(hint)) is merge_hint
+    assert len(lines) == (3 if merge_hint else 2)
 
 
 @pytest.mark.slow

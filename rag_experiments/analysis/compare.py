@@ -61,6 +61,7 @@ from rag_experiments.analysis.paired import (
     ALL,
     CONFIDENCE,
     MIN_PAIRS_CI,
+    NOTE_TAG,
     N_RESAMPLES,
     TOO_FEW_PAIRS,
     Comparison,
@@ -329,4 +330,7 @@ def compare_runs(
         n_resamples=n_resamples,
     )
     result.run_a, result.run_b, result.dataset_digest = run_a, run_b, digests
+    result.notes = {
+        k: r.data.tags[NOTE_TAG] for k, r in runs.items() if r.data.tags.get(NOTE_TAG, "").strip()
+    }
     return result

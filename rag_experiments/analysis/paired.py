@@ -23,6 +23,9 @@ CONFIDENCE = 0.95
 ALL = "all"
 """Group name of the comparison over every question."""
 
+NOTE_TAG = "mlflow.note.content"
+"""The run description tag (MLflow's): the caveats a run carries (see :class:`Comparison`)."""
+
 MIN_PAIRS_CI = 2
 """Fewest pairs with a confidence interval (below it: NaN, reason :data:`TOO_FEW_PAIRS`)."""
 
@@ -130,6 +133,9 @@ class Comparison:
         dataset_digest: ``{"a": digest, "b": digest}``.
         seed: Seed of the bootstrap and the permutations.
         n_resamples: Resamples per bootstrap and per test.
+        notes: ``{"a"|"b": note}``: each run's description (``mlflow.note.content``) when it
+            has one: the caveat of a run that used the embedded 135M model, a judge
+            qualification warning; printed under the table, as ``rag-exp run`` prints it.
     """
 
     stats: list[PairedStat]
@@ -142,6 +148,7 @@ class Comparison:
     dataset_digest: dict[str, str | None] = field(default_factory=dict)
     seed: int = 0
     n_resamples: int = N_RESAMPLES
+    notes: dict[str, str] = field(default_factory=dict)
 
     def overall(self) -> list[PairedStat]:
         """The stats over every question."""
@@ -163,6 +170,7 @@ class Comparison:
             "by_type": by_type,
             "flipped": [asdict(f) for f in self.flips],
             "thresholds": {m: asdict(t) for m, t in self.thresholds.items()},
+            "notes": self.notes,
         })  # fmt: skip
 
     def rows(self) -> list[dict[str, Any]]:
@@ -205,7 +213,7 @@ class Comparison:
             lines.append(
                 f"  {s.metric:<{width}} {s.n:>4} {s.mean_a:>7.4f} {s.mean_b:>7.4f} "
                 f"{s.diff:>+8.4f} {ci:>18} {s.p_value:>7.4f} {s.p_holm:>7.4f}"
-                f"  {s.verdict}".rstrip()
+                f"  {s.verdict or _why_nan(s)}".rstrip()
             )
         if rest:
             verdicts = Counter(s.verdict or "no decision" for s in rest)
@@ -241,7 +249,18 @@ class Comparison:
                 f"({sum(len(f) for f in other_flips.values())} flips; --all lists them, "
                 "flipped.csv has every one)"
             )
+        if self.notes and self.notes.get("a") == self.notes.get("b"):
+            lines.append(f"  NOTE (runs a and b): {self.notes['a']}")
+        else:
+            lines += [f"  NOTE (run {label}): {note}" for label, note in self.notes.items()]
         return "\n".join(lines)
+
+
+def _why_nan(s: PairedStat) -> str:
+    """The table's note on a row with NaN statistics: how many pairs there were and why."""
+    if not s.reason:
+        return ""
+    return f"{s.reason} (n < {MIN_PAIRS_CI}: questions with a value in both runs)"
 
 
 def _stat_json(s: PairedStat) -> dict[str, Any]:

@@ -31,13 +31,27 @@ class Interrupted(KeyboardInterrupt):
 
     Args:
         signal_name: ``SIGINT`` or ``SIGTERM``.
+
+    Attributes:
+        run_id: The MLflow run of a single (not swept) job that the signal stopped, set by
+            the tracker as the run ends KILLED, so the message names the id to resume with;
+            None until then (the message then says ``resume=<its run id>``).
     """
 
     def __init__(self, signal_name: str) -> None:
         self.signal_name = signal_name
-        super().__init__(
-            f"stopped by {signal_name}; the answers so far are checkpointed: continue the run "
-            "with the same command plus resume=<its run id>"
+        self.run_id: str | None = None
+        super().__init__(signal_name)
+
+    def __str__(self) -> str:
+        if self.run_id is None:
+            return (
+                f"stopped by {self.signal_name}; the answers so far are checkpointed: continue "
+                "the run with the same command plus resume=<its run id>"
+            )
+        return (
+            f"stopped by {self.signal_name}; the answers so far are checkpointed in MLflow run "
+            f"{self.run_id}: continue it with the same command plus resume={self.run_id}"
         )
 
 

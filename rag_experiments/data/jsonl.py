@@ -260,7 +260,9 @@ def read_jsonl_rows(path: Path, log: RowLog) -> list[tuple[int, dict[str, Any]]]
         try:
             value = json.loads(text)
         except json.JSONDecodeError as error:
-            log.problem(number, "", f"invalid JSON: {error.msg} at column {error.colno}", path=path)
+            # json's message may end in "at" ("Unterminated string starting at"): column first
+            where = f"invalid JSON at column {error.colno} ({error.msg})"
+            log.problem(number, "", where, path=path)
             continue
         if not isinstance(value, dict):
             log.problem(

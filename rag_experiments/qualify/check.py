@@ -119,14 +119,16 @@ class AgreementResult:
         }
 
     def format(self) -> str:
-        """One console line."""
+        """One console line; the failed pairs' reasons follow their count (``failed 4
+        (parse_error 4)``), so a row of NaN statistics says why."""
         a = self.agreement
+        why = ", ".join(f"{r} {c}" for r, c in sorted(self.failures.items(), key=lambda x: -x[1]))
         return (
             f"  {self.probe:<18} n={a.n:<4} acc {a.accuracy:.3f}  bal.acc "
             f"{a.balanced_accuracy:.3f} [{a.balanced_accuracy_ci[0]:.3f}, "
             f"{a.balanced_accuracy_ci[1]:.3f}]  kappa {a.kappa:.3f} [{a.kappa_ci[0]:.3f}, "
-            f"{a.kappa_ci[1]:.3f}]  failed {self.n_failed}  calls {self.judge_calls}  "
-            f"{self.wall_s:.1f} s"
+            f"{a.kappa_ci[1]:.3f}]  failed {self.n_failed}{f' ({why})' if why else ''}  "
+            f"calls {self.judge_calls}  {self.wall_s:.1f} s"
         )
 
 

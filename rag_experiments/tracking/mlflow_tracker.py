@@ -53,6 +53,7 @@ from mlflow.utils.validation import (
 )
 from sqlalchemy.engine import make_url
 
+from rag_experiments.common import interrupt
 from rag_experiments.common.redact import REDACTED, is_secret_key, redact
 from rag_experiments.common.uri import resolve_tracking_uri
 from rag_experiments.errors import TrackingError
@@ -451,6 +452,8 @@ class MlflowTracker:
         except BaseException as exc:
             if isinstance(exc, TrackingUnavailableError):
                 exc.run_id = self.run_id
+            if isinstance(exc, interrupt.Interrupted) and parent_run_id is None:
+                exc.run_id = exc.run_id or self.run_id  # the message names the id to resume
             kind = RunStatus.KILLED if isinstance(exc, KeyboardInterrupt) else RunStatus.FAILED
             status = RunStatus.to_string(kind)
             self._record_error(client, exc)

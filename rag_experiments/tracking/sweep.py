@@ -247,17 +247,22 @@ def announce_sweep_end(uri: str, parent_id: str, status: str, *, report: bool = 
         report: Build and log the report.
 
     Returns:
-        Two or three lines, no trailing newline.
+        Two lines, no trailing newline, and a third naming ``rag-exp merge`` when the children
+        differ in ``shard.index`` only (the shards of one evaluation).
     """
-    from rag_experiments.analysis.report import build_report, log_report, write_sweep_report
+    from rag_experiments.analysis.report import (
+        build_report,
+        log_report,
+        swept_params,
+        write_sweep_report,
+    )
     from rag_experiments.analysis.runs import artifact_location
 
     client = open_client(uri)
     parent = client.get_run(parent_id)
     experiment = client.get_experiment(parent.info.experiment_id).name
-    counts = Counter(
-        r.info.status for r in child_runs(client, parent.info.experiment_id, parent_id)
-    )
+    children_runs = child_runs(client, parent.info.experiment_id, parent_id)
+    counts = Counter(r.info.status for r in children_runs)
     children = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "none"
     lines = [
         f"sweep parent run {parent_id} {status} (children: {children}) in experiment "
@@ -278,6 +283,11 @@ def announce_sweep_end(uri: str, parent_id: str, status: str, *, report: bool = 
             lines.append(f"sweep report not built ({type(exc).__name__}: {exc}); try: {where}")
     else:
         lines.append(f"sweep report: {where}")
+    if swept_params([dict(r.data.params) for r in children_runs]) == ["shard.index"]:
+        lines.append(
+            f"shards of one evaluation (each holds other questions, so the report ranks "
+            f"nothing): join them into one run with rag-exp merge {parent_id} --tracking-uri {uri}"
+        )
     return "\n".join(lines)
 
 
