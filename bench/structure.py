@@ -3,16 +3,17 @@
 Reads the source with the ``ast`` import reader of ``tests/test_import_contracts.py`` (no import
 runs). Every import counts (module level, inside functions, type-only), as in the contract test.
 
-Tiers, top to bottom (a module may import its own tier or lower ones, never a higher one):
+Tiers, top to bottom (a module may import its own tier or lower ones, never a higher one);
+the names come from the contract test's ``TIERS``:
 
 ====  =========  ==================================================================
 tier  name       modules
 ====  =========  ==================================================================
 3     entry      ``app``, ``cli``, ``__main__`` (the Hydra entry and the CLI)
-2     commands   ``commands.*`` and every other module whose ``*_command`` function
-                 ``cli.py`` dispatches to (before the restructure: ``lifecycle.merge``,
-                 ``lifecycle.rerun``, ``export``, ``agreement``, ``analysis.compare``, …)
-1     engine     ``job``, ``build``, ``runner``
+2     commands   ``commands.*``, ``review.*``, ``mlflow_scorers`` and every other module
+                 whose ``*_command`` function ``cli.py`` dispatches to (before the
+                 restructure: ``lifecycle.merge``, ``lifecycle.rerun``, ``export``, …)
+1     engine     ``job``, ``build``, ``runner``, ``generate.app``
 0     parts      everything else
 ====  =========  ==================================================================
 
@@ -38,23 +39,30 @@ sys.path.insert(0, str(ROOT))
 
 from tests.test_import_contracts import (  # noqa: E402
     PACKAGE,
+    TIERS,
     import_circles,
     import_graph,
     module_files,
 )
 
-ENTRY = {"app", "cli", "__main__"}
-ENGINE = {"job", "build", "runner"}
+ENTRY = set(TIERS[0][1])
+COMMANDS = TIERS[1][1]
+ENGINE = TIERS[2][1]
 
 
 def _short(module: str) -> str:
     return module.removeprefix(PACKAGE + ".")
 
 
+def _under(module: str, names: tuple[str, ...]) -> bool:
+    return any(module == n or module.startswith(n + ".") for n in names)
+
+
 def command_modules(files: dict[str, Path]) -> set[str]:
-    """Modules (short names) holding a command ``cli.py`` dispatches to, plus ``commands.*``."""
+    """Modules (short names) holding a command ``cli.py`` dispatches to, plus those of the
+    command tier of the contract test (``commands.*``, ``review.*``, ``mlflow_scorers``)."""
     cli = f"{PACKAGE}.cli"
-    found = {m for m in map(_short, files) if m == "commands" or m.startswith("commands.")}
+    found = {m for m in map(_short, files) if _under(m, COMMANDS)}
     tree = ast.parse(files[cli].read_text(encoding="utf-8"))
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGE):
@@ -69,7 +77,7 @@ def tier(module: str, commands: set[str]) -> int:
         return 3
     if module in commands:
         return 2
-    if module in ENGINE:
+    if _under(module, ENGINE):
         return 1
     return 0
 
