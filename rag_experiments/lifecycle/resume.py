@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rag_experiments.errors import ConfigError, TrackingError
+from rag_experiments.errors import ConfigError
 from rag_experiments.lifecycle.checkpoint import CheckpointedTarget, ResponseCheckpoint
 
 JOB_DIR_TAG = "job.dir"
@@ -137,16 +137,13 @@ def job_checkpoint(cfg: Any, tracking_uri: str) -> JobCheckpoint:
 
 
 def _get_run(tracking_uri: str, run_id: str) -> Any:
-    import mlflow
-    from mlflow.exceptions import MlflowException
+    from rag_experiments.tracking.store import get_run, open_store
 
-    try:
-        return mlflow.MlflowClient(tracking_uri=tracking_uri).get_run(run_id)
-    except MlflowException as exc:
-        raise TrackingError(
-            f"cannot find run {run_id!r} at {tracking_uri}: {exc.message}. Check the run id "
-            "and tracking.uri (resume=<id> looks in the configured tracking store)"
-        ) from exc
+    return get_run(
+        open_store(tracking_uri),
+        run_id,
+        where="tracking.uri (resume=<id> looks in the configured tracking store)",
+    )
 
 
 def _current_job_dir() -> ResponseCheckpoint | None:

@@ -38,8 +38,14 @@ def open_store(uri: str) -> mlflow.MlflowClient:
     return mlflow.MlflowClient(tracking_uri=resolve_tracking_uri(uri))
 
 
-def get_run(client: mlflow.MlflowClient, run_id: str) -> Run:
+def get_run(client: mlflow.MlflowClient, run_id: str, *, where: str = "--tracking-uri") -> Run:
     """Fetch a run.
+
+    Args:
+        client: The store (:func:`open_store`).
+        run_id: MLflow run id.
+        where: What names the store for the caller's user (``--tracking-uri`` for a command,
+            ``tracking.uri`` for a config key); the error's advice names it.
 
     Raises:
         TrackingError: No such run in the store (the message names the store).
@@ -49,7 +55,7 @@ def get_run(client: mlflow.MlflowClient, run_id: str) -> Run:
     except MlflowException as exc:
         raise TrackingError(
             f"run {run_id!r} not found at {client.tracking_uri}: {exc.message}. Check the run id "
-            "and --tracking-uri"
+            f"and {where}"
         ) from exc
 
 
