@@ -38,7 +38,7 @@ from rag_experiments.data.base import EvalDataset
 from rag_experiments.data.shard import select_shard
 from rag_experiments.errors import ConfigError, RagExpError
 from rag_experiments.llm.base import ChatModelBase
-from rag_experiments.llm.factory import build_chat, configure_from_config
+from rag_experiments.llm.factory import build_chat, configure_from_config, model_arguments
 from rag_experiments.llm.roles import check_judge_distinct, judge_model_node
 from rag_experiments.protocols import MetricBase, TargetBase
 
@@ -158,7 +158,7 @@ def build_chat_model(node: Any) -> Any:
         RagExpError: The model refused its config.
     """
     with own_errors():
-        return instantiate(node)
+        return instantiate(model_arguments(node))
 
 
 def build_role_chat(node: Any, role: str) -> Any:
@@ -173,7 +173,7 @@ def build_embedder(cfg: DictConfig) -> Any:
     """The configured embedder (``cfg.embedder``), behind the shared embedding cache
     (``paths.embedding_cache``) when one is set."""
     with own_errors():
-        embedder = instantiate(cfg.embedder)
+        embedder = instantiate(model_arguments(cfg.embedder))
     if cfg.paths.embedding_cache:
         from rag_experiments.embedding.cache import CachedEmbedder
 
