@@ -33,6 +33,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from rag_experiments.common.http import nest_retry
 from rag_experiments.config.keys import check_keys
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.data.shard import select_shard
@@ -179,6 +180,19 @@ def build_embedder(cfg: DictConfig) -> Any:
 
         embedder = CachedEmbedder(embedder, path=cfg.paths.embedding_cache)
     return embedder
+
+
+def build_target(node: DictConfig) -> Any:
+    """A target that is not assembled from parts (``target=http``, ``target=recorded``) from
+    its node; an HTTP target's ``timeout_s``/``retries``/``backoff_s``/``backoff_max_s`` reach
+    it as one :class:`~rag_experiments.common.http.RetryPolicy` (no jitter).
+
+    Raises:
+        RagExpError: The target refused its config.
+    """
+    data = OmegaConf.to_container(node, resolve=True)
+    with own_errors():
+        return instantiate(nest_retry(data, retries_key="retries", jitter=False))
 
 
 def build_chunker(cfg: DictConfig) -> Any:
@@ -355,7 +369,7 @@ def build(cfg: DictConfig) -> Experiment:
         if is_assembled(cfg.target):
             target = build_baseline(cfg, metrics, generate, shared)
         else:
-            target = instantiate(cfg.target)
+            target = build_target(cfg.target)
             checks["target"] = target
     return Experiment(dataset, target, metrics, generate, {**shared.built, **checks})
 

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rag_experiments.build import build_chat_model, build_embedder, build_role_chat
+from rag_experiments.build import build, build_chat_model, build_embedder, build_role_chat
 from rag_experiments.common.http import DEFAULT_RETRY, RetryPolicy, nest_retry
 from rag_experiments.errors import ConfigError
+from rag_experiments.targets.http import TARGET_RETRY
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICY = "rag_experiments.common.http.RetryPolicy"
@@ -80,6 +81,24 @@ def test_users_flat_keys_reach_the_built_clients(compose_cfg) -> None:
     assert local.timeout_s == 3.0
 
 
+def test_the_http_targets_flat_keys_reach_it(compose_cfg, tmp_path) -> None:
+    data = tmp_path / "q.jsonl"
+    data.write_text('{"id": "q1", "user_input": "Who?", "reference": "Ada"}\n')
+    cfg = compose_cfg(
+        "target=http",
+        "target.url=http://127.0.0.1:9/ask",
+        "target.retries=4",
+        "target.timeout_s=2.5",
+        "dataset=jsonl",
+        f"dataset.path={data}",
+        "metrics=retrieval",
+    )
+    target = build(cfg).target
+    assert target._retry == RetryPolicy(max_retries=4, timeout_s=2.5, jitter=False)
+    assert (target.retries, target.timeout_s, target.backoff_s) == (4, 2.5, 0.5)
+    assert compose_cfg("target=http", "target.url=u").target.timeout_s == TARGET_RETRY.timeout_s
+
+
 def constructor_call_defaults(path: Path) -> list[str]:
     """``file:line`` of every function argument named like a call setting
     (:data:`CALL_KEYS`) whose default is a number (a ``None`` default, "use the client's
@@ -106,7 +125,7 @@ def constructor_call_defaults(path: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("folder", ["llm", "embedding"])
+@pytest.mark.parametrize("folder", ["llm", "embedding", "targets"])
 def test_no_client_repeats_the_call_setting_defaults(folder: str) -> None:
     found = [
         hit

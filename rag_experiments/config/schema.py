@@ -30,6 +30,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from rag_experiments.common.http import RetryPolicy
+from rag_experiments.targets.http import TARGET_RETRY
 
 # NOTE: Optional[...] / Dict / List (not PEP 604 unions) because OmegaConf inspects these
 # annotations at runtime and must understand them on Python 3.10.
@@ -241,9 +242,9 @@ class HttpTargetConf(DocMatchConf, BackoffConf):
     headers: dict[str, str] = field(default_factory=dict)
     body: Any = None
     response: HttpResponseConf = field(default_factory=lambda: HttpResponseConf())
-    timeout_s: float = 60.0
+    timeout_s: float = TARGET_RETRY.timeout_s
     """Per connect / per read, seconds."""
-    retries: int = RetryPolicy.max_retries
+    retries: int = TARGET_RETRY.max_retries
     retry_statuses: list[int] = field(default_factory=lambda: [429, 500, 502, 503, 504])
     max_concurrency: int = 4
     """Requests in flight at once."""
