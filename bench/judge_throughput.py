@@ -73,6 +73,7 @@ import httpx
 
 import rag_experiments.offline  # noqa: F401 - telemetry off before DeepEval is imported
 from rag_experiments.chunking.semantic import SemanticChunker
+from rag_experiments.common.http import RetryPolicy
 from rag_experiments.data.jsonl import JsonlDataset
 from rag_experiments.embedding.hash import HashEmbedder
 from rag_experiments.index.chroma import ChromaIndex
@@ -309,9 +310,9 @@ def judge_for(server: ServerProcess, slots: int, in_flight: int | None) -> OpenA
     return OpenAICompatChat(
         base_url=server.url,
         model=server.model,
-        max_retries=0,
         max_concurrency=declared,
         in_flight=in_flight,
+        retry=RetryPolicy(max_retries=0),
     )
 
 

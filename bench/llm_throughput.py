@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from rag_experiments.common.http import RetryPolicy
 from rag_experiments.fakes.ollama_server import FakeOllamaServer
 from rag_experiments.llm.base import Completion
 from rag_experiments.llm.batch import ChatRequest, complete_many
@@ -30,7 +31,7 @@ def main() -> None:
     args = parser.parse_args()
 
     with FakeOllamaServer(latency_s=args.latency) as server:
-        model = OllamaChat(model="fake-llm", base_url=server.url, timeout_s=30)
+        model = OllamaChat(model="fake-llm", base_url=server.url, retry=RetryPolicy(timeout_s=30))
         model.complete([{"role": "user", "content": "warm-up"}])
         print(
             f"fake Ollama at {server.url}, latency {args.latency * 1000:.0f} ms per request, "

@@ -41,6 +41,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from judge_throughput import answers, deepeval_evaluate  # noqa: E402
 
+from rag_experiments.common.http import RetryPolicy
 from rag_experiments.fakes.llama_cpp_server import LlamaCppServer, prompt_reuse  # noqa: E402
 from rag_experiments.llm.cache import CachedChat  # noqa: E402
 from rag_experiments.llm.openai_compat import OpenAICompatChat  # noqa: E402
@@ -63,9 +64,9 @@ def ours(url: str, slots: int, samples: list[Any], responses: list[Any], embedde
             base_url=url,
             model="smollm2",
             max_tokens=MAX_TOKENS,
-            timeout_s=900,
             max_concurrency=slots,
             slot_affinity=True,
+            retry=RetryPolicy(timeout_s=900),
         ),
         meter,
     )

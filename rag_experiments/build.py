@@ -33,12 +33,13 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from rag_experiments.common.http import nest_retry
 from rag_experiments.config.keys import check_keys
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.data.shard import select_shard
 from rag_experiments.errors import ConfigError, RagExpError
 from rag_experiments.llm.base import ChatModelBase
-from rag_experiments.llm.factory import build_chat, configure_from_config
+from rag_experiments.llm.factory import build_chat, configure_from_config, model_arguments
 from rag_experiments.llm.roles import check_judge_distinct, judge_model_node
 from rag_experiments.protocols import MetricBase, TargetBase
 
@@ -158,7 +159,7 @@ def build_chat_model(node: Any) -> Any:
         RagExpError: The model refused its config.
     """
     with own_errors():
-        return instantiate(node)
+        return instantiate(model_arguments(node))
 
 
 def build_role_chat(node: Any, role: str) -> Any:
@@ -173,12 +174,25 @@ def build_embedder(cfg: DictConfig) -> Any:
     """The configured embedder (``cfg.embedder``), behind the shared embedding cache
     (``paths.embedding_cache``) when one is set."""
     with own_errors():
-        embedder = instantiate(cfg.embedder)
+        embedder = instantiate(model_arguments(cfg.embedder))
     if cfg.paths.embedding_cache:
         from rag_experiments.embedding.cache import CachedEmbedder
 
         embedder = CachedEmbedder(embedder, path=cfg.paths.embedding_cache)
     return embedder
+
+
+def build_target(node: DictConfig) -> Any:
+    """A target that is not assembled from parts (``target=http``, ``target=recorded``) from
+    its node; an HTTP target's ``timeout_s``/``retries``/``backoff_s``/``backoff_max_s`` reach
+    it as one :class:`~rag_experiments.common.http.RetryPolicy` (no jitter).
+
+    Raises:
+        RagExpError: The target refused its config.
+    """
+    data = OmegaConf.to_container(node, resolve=True)
+    with own_errors():
+        return instantiate(nest_retry(data, retries_key="retries", jitter=False))
 
 
 def build_chunker(cfg: DictConfig) -> Any:
@@ -355,7 +369,7 @@ def build(cfg: DictConfig) -> Experiment:
         if is_assembled(cfg.target):
             target = build_baseline(cfg, metrics, generate, shared)
         else:
-            target = instantiate(cfg.target)
+            target = build_target(cfg.target)
             checks["target"] = target
     return Experiment(dataset, target, metrics, generate, {**shared.built, **checks})
 

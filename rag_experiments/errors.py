@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rag_experiments.common.usage import Usage
+
 
 class RagExpError(Exception):
     """Root of every error that rag-experiments raises deliberately.
@@ -17,9 +19,14 @@ class RagExpError(Exception):
         retryable: Whether another attempt of the failed call may succeed (a timeout, a refused
             connection, HTTP 429/5xx); read by
             :func:`rag_experiments.common.http.is_retryable`. False unless a subclass says so.
+        reason: A short machine-readable code of the failure (``timeout``, ``parse_error``,
+            ``http_500`` …) that ends up in ``RagResponse.error`` and metric NaN reasons, or
+            None for a class that names none (a :class:`ConfigError`): the reader then writes
+            the code of its own step (``generation_failed``, ``llm_error``).
     """
 
     retryable: bool = False
+    reason: str | None = None
 
 
 class ConfigError(RagExpError):
@@ -102,13 +109,38 @@ class TargetError(RagExpError):
 
 
 class LLMError(RagExpError):
-    """A call to a language model failed. ``reason`` is a short machine-readable code."""
+    """A call to a language model failed.
 
-    reason = "llm_error"
+    Args:
+        message: What failed and how to fix it.
+        reason: Overrides the class's :attr:`reason`.
+        raw: The model's raw text when it answered (an unusable reply), else None.
+        usage: Tokens the failed call(s) consumed when known, else None.
 
-    def __init__(self, message: str, *, reason: str | None = None) -> None:
+    Attributes:
+        reason: Short machine-readable code; each subclass names its own (``timeout``,
+            ``parse_error`` …), ``llm_error`` here.
+        raw: The model's raw reply, kept for the audit trail (None when no reply came).
+        usage: Tokens the failed call(s) consumed, so token totals include failed calls
+            (None when the provider did not say).
+    """
+
+    reason: str = "llm_error"
+    raw: str | None = None
+    usage: Usage | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        raw: str | None = None,
+        usage: Usage | None = None,
+    ) -> None:
         if reason is not None:
             self.reason = reason
+        self.raw = raw
+        self.usage = usage
         super().__init__(message)
 
 

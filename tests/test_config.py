@@ -30,6 +30,7 @@ from rag_experiments.config.schema import (
 )
 from rag_experiments.generate.config import register_generate_config
 from rag_experiments.llm.base import ChatModelBase, Completion, Message, Usage
+from rag_experiments.llm.factory import model_arguments
 from rag_experiments.llm.roles import JUDGE_ONLY_KEYS, judge_model_node
 from rag_experiments.locations import CONF_DIR
 from rag_experiments.qualify.config import register_judge_check_config
@@ -75,8 +76,9 @@ def test_every_option_composes_and_instantiates(compose_cfg, group, option):
         assert node.chroma_dir.endswith("chroma")
     elif group == "target":
         assert node._target_.endswith("Target")
-    else:  # a judge node also holds role keys (require_distinct) the model does not take
-        obj = instantiate(judge_model_node(node) if group == "judge" else node)
+    else:  # a judge node also holds role keys (require_distinct) the model does not take;
+        # a client's flat timeout/retry keys travel as one `retry` (model_arguments)
+        obj = instantiate(model_arguments(judge_model_node(node) if group == "judge" else node))
         assert type(obj).__name__ == node._target_.rsplit(".", 1)[-1]
 
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ from rag_experiments.llm.ollama import OllamaChat
 from rag_experiments.llm.openai_compat import OpenAICompatChat
 from rag_experiments.records import MetricValue
 from rag_experiments.targets.baseline import BaselineTarget
-from rag_experiments.targets.http import HttpTarget
+from rag_experiments.targets.http import TARGET_RETRY, HttpTarget
 from rag_experiments.targets.response_mapping import ResponseMapping, quoted_form
 
 RUN_TIMEOUT_S = 300
@@ -152,7 +153,9 @@ def test_the_target_checks_delegate_and_health_is_asked_once(httpserver: HTTPSer
     BaselineTarget(unused, HashEmbedder(), unused, unused, FakeChat()).check()
 
     with pytest.raises(TargetError, match="health check GET .* failed"):
-        HttpTarget(f"{dead}/ask", health_url=f"{dead}/health", retries=0).check()
+        HttpTarget(
+            f"{dead}/ask", health_url=f"{dead}/health", retry=replace(TARGET_RETRY, max_retries=0)
+        ).check()
     httpserver.expect_request("/health").respond_with_json({"status": "ok"})
     target = HttpTarget(httpserver.url_for("/ask"), health_url=httpserver.url_for("/health"))
     target.check()

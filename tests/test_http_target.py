@@ -10,15 +10,16 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import mlflow
 import pandas as pd
 import pytest
-from hydra.utils import instantiate
 from mlflow.tracking import MlflowClient
 
 from rag_experiments.analysis.runs import run_values
+from rag_experiments.build import build_target
 from rag_experiments.common.redact import REDACTED
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError, RunFailedError, TargetError
@@ -27,7 +28,7 @@ from rag_experiments.metrics.retrieval import RetrievalMetrics
 from rag_experiments.records import Document, Sample
 from rag_experiments.runner import evaluate, run_experiment
 from rag_experiments.targets.doc_matcher import CorpusDocMatcher
-from rag_experiments.targets.http import HttpTarget
+from rag_experiments.targets.http import TARGET_RETRY, HttpTarget
 from rag_experiments.targets.request_template import RequestTemplate
 from rag_experiments.targets.response_mapping import ResponseMapping, ResponseMappingError
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker
@@ -282,7 +283,7 @@ def test_mapping_errors():
 )
 def test_presets_compose_and_map_their_shape(compose_cfg, option, payload, expected):
     cfg = compose_cfg(f"target={option}")
-    target = instantiate(cfg.target)
+    target = build_target(cfg.target)
     out = target.mapping.apply(payload)
     assert (out.answer, out.contexts, out.doc_ids) == expected
     body = target.template.render(_sample(1, "Q?"))
@@ -296,7 +297,7 @@ def test_misspelled_http_key_fails_at_compose(compose_cfg):
 
 def test_body_can_be_replaced_by_a_json_string(compose_cfg):
     cfg = compose_cfg("target=http", """target.body='{"input": {"question": "{user_input}"}}'""")
-    assert instantiate(cfg.target).template.render(_sample(1, "Q?")) == {
+    assert build_target(cfg.target).template.render(_sample(1, "Q?")) == {
         "input": {"question": "Q?"}
     }
 
@@ -342,7 +343,10 @@ def test_doc_matcher_rejects_bad_overlap():
 
 
 def test_connection_refused_is_a_row_error():
-    target = HttpTarget(f"http://127.0.0.1:{_free_port()}/ask", retries=1, backoff_s=0.0)
+    target = HttpTarget(
+        f"http://127.0.0.1:{_free_port()}/ask",
+        retry=replace(TARGET_RETRY, max_retries=1, backoff_s=0.0),
+    )
     resp = target.answer(_sample(1))
     assert resp.error == "connection_refused"
     assert "cannot connect" in resp.error_message and resp.metadata["attempts"] == 2
@@ -369,8 +373,7 @@ def test_secrets_never_reach_messages_tags_or_logs(monkeypatch, caplog):
         target = HttpTarget(
             f"{srv.url}/ask",
             headers={"Authorization": "Bearer {env:RX_TEST_TOKEN}"},
-            retries=1,
-            backoff_s=0.0,
+            retry=replace(TARGET_RETRY, max_retries=1, backoff_s=0.0),
         )
         target.prepare(EvalDataset("t", [], []))
         resp = target.answer(_sample(1))
@@ -392,7 +395,9 @@ def test_retry_after_recovers_and_health_check(caplog):
 
     with ScriptedServer(flaky) as srv:
         target = HttpTarget(
-            f"{srv.url}/ask", health_url=f"{srv.url}/health", retries=2, backoff_s=0.01
+            f"{srv.url}/ask",
+            health_url=f"{srv.url}/health",
+            retry=replace(TARGET_RETRY, max_retries=2, backoff_s=0.01),
         )
         target.prepare(EvalDataset("t", [], []))
         resp = target.answer(_sample(1))
@@ -402,7 +407,9 @@ def test_retry_after_recovers_and_health_check(caplog):
 
 def test_failed_health_check_stops_before_the_run():
     target = HttpTarget(
-        "http://127.0.0.1:9/ask", health_url=f"http://127.0.0.1:{_free_port()}/health", retries=0
+        "http://127.0.0.1:9/ask",
+        health_url=f"http://127.0.0.1:{_free_port()}/health",
+        retry=replace(TARGET_RETRY, max_retries=0),
     )
     with pytest.raises(TargetError, match="health check GET .* failed") as e:
         target.prepare(EvalDataset("t", [], []))
@@ -488,7 +495,9 @@ def test_fault_injection_rows_fail_with_reasons_and_averages_cover_the_rest(tmp_
     samples = [_sample(i, reference_doc_ids=[refs.get(i, "d0")]) for i in range(10)]
     dataset = EvalDataset("faults", samples, DOCS, "mem")
     target = HttpTarget(
-        f"{fault_server.url}/ask", timeout_s=0.3, retries=2, backoff_s=0.01, max_concurrency=3
+        f"{fault_server.url}/ask",
+        max_concurrency=3,
+        retry=replace(TARGET_RETRY, timeout_s=0.3, max_retries=2, backoff_s=0.01),
     )
     uri = f"sqlite:///{tmp_path}/m.db"
     tracker = MlflowTracker(uri=uri, experiment="faults", run_name="faults")

@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 from pydantic import BaseModel
 
+from rag_experiments.common.http import RetryPolicy
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.embedding.hash import HashEmbedder
 from rag_experiments.fakes.openai_server import FakeOpenAIServer, schema_instance
@@ -181,9 +182,7 @@ def test_429_with_retry_after_on_30_percent_every_row_completes_within_the_limit
             base_url=server.url,
             max_concurrency=4,
             in_flight=4,
-            max_retries=8,
-            backoff_s=0.01,
-            backoff_max_s=0.05,
+            retry=RetryPolicy(max_retries=8, backoff_s=0.01, backoff_max_s=0.05),
         )
         samples = [
             Sample(id=f"q{i}", user_input=f"question {i}?", reference="ref") for i in range(12)
@@ -280,9 +279,7 @@ def test_server_gone_mid_run_fails_the_remaining_rows_quickly_as_unreachable() -
         base_url=server.url,
         max_concurrency=4,
         in_flight=4,
-        max_retries=2,
-        backoff_s=0.2,
-        timeout_s=30,
+        retry=RetryPolicy(timeout_s=30, max_retries=2, backoff_s=0.2),
     )
     samples = [Sample(id=f"q{i}", user_input=f"question {i}?", reference="ref") for i in range(60)]
     responses = [

@@ -16,6 +16,7 @@ import pytest
 from omegaconf import DictConfig
 from pydantic import BaseModel, Field
 
+from rag_experiments.common.http import RetryPolicy
 from rag_experiments.fakes.openai_server import FakeOpenAIServer
 from rag_experiments.llm.base import Completion, Usage
 from rag_experiments.llm.cache import CachedChat, ResponseCache
@@ -92,7 +93,7 @@ def test_two_identical_requests_in_flight_make_one_server_call(tmp_path: Path) -
 def test_identical_requests_share_the_first_callers_error() -> None:
     # 1 s per call: the second caller joins the first's flight even on a loaded machine
     with FakeOpenAIServer(latency_s=1.0, slots=4, fault="500", fault_share=1.0) as server:
-        judge = CachedChat(served(server, max_retries=0), UsageMeter("judge"))
+        judge = CachedChat(served(server, retry=RetryPolicy(max_retries=0)), UsageMeter("judge"))
         gate = threading.Barrier(2)
         errors: list[BaseException] = []
 
@@ -235,7 +236,7 @@ def test_a_cached_judgement_counts_no_tokens_sent_and_shows_them_apart(tmp_path:
 # --- transport faults said as what happened (issue 27 item 9) ----------------------------------
 def test_a_dropped_connection_is_not_called_unreachable() -> None:
     with FakeOpenAIServer(latency_s=0.0, slots=2, fault="drop", fault_share=1.0) as server:
-        judge = served(server, max_retries=1, backoff_s=0.01)
+        judge = served(server, retry=RetryPolicy(max_retries=1, backoff_s=0.01))
         with pytest.raises(LLMUnreachableError) as info:
             judge.complete(user("hello"))
         assert server.requests == 2  # retried once
@@ -246,7 +247,7 @@ def test_a_dropped_connection_is_not_called_unreachable() -> None:
 
 def test_a_200_whose_body_is_not_json_is_retried() -> None:
     with FakeOpenAIServer(latency_s=0.0, slots=2, fault="badbody", fault_share=0.5) as server:
-        judge = served(server, max_retries=2, backoff_s=0.01)
+        judge = served(server, retry=RetryPolicy(max_retries=2, backoff_s=0.01))
         first = judge.complete(user("hello"))  # request 0: answered
         second = judge.complete(user("hello"))  # request 1: a bad body, retried as request 2
         assert server.requests == 3 and server.faults == 1
@@ -296,7 +297,9 @@ def test_ollama_identity_and_check_fail_at_once_on_a_refused_connection(
     from rag_experiments.fakes.llama_cpp_server import free_port
 
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens
-    judge = OllamaChat(model="llama3.1:8b", base_url=url, max_retries=2, backoff_s=1.0)
+    judge = OllamaChat(
+        model="llama3.1:8b", base_url=url, retry=RetryPolicy(max_retries=2, backoff_s=1.0)
+    )
     started = time.perf_counter()
     with caplog.at_level(logging.WARNING):
         identity = judge.describe()  # asked before the preflight (run tags, cache keys)

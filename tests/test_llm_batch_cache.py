@@ -12,6 +12,7 @@ from mlflow import MlflowClient
 from pydantic import BaseModel, Field
 
 from rag_experiments.build import build
+from rag_experiments.common.http import RetryPolicy
 from rag_experiments.errors import ConfigError
 from rag_experiments.fakes.ollama_server import FakeOllamaServer
 from rag_experiments.job import run_job
@@ -72,10 +73,12 @@ def test_30_requests_every_third_timing_out_then_cached(server, tmp_path):
         OllamaChat(
             model="fake-llm",
             base_url=server.url,
-            timeout_s=TIMEOUT_S,
-            max_retries=MAX_RETRIES,
-            backoff_s=BACKOFF_S,
-            backoff_max_s=BACKOFF_S,
+            retry=RetryPolicy(
+                timeout_s=TIMEOUT_S,
+                max_retries=MAX_RETRIES,
+                backoff_s=BACKOFF_S,
+                backoff_max_s=BACKOFF_S,
+            ),
         ),
         "judge",
         cache_path=str(cache),
@@ -143,7 +146,7 @@ def test_30_requests_every_third_timing_out_then_cached(server, tmp_path):
 
 
 def test_batch_keeps_order_and_never_raises_for_one_request(server):
-    model = OllamaChat(model="fake-llm", base_url=server.url, max_retries=0)
+    model = OllamaChat(model="fake-llm", base_url=server.url, retry=RetryPolicy(max_retries=0))
     reqs = [
         ChatRequest(user("a")),
         ChatRequest(user("[cut] b"), schema=Answer),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, Field
 
+from rag_experiments.common.http import RetryPolicy
 from rag_experiments.llm.embedded import EmbeddedChat, LLMTimeoutError, bundled_model_path
 from rag_experiments.llm.fake import FakeChat
 from rag_experiments.llm.parsing import LLMParseError, LLMTruncatedError, parse_structured
@@ -78,7 +79,7 @@ def test_embedded_model_generates_and_constrains_json():
 @pytest.mark.llm
 @pytest.mark.slow
 def test_embedded_model_times_out():
-    chat = EmbeddedChat(n_ctx=512, max_tokens=400, timeout_s=0.01)
+    chat = EmbeddedChat(n_ctx=512, max_tokens=400, retry=RetryPolicy(timeout_s=0.01))
     with pytest.raises(LLMTimeoutError) as info:
         chat.complete([{"role": "user", "content": "Write a long story about rivers."}])
     assert info.value.reason == "timeout"

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from pydantic import BaseModel, Field
 
+from rag_experiments.common.http import RetryPolicy
 from rag_experiments.embedding.hash import HashEmbedder
 from rag_experiments.embedding.ollama import OllamaEmbedder
 from rag_experiments.fakes.ollama_server import FakeOllamaServer
@@ -41,8 +42,7 @@ def server() -> Iterator[FakeOllamaServer]:
 
 
 def chat(server: FakeOllamaServer, **kw) -> OllamaChat:
-    kw.setdefault("timeout_s", 5.0)
-    kw.setdefault("backoff_s", 0.01)
+    kw.setdefault("retry", RetryPolicy(timeout_s=5.0, backoff_s=0.01))
     return OllamaChat(model="fake-llm", base_url=server.url, num_ctx=2048, **kw)
 
 
@@ -139,7 +139,7 @@ def test_prompt_over_the_window_fails_before_the_call(server):
 
 
 def test_model_not_pulled_names_the_fix(server):
-    model = OllamaChat(model="llama3.1:8b", base_url=server.url, backoff_s=0.01)
+    model = OllamaChat(model="llama3.1:8b", base_url=server.url, retry=RetryPolicy(backoff_s=0.01))
     with pytest.raises(ModelNotFoundError, match=r"ollama pull llama3\.1:8b") as info:
         model.complete(user("q"))
     assert info.value.reason == "model_not_found"
@@ -152,9 +152,7 @@ def test_unreachable_server_names_the_fix_after_retries():
     model = OllamaChat(
         model="m",
         base_url=f"http://127.0.0.1:{free_port()}",
-        max_retries=2,
-        backoff_s=0.01,
-        backoff_max_s=0.02,
+        retry=RetryPolicy(max_retries=2, backoff_s=0.01, backoff_max_s=0.02),
     )
     started = time.perf_counter()
     with pytest.raises(LLMUnreachableError, match="ollama serve") as info:
@@ -165,7 +163,7 @@ def test_unreachable_server_names_the_fix_after_retries():
 
 
 def test_timeout_is_retried_then_reported(server):
-    model = chat(server, timeout_s=0.5, max_retries=1)
+    model = chat(server, retry=RetryPolicy(timeout_s=0.5, max_retries=1, backoff_s=0.01))
     started = time.perf_counter()
     with pytest.raises(LLMTimeoutError, match="timeout_s=0.5") as info:
         model.complete(user("[slow] q"))

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
+from rag_experiments.common.http import RetryPolicy
 from rag_experiments.embedding.openai_compat import OpenAICompatEmbedder
 from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.llm import factory
@@ -39,7 +40,7 @@ def user(text: str) -> list[dict[str, str]]:
 @pytest.mark.llm
 @pytest.mark.slow
 def test_llama_cpp_server_plain_and_deterministic(llama_server):
-    chat = OpenAICompatChat(base_url=llama_server, max_tokens=12, timeout_s=60)
+    chat = OpenAICompatChat(base_url=llama_server, max_tokens=12, retry=RetryPolicy(timeout_s=60))
     out = chat.complete(user("Name the capital of France."))
     assert out.text.strip() and out.finish_reason in ("stop", "length")
     assert out.usage.prompt_tokens > 0 and 0 < out.usage.completion_tokens <= 12
@@ -49,7 +50,7 @@ def test_llama_cpp_server_plain_and_deterministic(llama_server):
 @pytest.mark.llm
 @pytest.mark.slow
 def test_llama_cpp_server_structured_output_falls_back_to_its_json_mode(llama_server):
-    chat = OpenAICompatChat(base_url=llama_server, max_tokens=48, timeout_s=60)
+    chat = OpenAICompatChat(base_url=llama_server, max_tokens=48, retry=RetryPolicy(timeout_s=60))
     out = chat.complete(
         user("Reply in JSON with the key answer: the capital of France."), schema=Answer
     )
@@ -69,7 +70,9 @@ def test_llama_cpp_server_structured_output_falls_back_to_its_json_mode(llama_se
 @pytest.mark.slow
 def test_llama_cpp_server_context_overflow_names_both_numbers(llama_server):
     long_prompt = user("word " * 1500)
-    unchecked = OpenAICompatChat(base_url=llama_server, max_tokens=8, timeout_s=60)
+    unchecked = OpenAICompatChat(
+        base_url=llama_server, max_tokens=8, retry=RetryPolicy(timeout_s=60)
+    )
     with pytest.raises(ContextOverflowError) as info:
         unchecked.complete(long_prompt)  # no window configured: the server says so
     assert info.value.context_window == SERVER_N_CTX
@@ -161,7 +164,9 @@ def test_api_key_is_sent_but_never_shown(httpserver: HTTPServer, monkeypatch):
         "/v1/chat/completions", headers={"Authorization": "Bearer sk-very-secret"}
     ).respond_with_json({"error": "boom sk-nothing"}, status=400)
     chat = OpenAICompatChat(
-        base_url=httpserver.url_for("/v1"), api_key_env="RX_TEST_KEY", max_retries=0
+        base_url=httpserver.url_for("/v1"),
+        api_key_env="RX_TEST_KEY",
+        retry=RetryPolicy(max_retries=0),
     )
     with pytest.raises(LLMHTTPError) as info:
         chat.complete(user("q"))
@@ -187,7 +192,9 @@ def test_model_not_found_and_rate_limit_retry(httpserver: HTTPServer):
         {"error": "slow down"}, status=429
     )
     httpserver.expect_ordered_request("/v1/chat/completions").respond_with_json(_ok("fine"))
-    chat = OpenAICompatChat(base_url=httpserver.url_for("/v1"), max_retries=1, backoff_s=0.01)
+    chat = OpenAICompatChat(
+        base_url=httpserver.url_for("/v1"), retry=RetryPolicy(max_retries=1, backoff_s=0.01)
+    )
     assert chat.complete(user("q")).text == "fine"
     assert len(httpserver.log) == 2
 

@@ -19,6 +19,7 @@ from hydra.utils import instantiate
 from mlflow.tracking import MlflowClient
 
 from rag_experiments.analysis.runs import run_values
+from rag_experiments.build import build_target
 from rag_experiments.errors import ConfigError
 from rag_experiments.job import run_job
 from rag_experiments.records import RagResponse, Sample
@@ -142,7 +143,7 @@ def test_http_run_against_served_baseline_matches_baseline(served_baseline, comp
     # the baseline returned maps back to its own document.
     cfg = compose_cfg(*FAST, "target=http", f"target.url={url}/ask", "target.response.doc_ids=null")
     dataset = instantiate(cfg.dataset).load()
-    target = instantiate(cfg.target)
+    target = build_target(cfg.target)
     target.prepare(dataset)
     samples = dataset.samples[:20]
     by_text = [target.answer(s) for s in samples]

@@ -4,9 +4,13 @@ servers (:mod:`rag_experiments.embedding`) and RAG endpoints (:mod:`rag_experime
 - :class:`HttpTransport`: one pooled, thread-safe ``httpx.Client`` to one server; one attempt
   per :meth:`~HttpTransport.send`, transport failures raised as httpx raises them (each caller
   turns them into its own typed errors and reasons).
-- :class:`RetryPolicy`: attempts with exponential backoff (tenacity), only for failures the
-  package calls retryable (:func:`is_retryable`); a :class:`RetryableStatusError` carrying
-  ``Retry-After`` waits at least that long (up to ``backoff_max_s``).
+- :class:`RetryPolicy`: the one settings object of how a call is bounded and retried
+  (``timeout_s``, ``max_retries``, ``backoff_s``, ``backoff_max_s``; its defaults are the only
+  declaration of them, the config schemas take theirs from it), and the attempts with
+  exponential backoff (tenacity), only for failures the package calls retryable
+  (:func:`is_retryable`); a :class:`RetryableStatusError` carrying ``Retry-After`` waits at
+  least that long (up to ``backoff_max_s``). :func:`nest_retry` turns a config node's flat
+  keys into the ``retry`` argument the clients take.
 - :func:`retry_after_s`, :func:`bearer_headers`: the ``Retry-After`` header and bearer keys.
 
 The module knows nothing of models, metrics or targets (it imports only
@@ -237,7 +241,12 @@ class HttpTransport:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How often and how long to retry a failed call.
+    """How long one attempt of a call may take, how often it is retried and how long to wait.
+
+    The settings object every HTTP client takes as ``retry`` (chat models, embedders, the
+    HTTP target): built once from the config (:func:`nest_retry`), and its defaults here are
+    the only declaration of them (the schemas in :mod:`rag_experiments.config.schema` read
+    them from this class).
 
     Attempt ``n`` (1-based) that fails with a retryable error (:func:`is_retryable`: timeout,
     no connection, HTTP 429/5xx) is followed, after a
@@ -260,15 +269,18 @@ class RetryPolicy:
         backoff_s: Scale of the first wait in seconds.
         backoff_max_s: Cap of any single wait in seconds.
         jitter: Draw each wait at random below its exponential bound.
+        timeout_s: Limit of one attempt in seconds (> 0); the client applies it to its
+            transport (this class only carries it).
 
     Raises:
-        ConfigError: A negative setting.
+        ConfigError: A negative setting, or ``timeout_s`` <= 0.
     """
 
     max_retries: int = 2
     backoff_s: float = 0.5
     backoff_max_s: float = 8.0
     jitter: bool = True
+    timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
@@ -278,6 +290,8 @@ class RetryPolicy:
                 f"backoff_s and backoff_max_s must be >= 0, got {self.backoff_s}, "
                 f"{self.backoff_max_s}"
             )
+        if not self.timeout_s > 0:
+            raise ConfigError(f"timeout_s must be > 0 seconds, got {self.timeout_s}")
 
     def max_total_wait_s(self) -> float:
         """Upper bound of the summed backoff waits of one call (no ``Retry-After``), in s."""
@@ -361,3 +375,50 @@ class RetryPolicy:
             reraise=True,
         )
         return retrying(attempt)
+
+
+DEFAULT_RETRY = RetryPolicy()
+"""The policy of a client built without one (the defaults of :class:`RetryPolicy`)."""
+
+RETRY_FIELDS = ("timeout_s", "backoff_s", "backoff_max_s")
+"""Flat config keys of a client node that go into its :class:`RetryPolicy` under their own
+name (the retry count's key is passed to :func:`nest_retry`)."""
+
+
+def nest_retry(
+    fields: Mapping[str, Any], *, retries_key: str = "max_retries", jitter: bool = True
+) -> dict[str, Any]:
+    """A client's config node with its flat call settings moved into one ``retry`` node.
+
+    Users keep writing ``llm.timeout_s``, ``llm.max_retries``, ``target.retries`` …; the
+    client's constructor takes one :class:`RetryPolicy` as ``retry``. Keys the node does not
+    hold take the policy's defaults.
+
+    Args:
+        fields: The node (a plain mapping, interpolations resolved), e.g. ``{"_target_": …,
+            "model": "m", "timeout_s": 30, "max_retries": 0}``.
+        retries_key: The node's key of the retry count (``max_retries``; ``retries`` for the
+            HTTP target).
+        jitter: The policy's :attr:`RetryPolicy.jitter`.
+
+    Returns:
+        A new dict. A node holding none of those keys (a fake model, a local embedder) comes
+        back as it is; any other without them, plus ``retry``, a node Hydra instantiates
+        into a :class:`RetryPolicy` (``_target_`` names the class), e.g. ``{"_target_": …,
+        "model": "m", "retry": {"_target_": "…RetryPolicy", "timeout_s": 30,
+        "max_retries": 0, "jitter": True}}``.
+    """
+    rest = dict(fields)
+    if not any(key in rest for key in (*RETRY_FIELDS, retries_key)):
+        return rest
+    retry: dict[str, Any] = {
+        "_target_": f"{RetryPolicy.__module__}.{RetryPolicy.__qualname__}",
+        "jitter": jitter,
+    }
+    for key in RETRY_FIELDS:
+        if key in rest:
+            retry[key] = rest.pop(key)
+    if retries_key in rest:
+        retry["max_retries"] = rest.pop(retries_key)
+    rest["retry"] = retry
+    return rest

@@ -29,6 +29,9 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from rag_experiments.common.http import RetryPolicy
+from rag_experiments.targets.http import TARGET_RETRY
+
 # NOTE: Optional[...] / Dict / List (not PEP 604 unions) because OmegaConf inspects these
 # annotations at runtime and must understand them on Python 3.10.
 
@@ -55,10 +58,12 @@ class ComponentConf:
 @dataclass
 class BackoffConf(ComponentConf):
     """Waits between attempts of an HTTP call: ``backoff_s`` first, doubled per attempt up to
-    ``backoff_max_s`` (seconds)."""
+    ``backoff_max_s`` (seconds). These keys and ``timeout_s`` / ``max_retries`` (``retries``
+    for the HTTP target) reach the client as one
+    :class:`~rag_experiments.common.http.RetryPolicy`, whose defaults they take."""
 
-    backoff_s: float = 0.5
-    backoff_max_s: float = 8.0
+    backoff_s: float = RetryPolicy.backoff_s
+    backoff_max_s: float = RetryPolicy.backoff_max_s
 
 
 @dataclass
@@ -69,9 +74,9 @@ class RemoteConf(BackoffConf):
 
     model: str = MISSING
     base_url: str = MISSING
-    timeout_s: float = 120.0
+    timeout_s: float = RetryPolicy.timeout_s
     """Per call, seconds."""
-    max_retries: int = 2
+    max_retries: int = RetryPolicy.max_retries
     """Extra attempts after a failed call."""
     api_key_env: str | None = None
     """Name of the environment variable holding the server's key (sent as ``Authorization:
@@ -237,9 +242,9 @@ class HttpTargetConf(DocMatchConf, BackoffConf):
     headers: dict[str, str] = field(default_factory=dict)
     body: Any = None
     response: HttpResponseConf = field(default_factory=lambda: HttpResponseConf())
-    timeout_s: float = 60.0
+    timeout_s: float = TARGET_RETRY.timeout_s
     """Per connect / per read, seconds."""
-    retries: int = 2
+    retries: int = TARGET_RETRY.max_retries
     retry_statuses: list[int] = field(default_factory=lambda: [429, 500, 502, 503, 504])
     max_concurrency: int = 4
     """Requests in flight at once."""
@@ -391,7 +396,7 @@ class EmbeddedLLMConf(GenerationConf):
     n_ctx: int = 4096
     n_threads: int | None = None
     max_tokens: int = 256
-    timeout_s: float = 120.0
+    timeout_s: float = RetryPolicy.timeout_s
     """Wall clock of one call, seconds."""
 
 

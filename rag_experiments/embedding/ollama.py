@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rag_experiments.common.http import bearer_headers
+from rag_experiments.common.http import DEFAULT_RETRY, RetryPolicy, bearer_headers
 from rag_experiments.embedding.remote import RemoteEmbedder
 from rag_experiments.llm.errors import LLMHTTPError
 from rag_experiments.llm.ollama import (
@@ -30,10 +30,8 @@ class OllamaEmbedder(RemoteEmbedder):
         query_prefix: Prepended to queries.
         document_prefix: Prepended to documents.
         dim: The dimension if known (None = one probe request).
-        timeout_s: Per-request limit in seconds.
-        max_retries: Retries of timeouts, connection errors, HTTP 429/5xx.
-        backoff_s: First backoff scale in seconds.
-        backoff_max_s: Cap of one backoff wait in seconds.
+        retry: How long one attempt may take and how failed ones (timeouts, connection errors,
+            HTTP 429/5xx) are retried (:class:`~rag_experiments.common.http.RetryPolicy`).
         api_key_env: Environment variable holding a key for an Ollama behind an
             authenticating proxy (sent as ``Authorization: Bearer``), or None.
         api_key: The key itself (prefer ``api_key_env``); not both.
@@ -52,10 +50,7 @@ class OllamaEmbedder(RemoteEmbedder):
         query_prefix: str = "",
         document_prefix: str = "",
         dim: int | None = None,
-        timeout_s: float = 120.0,
-        max_retries: int = 2,
-        backoff_s: float = 0.5,
-        backoff_max_s: float = 8.0,
+        retry: RetryPolicy = DEFAULT_RETRY,
         api_key_env: str | None = None,
         api_key: str | None = None,
     ) -> None:
@@ -66,16 +61,14 @@ class OllamaEmbedder(RemoteEmbedder):
             query_prefix=query_prefix,
             document_prefix=document_prefix,
             dim=dim,
-            max_retries=max_retries,
-            backoff_s=backoff_s,
-            backoff_max_s=backoff_max_s,
+            retry=retry,
         )
         self.base_url = base_url.rstrip("/")
         self.truncate = truncate
         self.keep_alive = keep_alive
         self.http = JsonHttp(
             self.base_url,
-            timeout_s,
+            self.retry.timeout_s,
             where=f"{self.where} at {self.base_url}",
             headers=bearer_headers(
                 api_key_env, self.where, "embedder.api_key_env", api_key=api_key

@@ -3,7 +3,7 @@ with embeddings on, LM Studio, Ollama's ``/v1``)."""
 
 from __future__ import annotations
 
-from rag_experiments.common.http import bearer_headers
+from rag_experiments.common.http import DEFAULT_RETRY, RetryPolicy, bearer_headers
 from rag_experiments.embedding.remote import RemoteEmbedder
 from rag_experiments.errors import LLMError
 from rag_experiments.llm.errors import LLMHTTPError, ModelNotFoundError
@@ -25,10 +25,8 @@ class OpenAICompatEmbedder(RemoteEmbedder):
         query_prefix: Prepended to queries.
         document_prefix: Prepended to documents.
         dim: The dimension if known (None = one probe request).
-        timeout_s: Per-request limit in seconds.
-        max_retries: Retries of timeouts, connection errors, HTTP 429/5xx.
-        backoff_s: First backoff scale in seconds.
-        backoff_max_s: Cap of one backoff wait in seconds.
+        retry: How long one attempt may take and how failed ones (timeouts, connection errors,
+            HTTP 429/5xx) are retried (:class:`~rag_experiments.common.http.RetryPolicy`).
 
     The id holds the model and the base_url: such servers report no digest, and two servers
     may serve different weights under one name.
@@ -51,10 +49,7 @@ class OpenAICompatEmbedder(RemoteEmbedder):
         query_prefix: str = "",
         document_prefix: str = "",
         dim: int | None = None,
-        timeout_s: float = 120.0,
-        max_retries: int = 2,
-        backoff_s: float = 0.5,
-        backoff_max_s: float = 8.0,
+        retry: RetryPolicy = DEFAULT_RETRY,
     ) -> None:
         super().__init__(
             model,
@@ -63,16 +58,14 @@ class OpenAICompatEmbedder(RemoteEmbedder):
             query_prefix=query_prefix,
             document_prefix=document_prefix,
             dim=dim if dim is not None else dimensions,
-            max_retries=max_retries,
-            backoff_s=backoff_s,
-            backoff_max_s=backoff_max_s,
+            retry=retry,
         )
         self.base_url = base_url.rstrip("/")
         self.dimensions = dimensions
         headers = bearer_headers(api_key_env, self.where, "embedder.api_key_env", api_key=api_key)
         self.http = JsonHttp(
             self.base_url,
-            timeout_s,
+            self.retry.timeout_s,
             where=f"{self.where} at {self.base_url}",
             headers=headers,
             unreachable_hint="start the server or set embedder.base_url",

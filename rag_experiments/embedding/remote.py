@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rag_experiments.common.http import RetryPolicy
+from rag_experiments.common.http import DEFAULT_RETRY, RetryPolicy
 from rag_experiments.errors import ConfigError, LLMError
 
 
@@ -24,9 +24,8 @@ class RemoteEmbedder:
             ``"query: "`` for E5); part of the id.
         document_prefix: Prepended to documents (``"search_document: "``, ``"passage: "``).
         dim: The vector dimension if known; None = asked of the server once (one request).
-        max_retries: Retries of timeouts, connection errors, HTTP 429/5xx.
-        backoff_s: First backoff scale in seconds.
-        backoff_max_s: Cap of one backoff wait in seconds.
+        retry: How long one attempt may take and how failed ones (timeouts, connection errors,
+            HTTP 429/5xx) are retried (:class:`~rag_experiments.common.http.RetryPolicy`).
 
     Raises:
         ConfigError: ``batch_size`` < 1 or ``dim`` < 1.
@@ -43,9 +42,7 @@ class RemoteEmbedder:
         query_prefix: str = "",
         document_prefix: str = "",
         dim: int | None = None,
-        max_retries: int = 2,
-        backoff_s: float = 0.5,
-        backoff_max_s: float = 8.0,
+        retry: RetryPolicy = DEFAULT_RETRY,
     ) -> None:
         if batch_size < 1:
             raise ConfigError(f"embedder.batch_size must be >= 1, got {batch_size}")
@@ -59,7 +56,7 @@ class RemoteEmbedder:
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
         self._dim = dim
-        self.retry = RetryPolicy(max_retries, backoff_s, backoff_max_s)
+        self.retry = retry
 
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
         """One request for a batch (no retry). Raises typed :class:`LLMError` s."""

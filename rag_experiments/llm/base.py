@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from rag_experiments.common.memo import memo
+from rag_experiments.common.usage import Usage
 from rag_experiments.llm.messages import Message
 
 __all__ = ["LANE", "ChatModel", "ChatModelBase", "Completion", "Message", "Usage", "schema_json"]
@@ -19,31 +20,6 @@ LANE: ContextVar[int | None] = ContextVar("rag_experiments_llm_lane", default=No
 """The scheduling lane (0 .. slots-1) of the calls made in this context, set by a scheduler
 that keeps one question's calls on one lane; a model with ``slot_affinity`` sends it to the
 server as the slot to use (``id_slot``). None = no lane."""
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Token counts reported by the model (0 when the server reports none).
-
-    Attributes:
-        prompt_tokens: Prompt tokens of the request.
-        completion_tokens: Tokens generated.
-        cached_prompt_tokens: Of ``prompt_tokens``, those the server says it did not compute
-            again but took from its prompt (KV) cache: OpenAI's
-            ``usage.prompt_tokens_details.cached_tokens`` (vLLM, llama.cpp's ``llama-server``)
-            or llama.cpp's ``timings.cache_n``; 0 when the server does not say.
-    """
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_prompt_tokens: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.prompt_tokens + other.prompt_tokens,
-            self.completion_tokens + other.completion_tokens,
-            self.cached_prompt_tokens + other.cached_prompt_tokens,
-        )
 
 
 @memo(maxsize=256)

@@ -38,7 +38,7 @@ def _one(model: ChatModel, request: ChatRequest) -> Completion | LLMError:
     except LLMError as exc:
         return exc
     except RagExpError as exc:
-        err = LLMError(str(exc), reason=getattr(exc, "reason", "llm_error"))
+        err = LLMError(str(exc), reason=exc.reason or "llm_error")
         err.__cause__ = exc
         return err
     except Exception as exc:  # noqa: BLE001 - one request never kills the batch

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
+from rag_experiments.common.http import DEFAULT_RETRY, RetryPolicy
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import ChatModelBase, Completion, Message, Usage, schema_json
 from rag_experiments.llm.context import estimate_tokens
@@ -87,8 +88,10 @@ class EmbeddedChat(ChatModelBase):
         max_tokens: Default completion limit in tokens.
         temperature: Default sampling temperature (0 = greedy, deterministic).
         seed: Sampling seed.
-        timeout_s: Wall-clock limit per call; generation stops at the next token after it and
-            the call raises :class:`LLMTimeoutError`.
+        retry: Its ``timeout_s`` is the wall-clock limit per call: generation stops at the
+            next token after it and the call raises :class:`LLMTimeoutError`
+            (:class:`~rag_experiments.common.http.RetryPolicy`; a local call is not retried,
+            so its other settings do not apply).
 
     Usage counts: completion tokens = streamed pieces (one per token); prompt tokens = tokens
     in the context after the call minus those.
@@ -108,7 +111,7 @@ class EmbeddedChat(ChatModelBase):
         max_tokens: int = 256,
         temperature: float = 0.0,
         seed: int = 0,
-        timeout_s: float = 120.0,
+        retry: RetryPolicy = DEFAULT_RETRY,
     ) -> None:
         self.model_path = Path(model_path) if model_path else bundled_model_path()
         if not self.model_path.is_file():
@@ -118,7 +121,7 @@ class EmbeddedChat(ChatModelBase):
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.seed = seed
-        self.timeout_s = timeout_s
+        self.timeout_s = retry.timeout_s
         self._llm: Any = None
         self._lock = threading.RLock()
         self._digest: str | None = None

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
 
+from rag_experiments.common.http import nest_retry
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import ChatModel
 from rag_experiments.llm.cache import CACHE_MODES, CachedChat, ResponseCache
@@ -68,6 +70,19 @@ def configure_from_config(cfg: Any) -> None:
     configure(paths.get("llm_cache"), str(cache.get("mode", "read_write")))
 
 
+def model_arguments(node: Any) -> dict[str, Any]:
+    """A model's config node as the arguments its class takes: a plain dict (interpolations
+    resolved) whose flat call settings (``timeout_s``, ``max_retries``, ``backoff_s``,
+    ``backoff_max_s``) travel as one ``retry`` node
+    (:func:`~rag_experiments.common.http.nest_retry`).
+
+    Args:
+        node: A chat-model or embedder node with ``_target_`` (DictConfig or mapping).
+    """
+    data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+    return nest_retry(data)
+
+
 def build_chat(
     node: Any, role: str, *, cache_path: str | None = _UNSET, cache_mode: str | None = None
 ) -> CachedChat:
@@ -87,7 +102,7 @@ def build_chat(
     Raises:
         ConfigError: Bad cache mode or unusable cache file; or the model's own config errors.
     """
-    inner: ChatModel = instantiate(node) if isinstance(node, Mapping) else node
+    inner: ChatModel = instantiate(model_arguments(node)) if isinstance(node, Mapping) else node
     with _lock:
         path = _session.cache_path if cache_path is _UNSET else cache_path
         mode = cache_mode or _session.cache_mode

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rag_experiments.common.http import bearer_headers
+from rag_experiments.common.http import DEFAULT_RETRY, RetryPolicy, bearer_headers
 from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.llm.base import Message, Usage, schema_json
 from rag_experiments.llm.errors import ContextOverflowError, LLMHTTPError, ModelNotFoundError
@@ -113,10 +113,8 @@ class OllamaChat(RemoteChat):
         temperature: Default sampling temperature.
         seed: Default sampling seed.
         keep_alive: How long Ollama keeps the model loaded after a call (``"5m"``, ``"-1"``).
-        timeout_s: Per-attempt limit in seconds.
-        max_retries: Retries of timeouts, connection errors, HTTP 429/5xx.
-        backoff_s: First backoff scale in seconds.
-        backoff_max_s: Cap of one backoff wait in seconds.
+        retry: How long one attempt may take and how failed ones (timeouts, connection errors,
+            HTTP 429/5xx) are retried (:class:`~rag_experiments.common.http.RetryPolicy`).
         parse_retries: Repair attempts for structured replies that do not validate.
         max_concurrency: The server's parallel slots (``OLLAMA_NUM_PARALLEL``; see
             :class:`~rag_experiments.llm.remote.RemoteChat`).
@@ -143,10 +141,7 @@ class OllamaChat(RemoteChat):
         temperature: float = 0.0,
         seed: int = 0,
         keep_alive: str = "5m",
-        timeout_s: float = 120.0,
-        max_retries: int = 2,
-        backoff_s: float = 0.5,
-        backoff_max_s: float = 8.0,
+        retry: RetryPolicy = DEFAULT_RETRY,
         parse_retries: int = 2,
         max_concurrency: int = 8,
         in_flight: int | None = None,
@@ -161,10 +156,7 @@ class OllamaChat(RemoteChat):
             max_tokens=max_tokens,
             temperature=temperature,
             seed=seed,
-            timeout_s=timeout_s,
-            max_retries=max_retries,
-            backoff_s=backoff_s,
-            backoff_max_s=backoff_max_s,
+            retry=retry,
             parse_retries=parse_retries,
             max_concurrency=max_concurrency,
             in_flight=in_flight,
@@ -177,7 +169,7 @@ class OllamaChat(RemoteChat):
         self.extra_options = dict(options or {})
         self.http = JsonHttp(
             self.base_url,
-            timeout_s,
+            self.retry.timeout_s,
             where=self.where,
             headers=bearer_headers(api_key_env, self.where, "llm.api_key_env", api_key=api_key),
             unreachable_hint=unreachable_hint(),

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rag_experiments.common.http import bearer_headers
+from rag_experiments.common.http import DEFAULT_RETRY, RetryPolicy, bearer_headers
 from rag_experiments.errors import LLMError
 from rag_experiments.llm.base import LANE, Message, Usage, schema_json
 from rag_experiments.llm.errors import ContextOverflowError, LLMHTTPError, ModelNotFoundError
@@ -132,10 +132,8 @@ class OpenAICompatChat(RemoteChat):
         max_tokens: Default completion limit.
         temperature: Default sampling temperature.
         seed: Default sampling seed.
-        timeout_s: Per-attempt limit in seconds.
-        max_retries: Retries of timeouts, connection errors, HTTP 429/5xx.
-        backoff_s: First backoff scale in seconds.
-        backoff_max_s: Cap of one backoff wait in seconds.
+        retry: How long one attempt may take and how failed ones (timeouts, connection errors,
+            HTTP 429/5xx) are retried (:class:`~rag_experiments.common.http.RetryPolicy`).
         parse_retries: Repair attempts for structured replies that do not validate.
         max_concurrency: The server's parallel slots (see :class:`RemoteChat`).
         in_flight: Requests kept in flight (None = twice ``max_concurrency``; see
@@ -163,10 +161,7 @@ class OpenAICompatChat(RemoteChat):
         max_tokens: int = 512,
         temperature: float = 0.0,
         seed: int = 0,
-        timeout_s: float = 120.0,
-        max_retries: int = 2,
-        backoff_s: float = 0.5,
-        backoff_max_s: float = 8.0,
+        retry: RetryPolicy = DEFAULT_RETRY,
         parse_retries: int = 2,
         max_concurrency: int = 8,
         in_flight: int | None = None,
@@ -178,10 +173,7 @@ class OpenAICompatChat(RemoteChat):
             max_tokens=max_tokens,
             temperature=temperature,
             seed=seed,
-            timeout_s=timeout_s,
-            max_retries=max_retries,
-            backoff_s=backoff_s,
-            backoff_max_s=backoff_max_s,
+            retry=retry,
             parse_retries=parse_retries,
             max_concurrency=max_concurrency,
             in_flight=in_flight,
@@ -192,7 +184,7 @@ class OpenAICompatChat(RemoteChat):
         self._window = context_window
         self.http = JsonHttp(
             self.base_url,
-            timeout_s,
+            self.retry.timeout_s,
             where=self.where,
             headers=headers,
             max_connections=max(10, self.gate.limit),

@@ -26,14 +26,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, PrivateAttr, ValidationError
 
+from rag_experiments.common.usage import Usage
 from rag_experiments.errors import LLMError
-
-if TYPE_CHECKING:
-    from rag_experiments.llm.base import Usage
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -85,18 +83,18 @@ def strict_choice(*values: int | str) -> Any:
 class LLMParseError(LLMError):
     """The model's text is not valid JSON of the expected shape.
 
-    Attributes:
-        raw: The model's raw text (for the audit trail).
-        usage: Tokens the failed call(s) consumed, when the provider knows them (``None``
-            otherwise), so that token totals include failed calls.
+    Args:
+        message: What is wrong with the text.
+        raw: The model's raw text (for the audit trail; :attr:`LLMError.raw`).
+        usage: Tokens the failed call(s) consumed, when the provider knows them
+            (:attr:`LLMError.usage`).
     """
 
     reason = "parse_error"
+    raw: str
 
     def __init__(self, message: str, raw: str, usage: Usage | None = None) -> None:
-        self.raw = raw
-        self.usage = usage
-        super().__init__(message)
+        super().__init__(message, raw=raw, usage=usage)
 
 
 class LLMTruncatedError(LLMParseError):

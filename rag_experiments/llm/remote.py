@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from rag_experiments.common.http import RetryPolicy, bearer_headers
+from rag_experiments.common.http import DEFAULT_RETRY, RetryPolicy, bearer_headers
 from rag_experiments.errors import ConfigError, SettingMissingError
 from rag_experiments.llm.base import ChatModelBase, Completion, Message, Usage
 from rag_experiments.llm.errors import ContextOverflowError
@@ -66,10 +66,8 @@ class RemoteChat(ChatModelBase):
         max_tokens: Default completion limit in tokens.
         temperature: Default sampling temperature (0 = greedy).
         seed: Default sampling seed.
-        timeout_s: Per-attempt limit in seconds.
-        max_retries: Retries of timeouts, connection errors and HTTP 429/5xx.
-        backoff_s: First backoff scale in seconds (exponential, full jitter).
-        backoff_max_s: Cap of one backoff wait in seconds.
+        retry: How long one attempt may take and how failed ones (timeouts, connection errors,
+            HTTP 429/5xx) are retried (:class:`~rag_experiments.common.http.RetryPolicy`).
         parse_retries: Repair attempts after a structured reply that does not validate.
         max_concurrency: The server's parallel slots: requests it computes at once (llama.cpp
             ``--parallel``, Ollama ``OLLAMA_NUM_PARALLEL``, vLLM ``--max-num-seqs``).
@@ -133,10 +131,7 @@ class RemoteChat(ChatModelBase):
         max_tokens: int = 512,
         temperature: float = 0.0,
         seed: int = 0,
-        timeout_s: float = 120.0,
-        max_retries: int = 2,
-        backoff_s: float = 0.5,
-        backoff_max_s: float = 8.0,
+        retry: RetryPolicy = DEFAULT_RETRY,
         parse_retries: int = 2,
         max_concurrency: int = 8,
         in_flight: int | None = None,
@@ -144,19 +139,18 @@ class RemoteChat(ChatModelBase):
     ) -> None:
         if not model:
             raise ConfigError(f"{self.provider}: model is empty; set llm.model (or judge.model)")
-        if max_tokens < 1 or timeout_s <= 0 or parse_retries < 0:
+        if max_tokens < 1 or parse_retries < 0:
             raise ConfigError(
-                f"{self.provider} {model}: max_tokens must be >= 1, timeout_s > 0 and "
-                f"parse_retries >= 0 (got {max_tokens}, {timeout_s}, {parse_retries})"
+                f"{self.provider} {model}: max_tokens must be >= 1 and parse_retries >= 0 "
+                f"(got {max_tokens}, {parse_retries})"
             )
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.seed = seed
-        self.timeout_s = timeout_s
         self.parse_retries = parse_retries
-        self.retry = RetryPolicy(max_retries, backoff_s, backoff_max_s)
+        self.retry = retry
         if int(max_concurrency) < 1 or (in_flight is not None and int(in_flight) < 1):
             raise ConfigError(
                 f"{self.where}: max_concurrency (server slots) and in_flight must be >= 1 "

@@ -150,13 +150,12 @@ def ask_judge(
                 check(parsed)
         except LLMError as exc:
             if raw is None:
-                raw = getattr(exc, "raw", None)
+                raw = exc.raw
                 if raw is not None:
                     record.raw.append(raw)
-                usage = getattr(exc, "usage", None)  # a failed call's tokens count too
-                if usage is not None:
-                    record.prompt_tokens += usage.prompt_tokens
-                    record.completion_tokens += usage.completion_tokens
+                if exc.usage is not None:  # a failed call's tokens count too
+                    record.prompt_tokens += exc.usage.prompt_tokens
+                    record.completion_tokens += exc.usage.completion_tokens
             record.error, record.error_message = exc.reason, str(exc)
             if exc.reason not in RETRIED_REASONS or attempt == max_retries:
                 return record

@@ -143,7 +143,7 @@ class BaselineTarget(TargetBase):
             try:
                 completion = self.generator.complete(messages)
             except RagExpError as exc:
-                response.error = getattr(exc, "reason", "generation_failed")
+                response.error = exc.reason or "generation_failed"
                 response.error_message = str(exc)
             else:
                 response.response = completion.text.strip()

@@ -102,6 +102,12 @@ def _snippet(text: str) -> str:
     return text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 1] + "…"
 
 
+TARGET_RETRY = RetryPolicy(timeout_s=60.0, jitter=False)
+"""The HTTP target's call settings unless configured: a RAG endpoint answers within a minute,
+and its waits are not jittered (one client, so no herd to spread); the config schema
+(``HttpTargetConf``) takes its defaults from here."""
+
+
 class HttpTarget(TargetBase):
     """A RAG system behind an HTTP JSON API (see the module docstring).
 
@@ -114,10 +120,12 @@ class HttpTarget(TargetBase):
             ``{question_type}``), as a structure or a JSON string; None =
             ``{"question": "{user_input}"}``.
         response: The JMESPath mapping: a :class:`ResponseMapping` or its keyword arguments.
-        timeout_s: Seconds allowed to connect and for each read (httpx semantics), > 0.
-        retries: Extra attempts after a retryable failure (>= 0).
-        backoff_s: First wait between attempts in seconds; doubles each time.
-        backoff_max_s: Longest wait between attempts.
+        retry: ``timeout_s`` (seconds allowed to connect and for each read, httpx
+            semantics), ``max_retries`` (extra attempts after a retryable failure; the
+            config's ``target.retries``), ``backoff_s`` (first wait, doubling) and
+            ``backoff_max_s`` (longest wait, >= ``backoff_s``)
+            (:class:`~rag_experiments.common.http.RetryPolicy`); :data:`TARGET_RETRY` by
+            default.
         retry_statuses: HTTP statuses that are retried.
         max_concurrency: Questions the runner sends at once (>= 1).
         health_url: If set, ``prepare`` GETs it (with the same retries) and fails fast unless
@@ -143,10 +151,7 @@ class HttpTarget(TargetBase):
         headers: Mapping[str, str] | None = None,
         body: Any = None,
         response: ResponseMapping | Mapping[str, Any] | None = None,
-        timeout_s: float = 60.0,
-        retries: int = 2,
-        backoff_s: float = 0.5,
-        backoff_max_s: float = 8.0,
+        retry: RetryPolicy = TARGET_RETRY,
         retry_statuses: Sequence[int] = (429, 500, 502, 503, 504),
         max_concurrency: int = 4,
         health_url: str | None = None,
@@ -174,10 +179,12 @@ class HttpTarget(TargetBase):
         if self.method not in _METHODS:
             raise ConfigError(f"target.method must be one of {list(_METHODS)}, got {method!r}")
         checks = (
-            ("timeout_s", timeout_s, timeout_s > 0, "> 0"),
-            ("retries", retries, retries >= 0, ">= 0"),
-            ("backoff_s", backoff_s, backoff_s >= 0, ">= 0"),
-            ("backoff_max_s", backoff_max_s, backoff_max_s >= backoff_s, ">= backoff_s"),
+            (
+                "backoff_max_s",
+                retry.backoff_max_s,
+                retry.backoff_max_s >= retry.backoff_s,
+                ">= backoff_s",
+            ),
             ("max_concurrency", max_concurrency, max_concurrency >= 1, ">= 1"),
         )
         for name, value, ok, rule in checks:
@@ -203,10 +210,10 @@ class HttpTarget(TargetBase):
             self.mapping = response
         else:
             self.mapping = ResponseMapping(**dict(response or {}))
-        self.timeout_s = float(timeout_s)
-        self.retries = int(retries)
-        self.backoff_s = float(backoff_s)
-        self.backoff_max_s = float(backoff_max_s)
+        self.timeout_s = float(retry.timeout_s)
+        self.retries = int(retry.max_retries)
+        self.backoff_s = float(retry.backoff_s)
+        self.backoff_max_s = float(retry.backoff_max_s)
         self.retry_statuses = frozenset(int(s) for s in retry_statuses)
         self.max_concurrency = int(max_concurrency)
         self.doc_ids_from_text = bool(doc_ids_from_text)
@@ -225,7 +232,7 @@ class HttpTarget(TargetBase):
             verify=verify,
             trust_env=True,
         )
-        self._retry = RetryPolicy(self.retries, self.backoff_s, self.backoff_max_s, jitter=False)
+        self._retry = retry
 
     # --- Target protocol --------------------------------------------------------------------
     def check(self) -> None:
