@@ -192,7 +192,9 @@ def build_target(node: DictConfig) -> Any:
     """
     data = OmegaConf.to_container(node, resolve=True)
     with own_errors():
-        return instantiate(nest_retry(data, retries_key="retries", jitter=False))
+        return instantiate(
+            nest_retry(data, retries_key="retries", jitter=False, where=str(node._key() or ""))
+        )
 
 
 def build_chunker(cfg: DictConfig) -> Any:

@@ -39,6 +39,20 @@ def test_nest_retry_moves_the_flat_keys_into_one_node() -> None:
     assert nest_retry(fake) == fake
 
 
+@pytest.mark.parametrize(
+    ("node", "kwargs", "message"),
+    [
+        ({"retries": -1}, {"retries_key": "retries", "where": "target"}, "target.retries must"),
+        ({"timeout_s": 0}, {"where": "judge"}, "judge.timeout_s must be > 0"),
+        ({"backoff_s": -1}, {"where": "llm"}, "llm.backoff_s and llm.backoff_max_s must"),
+        ({"max_retries": -2}, {}, "max_retries must be >= 0, got -2"),
+    ],
+)
+def test_a_refused_setting_names_the_users_key(node, kwargs, message) -> None:
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        nest_retry({"_target_": "x.Chat", **node}, **kwargs)
+
+
 def test_policy_defaults_and_checks() -> None:
     assert DEFAULT_RETRY == RetryPolicy(
         max_retries=2, backoff_s=0.5, backoff_max_s=8.0, jitter=True, timeout_s=120.0

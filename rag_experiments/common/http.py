@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import ssl
 import time
 from collections.abc import Callable, Mapping
@@ -386,7 +387,11 @@ name (the retry count's key is passed to :func:`nest_retry`)."""
 
 
 def nest_retry(
-    fields: Mapping[str, Any], *, retries_key: str = "max_retries", jitter: bool = True
+    fields: Mapping[str, Any],
+    *,
+    retries_key: str = "max_retries",
+    jitter: bool = True,
+    where: str = "",
 ) -> dict[str, Any]:
     """A client's config node with its flat call settings moved into one ``retry`` node.
 
@@ -400,6 +405,8 @@ def nest_retry(
         retries_key: The node's key of the retry count (``max_retries``; ``retries`` for the
             HTTP target).
         jitter: The policy's :attr:`RetryPolicy.jitter`.
+        where: The node's config key (``llm``, ``judge``, ``target``): a refused setting's
+            error names the user's key (``target.retries``), not the policy's field.
 
     Returns:
         A new dict. A node holding none of those keys (a fake model, a local embedder) comes
@@ -420,5 +427,15 @@ def nest_retry(
             retry[key] = rest.pop(key)
     if retries_key in rest:
         retry["max_retries"] = rest.pop(retries_key)
+    try:
+        RetryPolicy(**{k: v for k, v in retry.items() if k != "_target_"})
+    except (ConfigError, TypeError) as exc:
+        prefix = f"{where}." if where else ""
+        message = re.sub(
+            r"\b(timeout_s|backoff_s|backoff_max_s|max_retries)\b",
+            lambda m: prefix + (retries_key if m[1] == "max_retries" else m[1]),
+            str(exc),
+        )
+        raise ConfigError(message) from exc
     rest["retry"] = retry
     return rest

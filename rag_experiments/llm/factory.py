@@ -79,8 +79,9 @@ def model_arguments(node: Any) -> dict[str, Any]:
     Args:
         node: A chat-model or embedder node with ``_target_`` (DictConfig or mapping).
     """
-    data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
-    return nest_retry(data)
+    if not isinstance(node, DictConfig):
+        return nest_retry(node)
+    return nest_retry(OmegaConf.to_container(node, resolve=True), where=str(node._key() or ""))
 
 
 def build_chat(
