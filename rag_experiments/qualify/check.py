@@ -9,6 +9,9 @@ Probes (each builds the metric object with the judge and calls its public
   answer is unsupported, so the verdict that matches the label's definition is "every claim
   supported"; a lower threshold (0.5) forgives a judge that splits a faithful answer into a
   claim it cannot place, and lets through answers with one bad claim in two.
+- any other declared metric with a ``probe`` (:class:`~rag_experiments.metrics.definitions.
+  JudgeProbe`), named as the metric: scored like faithfulness on every pair, verdict = score ≥
+  the probe's threshold (default ``threshold``), compared with the faithful label.
 - ``answer_relevancy`` — :class:`~rag_experiments.metrics.answer_relevancy.AnswerRelevancy`
   on the faithful pairs: each question with its own answer (relevant) and with the answer of
   the next faithful pair in the subset (swapped: irrelevant). Relevant when the score is
