@@ -235,6 +235,21 @@ def test_a_misspelled_metric_key_is_refused_at_compose_with_a_suggestion() -> No
         )
 
 
+def test_an_override_of_an_entry_or_parameter_the_suite_lacks_says_what_to_write() -> None:
+    with pytest.raises(ConfigError) as caught:
+        compose_config("config", ["metrics.suite.faithfulnes.max_tokens=64"])
+    assert str(caught.value).startswith(
+        "metrics.suite.faithfulnes is not an entry of the suite: did you mean 'faithfulness'"
+    )
+    with pytest.raises(ConfigError) as caught:
+        compose_config("config", ["metrics.suite.faithfulness.refusal_patterns=[nope]"])
+    assert str(caught.value).startswith(
+        "metrics.suite.faithfulness.refusal_patterns is a parameter of "
+        "rag_experiments.metrics.faithfulness.Faithfulness the suite does not write: set it "
+        "with +metrics.suite.faithfulness.refusal_patterns=…"
+    )
+
+
 def test_a_misspelled_parameter_in_an_overlay_suite_is_refused_at_compose(
     tmp_path: Path, overlay: Path
 ) -> None:

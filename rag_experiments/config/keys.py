@@ -158,6 +158,42 @@ def constructor_parameters(cls: type) -> list[str]:
     return names
 
 
+def _explain_suite(cause: OmegaConfBaseException) -> str | None:
+    """Our line for an override of a suite entry or parameter the suite does not hold
+    (``metrics.suite.faithfulnes.max_tokens=64``, ``metrics.suite.faithfulness.max_tokenz=1``):
+    the closest entries or constructor parameters, or how to set a parameter the YAML does not
+    write (with ``+``). None for any other key."""
+    from hydra.utils import get_class
+
+    full_key = str(cause.full_key or "")
+    parent = cause.parent_node
+    parts = full_key.split(".")
+    if parts[:2] != ["metrics", "suite"] or not isinstance(parent, DictConfig):
+        return None
+    key = str(cause.key)
+    if len(parts) == 3:
+        return (
+            f"{full_key} is not an entry of the suite: "
+            f"{_close(key, [str(k) for k in parent.keys()])} (a new entry is added with +)"
+        )
+    target = parent.get("_target_")
+    if len(parts) != 4 or not target:
+        return None
+    try:
+        params = constructor_parameters(get_class(str(target)))
+    except (ImportError, ValueError):
+        return None
+    if key in params:
+        return (
+            f"{full_key} is a parameter of {target} the suite does not write: "
+            f"set it with +{full_key}=…"
+        )
+    return (
+        f"{full_key} is not a parameter of {target}: "
+        f"{_close(key, params, '.'.join(parts[:3]) + '.')}"
+    )
+
+
 def check_suite(cfg: Any) -> None:
     """Refuse a metrics suite entry that names no class or a key its class does not take.
 
@@ -228,6 +264,9 @@ def explain(exc: BaseException) -> str | None:
     cause = exc.__cause__
     if not isinstance(cause, OmegaConfBaseException):
         return None
+    suite = _explain_suite(cause)
+    if suite is not None:
+        return suite
     schema = getattr(cause, "object_type", None)
     key = getattr(cause, "key", None)
     full_key = getattr(cause, "full_key", None) or key
