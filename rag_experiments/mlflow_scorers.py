@@ -49,6 +49,7 @@ from rag_experiments.llm.base import ChatModel
 from rag_experiments.metrics.answer_relevancy import AnswerRelevancy
 from rag_experiments.metrics.context_precision import ContextPrecision
 from rag_experiments.metrics.context_recall import ContextRecall
+from rag_experiments.metrics.definitions import declared_metrics
 from rag_experiments.metrics.faithfulness import Faithfulness
 from rag_experiments.metrics.judge import JudgedMetric
 from rag_experiments.records import RagResponse, Sample
@@ -181,13 +182,30 @@ def answer_relevancy_scorer(judge: Any, embedder: Any, **options: Any) -> Scorer
     return metric_scorer(metric)
 
 
-def rag_scorers(judge: Any, embedder: Any) -> list[Scorer]:
-    """The four core judged metrics as scorers sharing one judge (faithfulness, answer
-    relevancy, context precision, context recall)."""
-    model = resolve_judge(judge)
+def scorer_metrics() -> list[type[JudgedMetric]]:
+    """The metric classes offered as scorers: every declared metric whose declaration says
+    ``scorer=True`` (:func:`~rag_experiments.metrics.definitions.declared_metrics`; built in:
+    faithfulness, answer relevancy, context precision, context recall; a user's metric joins
+    once its module is imported), in key-metric order."""
+    return [c for c in declared_metrics() if c.declaration.scorer]
+
+
+def rag_scorers(judge: Any, embedder: Any = None) -> list[Scorer]:
+    """Every declared scorer metric (:func:`scorer_metrics`) as a scorer, sharing one judge.
+
+    Args:
+        judge: The judge (see the module docstring for the accepted forms).
+        embedder: An embedder or ``conf/embedder`` option, for the metrics that require one
+            (``answer_relevancy``); with None those are left out.
+
+    Returns:
+        One scorer per metric, named as the metric.
+    """
+    shared = {"judge": resolve_judge(judge)}
+    if embedder is not None:
+        shared["embedder"] = resolve_embedder(embedder)
     return [
-        faithfulness_scorer(model),
-        answer_relevancy_scorer(model, embedder),
-        context_precision_scorer(model),
-        context_recall_scorer(model),
+        metric_scorer(cls(**{part: shared[part] for part in cls.requires}))
+        for cls in scorer_metrics()
+        if cls.requires <= set(shared)
     ]

@@ -136,9 +136,15 @@ class Metric(Protocol):
       ``depth`` of the suite); 0 when it scores no ranking.
     - ``audit()``: per-row records of the last ``evaluate`` (judged metrics:
       ``judge_audit.jsonl``); empty for the others.
+    - ``per_row`` (class attribute): how it is scored. True: one row at a time by the judge
+      scheduler while answers arrive (it is a :class:`~rag_experiments.metrics.scheduler.
+      JudgedRowMetric`, with ``score_row`` and ``judge``); False: over all rows after answering.
+    - ``declaration`` (class attribute): what its outputs mean (:class:`~rag_experiments.
+      metrics.definitions.MetricDeclaration`), or None for a metric that declares nothing.
     """
 
     requires: ClassVar[frozenset[str]]
+    per_row: ClassVar[bool]
 
     @property
     def depth(self) -> int: ...
@@ -152,12 +158,32 @@ class Metric(Protocol):
     ) -> list[dict[str, MetricValue]]: ...
 
 
+_METRIC_CLASSES: list[type[MetricBase]] = []
+
+
+def metric_classes() -> list[type[MetricBase]]:
+    """Every subclass of :class:`MetricBase` defined so far, in definition order (the
+    registry read by :func:`rag_experiments.metrics.definitions.declared_metrics`)."""
+    return list(_METRIC_CLASSES)
+
+
 class MetricBase:
     """Defaults of :class:`Metric`'s declarations: requires nothing, scores no ranking
-    (``depth`` 0) and keeps no audit. A metric overrides what differs."""
+    (``depth`` 0), is scored over all rows (``per_row`` False), declares no outputs
+    (``declaration`` None) and keeps no audit. A metric overrides what differs.
+
+    Every subclass registers itself when it is defined (:func:`metric_classes`), so a metric
+    defined in a user's module joins the registry when the module is imported.
+    """
 
     requires: ClassVar[frozenset[str]] = frozenset()
+    per_row: ClassVar[bool] = False
+    declaration: ClassVar[Any] = None
     depth: int = 0
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _METRIC_CLASSES.append(cls)
 
     def audit(self) -> list[dict[str, Any]]:
         """No per-row records (``[]``)."""

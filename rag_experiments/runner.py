@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from rag_experiments.common.progress import Progress
 from rag_experiments.data.base import EvalDataset
@@ -242,7 +242,7 @@ def judge_error_counts(
     """Cells of judged metrics that are NaN because a judge call failed, by column and reason.
 
     Args:
-        metrics: The run's metrics (only :class:`JudgedRowMetric` columns count).
+        metrics: The run's metrics (only the columns of judged per-row metrics count).
         values: One ``{column: MetricValue}`` per row.
 
     Returns:
@@ -250,7 +250,7 @@ def judge_error_counts(
         :data:`~rag_experiments.llm.errors.JUDGE_ERROR_REASONS` (content reasons such as
         ``no_claims`` or ``unanswerable`` are not judge errors); columns without one are absent.
     """
-    columns = [s.name for m in metrics if isinstance(m, JudgedRowMetric) for s in m.specs()]
+    columns = [s.name for m in metrics if m.per_row for s in m.specs()]
     out: dict[str, dict[str, int]] = {}
     for col in columns:
         counts = Counter(
@@ -304,7 +304,8 @@ def evaluate(
         )
     target.prepare(dataset)
     samples = list(dataset.samples)
-    judged_metrics = [m for m in metrics if isinstance(m, JudgedRowMetric)]
+    # A metric declares how it is scored (``per_row``): per-row ones are judged row by row.
+    judged_metrics = [cast(JudgedRowMetric, m) for m in metrics if m.per_row]
     with (
         _progress_to_log(progress),
         JudgeScheduler(judged_metrics, len(samples), progress=progress, position=1) as judging,
@@ -554,7 +555,7 @@ def _check_judge_gave_verdicts(result: EvalResult, metrics: Sequence[Metric]) ->
     judged column has 0 valid cells and judge errors (``parse_error`` for a judge whose every
     reply has the wrong types, …) are among its NaN reasons. Such a run measured nothing, as
     with a dead judge; it fails after everything was logged."""
-    columns = [s.name for m in metrics if isinstance(m, JudgedRowMetric) for s in m.specs()]
+    columns = [s.name for m in metrics if m.per_row for s in m.specs()]
     if not columns or not result.judge_errors:
         return
     valid = {c: sum(1 for row in result.values if c in row and row[c].is_valid) for c in columns}

@@ -10,6 +10,16 @@ the keys a node accepts are that dataclass's fields. A misspelled key reaches us
   constructor would later fail with ``TypeError: unexpected keyword argument``;
   :func:`check_keys` finds it in the composed config before anything is built.
 
+A metrics suite (``metrics.suite``) is a mapping of free entry names to components of different
+classes, which a Hydra structured config cannot type (its ``Dict`` value type is one class), so
+:func:`check_suite` types it against the classes themselves: every entry must name a
+``_target_`` class, and each of its keys must be a parameter of that class's constructor
+(``metrics.suite.faithfulness.max_tokenz`` → "did you mean max_tokens"; an entry without a
+``_target_``, e.g. ``+metrics.suite.faithfulnes.max_tokens=64``, → "did you mean
+faithfulness"). It runs with :func:`check_keys`, when the config is composed and again in the
+composition root before anything is built; importing each ``_target_`` also registers a user's
+metric class (:mod:`rag_experiments.metrics.definitions`).
+
 Suggestions are :func:`difflib.get_close_matches` over the node's fields (Ratcliff/Obershelp
 similarity ≥ :data:`CUTOFF`, Python's default).
 """
@@ -18,12 +28,15 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rag_experiments.errors import ConfigError
+from rag_experiments.protocols import MetricBase
 
 CUTOFF = 0.6
 """Least similarity (0–1) of a suggested key (difflib's default)."""
@@ -104,6 +117,140 @@ def check_keys(cfg: DictConfig) -> None:
     bad = unknown_keys(cfg)
     if bad:
         raise ConfigError("; ".join(suggestion(*b) for b in bad))
+    check_suite(cfg)
+
+
+def _close(key: str, choices: list[str], where: str = "") -> str:
+    """``did you mean 'faithfulness'?`` (or ``did you mean <where>max_tokens?``) for the
+    choices closest to ``key``; ``no name of it is close`` when none is."""
+    close = difflib.get_close_matches(key, choices, n=3, cutoff=CUTOFF)
+    if not close:
+        return "no name of it is close."
+    shown = [f"{where}{c}" if where else repr(c) for c in close]
+    return f"did you mean {' or '.join(shown)}?"
+
+
+def constructor_parameters(cls: type) -> list[str]:
+    """The keyword parameters a class's constructor accepts, in order: its ``__init__``'s
+    named parameters, and, when it passes ``**kwargs`` on, those of its bases' ``__init__``
+    (the DeepEval metrics pass theirs to :class:`~rag_experiments.metrics.deepeval_backend.
+    base.DeepEvalMetric`).
+
+    Args:
+        cls: The class a ``_target_`` names.
+
+    Returns:
+        Parameter names (``self`` and ``*args``/``**kwargs`` left out).
+    """
+    names: list[str] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = list(inspect.signature(init).parameters.values())[1:]
+        names += [
+            p.name
+            for p in params
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in names
+        ]
+        if not any(p.kind == p.VAR_KEYWORD for p in params):
+            break
+    return names
+
+
+def _explain_suite(cause: OmegaConfBaseException) -> str | None:
+    """Our line for an override of a suite entry or parameter the suite does not hold
+    (``metrics.suite.faithfulnes.max_tokens=64``, ``metrics.suite.faithfulness.max_tokenz=1``):
+    the closest entries or constructor parameters, or how to set a parameter the YAML does not
+    write (with ``+``). None for any other key."""
+    from hydra.utils import get_class
+
+    full_key = str(cause.full_key or "")
+    parent = cause.parent_node
+    parts = full_key.split(".")
+    if parts[:2] != ["metrics", "suite"] or not isinstance(parent, DictConfig):
+        return None
+    key = str(cause.key)
+    if len(parts) == 3:
+        return (
+            f"{full_key} is not an entry of the suite: "
+            f"{_close(key, [str(k) for k in parent.keys()])} (a new entry is added with +)"
+        )
+    target = parent.get("_target_")
+    if len(parts) != 4 or not target:
+        return None
+    try:
+        params = constructor_parameters(get_class(str(target)))
+    except (ImportError, ValueError):
+        return None
+    if key in params:
+        return (
+            f"{full_key} is a parameter of {target} the suite does not write: "
+            f"set it with +{full_key}=…"
+        )
+    return (
+        f"{full_key} is not a parameter of {target}: "
+        f"{_close(key, params, '.'.join(parts[:3]) + '.')}"
+    )
+
+
+def check_suite(cfg: Any) -> None:
+    """Refuse a metrics suite entry that names no class or a key its class does not take.
+
+    Each entry of ``metrics.suite`` must hold a ``_target_`` naming an importable class, and
+    each of its other keys must be a parameter of that class's constructor
+    (:func:`constructor_parameters`); the shared parts a metric ``requires`` (``judge``,
+    ``embedder``) are given by the run and may not be set in the suite.
+
+    Args:
+        cfg: The composed root config (no ``metrics.suite``: nothing to check).
+
+    Raises:
+        ConfigError: One line per bad entry or key, with the closest names
+            (:func:`difflib.get_close_matches`).
+    """
+    from hydra.utils import get_class
+
+    suite = OmegaConf.select(cfg, "metrics.suite") if isinstance(cfg, DictConfig) else None
+    if not isinstance(suite, DictConfig):
+        return
+    entries = {str(k): suite._get_node(k) for k in suite.keys()}
+    named = [k for k, n in entries.items() if isinstance(n, Mapping) and n.get("_target_")]
+    problems: list[str] = []
+    for key, node in entries.items():
+        full = f"metrics.suite.{key}"
+        target = node.get("_target_") if isinstance(node, Mapping) else None
+        if not target:
+            problems.append(
+                f"{full} is not an entry of the suite (it names no _target_ class): "
+                f"{_close(key, [k for k in named if k != key])} The suite's entries: "
+                f"{', '.join(named)}"
+            )
+            continue
+        try:
+            cls = get_class(str(target))
+        except (ImportError, ValueError) as exc:
+            problems.append(f"{full}._target_={target} is not an importable class: {exc}")
+            continue
+        params = constructor_parameters(cls)
+        requires = cls.requires if issubclass(cls, MetricBase) else frozenset()
+        given = [p for p in sorted(requires) if p in params]
+        accepted = [p for p in params if p not in given]
+        for name in map(str, node.keys()):
+            if _hydra_key(name) or name in accepted:
+                continue
+            if name in given:
+                problems.append(
+                    f"{full}.{name} is given by the run (the metric requires it): "
+                    "remove it from the suite"
+                )
+                continue
+            problems.append(
+                f"{full}.{name} is not a parameter of {target}: "
+                f"{_close(name, accepted, f'{full}.')} Its parameters: {', '.join(accepted)}"
+            )
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 def explain(exc: BaseException) -> str | None:
@@ -117,6 +264,9 @@ def explain(exc: BaseException) -> str | None:
     cause = exc.__cause__
     if not isinstance(cause, OmegaConfBaseException):
         return None
+    suite = _explain_suite(cause)
+    if suite is not None:
+        return suite
     schema = getattr(cause, "object_type", None)
     key = getattr(cause, "key", None)
     full_key = getattr(cause, "full_key", None) or key

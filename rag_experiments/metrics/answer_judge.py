@@ -27,6 +27,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from rag_experiments.metrics.definitions import (
+    JUDGE_RUBRIC,
+    MetricDeclaration,
+    MetricDefinition,
+    rubric_grade,
+)
 from rag_experiments.metrics.judge import JudgedMetric
 from rag_experiments.metrics.prompts import answer_judge as prompt
 from rag_experiments.records import MetricValue, RagResponse, Sample
@@ -53,6 +59,62 @@ class AnswerJudge(JudgedMetric):
     name = "answer_judge"
     columns = tuple(f"answer_judge.{c}" for c in CRITERIA) + tuple(
         f"answer_judge.{c}_raw" for c in CRITERIA
+    )
+    declaration = MetricDeclaration(
+        outputs=(
+            MetricDefinition(
+                "answer_judge.accuracy",
+                True,
+                0.0,
+                1.0,
+                "judge's accuracy score against the reference, (s - 1) / 4",
+                JUDGE_RUBRIC,
+                key=110,
+                labels=rubric_grade("answer_judge.accuracy_raw"),
+            ),
+            MetricDefinition(
+                "answer_judge.completeness",
+                True,
+                0.0,
+                1.0,
+                "judge's completeness score against the reference, (s - 1) / 4",
+                JUDGE_RUBRIC,
+                labels=rubric_grade("answer_judge.completeness_raw"),
+            ),
+            MetricDefinition(
+                "answer_judge.relevance",
+                True,
+                0.0,
+                1.0,
+                "judge's relevance-to-the-question score, (s - 1) / 4",
+                JUDGE_RUBRIC,
+                labels=rubric_grade("answer_judge.relevance_raw"),
+            ),
+            MetricDefinition(
+                "answer_judge.accuracy_raw",
+                True,
+                1.0,
+                5.0,
+                "judge's accuracy score as given (1 = wrong, 5 = perfect)",
+                JUDGE_RUBRIC,
+            ),
+            MetricDefinition(
+                "answer_judge.completeness_raw",
+                True,
+                1.0,
+                5.0,
+                "judge's completeness score as given (1-5)",
+                JUDGE_RUBRIC,
+            ),
+            MetricDefinition(
+                "answer_judge.relevance_raw",
+                True,
+                1.0,
+                5.0,
+                "judge's relevance score as given (1-5)",
+                JUDGE_RUBRIC,
+            ),
+        )
     )
 
     def __init__(

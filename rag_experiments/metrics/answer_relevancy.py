@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rag_experiments.errors import ConfigError
+from rag_experiments.metrics.definitions import RAGAS, MetricDeclaration, MetricDefinition
 from rag_experiments.metrics.judge import JudgedMetric
 from rag_experiments.metrics.prompts import answer_relevancy as prompt
 from rag_experiments.metrics.refusal import compile_patterns, is_refusal
@@ -65,6 +66,20 @@ class AnswerRelevancy(JudgedMetric):
     name = "answer_relevancy"
     requires: ClassVar[frozenset[str]] = frozenset({"judge", "embedder"})
     columns = ("answer_relevancy",)
+    declaration = MetricDeclaration(
+        outputs=(
+            MetricDefinition(
+                "answer_relevancy",
+                True,
+                0.0,
+                1.0,
+                "mean cosine(question, questions generated from the response), 0 if noncommittal",
+                RAGAS,
+                key=80,
+            ),
+        ),
+        scorer=True,
+    )
 
     def __init__(
         self,

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rag_experiments.metrics.definitions import RAGAS, MetricDeclaration, MetricDefinition
 from rag_experiments.metrics.judge import InvalidVerdictError, JudgedMetric, has_context
 from rag_experiments.metrics.prompts import context_precision as prompt
 from rag_experiments.metrics.prompts.base import format_contexts
@@ -69,6 +70,28 @@ class ContextPrecision(JudgedMetric):
 
     name = "context_precision"
     columns = ("context_precision", "context_utilization")
+    declaration = MetricDeclaration(
+        outputs=(
+            MetricDefinition(
+                "context_precision",
+                True,
+                0.0,
+                1.0,
+                "average precision of the contexts judged useful for the reference answer",
+                f"{RAGAS} (LLMContextPrecisionWithReference)",
+                key=90,
+            ),
+            MetricDefinition(
+                "context_utilization",
+                True,
+                0.0,
+                1.0,
+                "average precision of the contexts judged useful for the response (no reference)",
+                f"{RAGAS} (ContextUtilization)",
+            ),
+        ),
+        scorer=True,
+    )
     shows_contexts = True
 
     def __init__(

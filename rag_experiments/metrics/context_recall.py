@@ -27,6 +27,12 @@ from __future__ import annotations
 from typing import Any
 
 from rag_experiments.metrics.claims import unique_claims
+from rag_experiments.metrics.definitions import (
+    RAGAS,
+    MetricDeclaration,
+    MetricDefinition,
+    three_way,
+)
 from rag_experiments.metrics.judge import JudgedMetric, has_context
 from rag_experiments.metrics.prompts import context_recall as prompt
 from rag_experiments.metrics.prompts.base import format_contexts
@@ -45,6 +51,22 @@ class ContextRecall(JudgedMetric):
 
     name = "context_recall"
     columns = ("context_recall",)
+    declaration = MetricDeclaration(
+        outputs=(
+            MetricDefinition(
+                "context_recall",
+                True,
+                0.0,
+                1.0,
+                "claims of the reference attributable to a retrieved context / claims of the "
+                "reference",
+                f"{RAGAS} (LLMContextRecall)",
+                key=100,
+                labels=three_way("missing", "partial", "complete"),
+            ),
+        ),
+        scorer=True,
+    )
     shows_contexts = True
 
     def __init__(

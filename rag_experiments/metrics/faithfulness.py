@@ -46,6 +46,13 @@ from typing import Any
 
 from rag_experiments.llm.base import ChatModel
 from rag_experiments.metrics.claims import unique_claims
+from rag_experiments.metrics.definitions import (
+    RAGAS,
+    JudgeProbe,
+    MetricDeclaration,
+    MetricDefinition,
+    three_way,
+)
 from rag_experiments.metrics.judge import JudgedMetric, has_context
 from rag_experiments.metrics.prompts import faithfulness as prompt
 from rag_experiments.metrics.prompts.base import format_contexts
@@ -66,6 +73,22 @@ class Faithfulness(JudgedMetric):
 
     name = "faithfulness"
     columns = ("faithfulness",)
+    declaration = MetricDeclaration(
+        outputs=(
+            MetricDefinition(
+                "faithfulness",
+                True,
+                0.0,
+                1.0,
+                "claims of the response supported by a retrieved context / claims of the response",
+                f"{RAGAS}; DeepEval FaithfulnessMetric",
+                key=70,
+                labels=three_way("unfaithful", "partial", "faithful"),
+            ),
+        ),
+        scorer=True,
+        probe=JudgeProbe("faithfulness", ("faithful", "hallucinated"), prompt.PROMPT.id),
+    )
     shows_contexts = True
 
     def __init__(

@@ -12,9 +12,11 @@ timeout, context overflow, …) is not retried here (the model layer retries wha
 retryable) and ends the judgement with the error's ``reason``, which becomes the metric's NaN
 reason for that row. A judgement never yields a misaligned or partial verdict list.
 
-Add a metric: subclass :class:`JudgedMetric`, declare its columns in
-:mod:`~rag_experiments.metrics.definitions`, write its prompt and output model in
-:mod:`~rag_experiments.metrics.prompts`, and implement ``_score`` (one row → values + audit).
+Add a metric: subclass :class:`JudgedMetric`, declare its outputs on the class
+(``declaration``, a :class:`~rag_experiments.metrics.definitions.MetricDeclaration`), write its
+prompt and output model (:class:`~rag_experiments.metrics.prompts.base.JudgePrompt`), implement
+``_score`` (one row → values + audit) and add one entry to a ``conf/metrics`` suite. Nothing
+else lists metrics: the class registers itself when its module is imported.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.llm.base import ChatModel, Message
 from rag_experiments.llm.parsing import LLMParseError, StructuredOutput, parse_structured
 from rag_experiments.metrics.audit import RATIONALE_KEY, USAGE_KEYS
-from rag_experiments.metrics.definitions import spec
 from rag_experiments.metrics.prompts.base import JudgePrompt
 from rag_experiments.metrics.scheduler import JudgedRowMetric
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
@@ -179,7 +180,7 @@ class JudgedMetric(JudgedRowMetric):
     """Base of the custom backend's LLM-judged metrics: the judge call and the audit record of
     one row (rows are scheduled by :mod:`~rag_experiments.metrics.scheduler`).
 
-    A subclass sets :attr:`name`, :attr:`columns` (defined names, see
+    A subclass sets :attr:`name` and ``declaration`` (its outputs, see
     :mod:`~rag_experiments.metrics.definitions`) and implements :meth:`_score`.
 
     Args:
@@ -195,6 +196,12 @@ class JudgedMetric(JudgedRowMetric):
 
     name = "judged"
     columns: tuple[str, ...] = ()
+    """Output columns, in order; default the names of the class's ``declaration`` outputs."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.__dict__.get("columns") and cls.__dict__.get("declaration") is not None:
+            cls.columns = tuple(d.name for d in cls.declaration.outputs)
 
     def __init__(
         self,
@@ -214,7 +221,7 @@ class JudgedMetric(JudgedRowMetric):
 
     def specs(self) -> list[MetricSpec]:
         """The specs of :attr:`columns`, prefixed."""
-        return [spec(c, self.prefix) for c in self.columns]
+        return [self.declaration.output(c).spec(self.prefix) for c in self.columns]
 
     def score_row(
         self, sample: Sample, resp: RagResponse

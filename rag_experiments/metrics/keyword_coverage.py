@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from rag_experiments.metrics.definitions import MetricDeclaration, MetricDefinition
 from rag_experiments.protocols import MetricBase
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 
@@ -26,12 +27,24 @@ class KeywordCoverage(MetricBase):
     """Share of a sample's keywords found in its retrieved contexts."""
 
     name = "keyword_coverage"
+    declaration = MetricDeclaration(
+        outputs=(
+            MetricDefinition(
+                "keyword_coverage",
+                True,
+                0.0,
+                1.0,
+                "share of the sample's keywords in the contexts",
+                "this project",
+                key=60,
+                answer_level=False,
+            ),
+        )
+    )
 
     def specs(self) -> list[MetricSpec]:
         """One spec: ``keyword_coverage`` in [0, 1], higher is better."""
-        return [
-            MetricSpec(self.name, True, 0.0, 1.0, "share of the sample's keywords in the contexts")
-        ]
+        return [self.declaration.output(self.name).spec()]
 
     def evaluate(
         self, samples: Sequence[Sample], responses: Sequence[RagResponse]

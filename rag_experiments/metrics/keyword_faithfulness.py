@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rag_experiments.metrics.definitions import spec
+from rag_experiments.metrics.definitions import MetricDeclaration, MetricDefinition
 from rag_experiments.metrics.judge import has_context
 from rag_experiments.metrics.refusal import compile_patterns, is_refusal
 from rag_experiments.protocols import MetricBase
@@ -54,6 +54,20 @@ class KeywordFaithfulness(MetricBase):
     """
 
     name = "keyword_faithfulness"
+    declaration = MetricDeclaration(
+        outputs=(
+            MetricDefinition(
+                "keyword_faithfulness",
+                True,
+                0.0,
+                1.0,
+                "share of the response's content words found in the contexts (a cheap proxy, "
+                "no LLM)",
+                "this project (a lexical proxy of faithfulness)",
+                key=120,
+            ),
+        )
+    )
 
     def __init__(self, refusal_patterns: Sequence[str] | None = None, prefix: str = "") -> None:
         self.refusal_patterns = compile_patterns(refusal_patterns)
@@ -62,7 +76,7 @@ class KeywordFaithfulness(MetricBase):
 
     def specs(self) -> list[MetricSpec]:
         """One spec: ``keyword_faithfulness`` in [0, 1], higher is better."""
-        return [spec(self.name, self.prefix)]
+        return [self.declaration.output(self.name).spec(self.prefix)]
 
     def evaluate(
         self, samples: Sequence[Sample], responses: Sequence[RagResponse]

@@ -30,7 +30,7 @@ import re
 from collections.abc import Sequence
 
 from rag_experiments.errors import ConfigError
-from rag_experiments.metrics.definitions import spec
+from rag_experiments.metrics.definitions import MetricDeclaration, MetricDefinition
 from rag_experiments.protocols import MetricBase
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 from rag_experiments.text.sentences import split_sentences
@@ -113,6 +113,36 @@ class Refusal(MetricBase):
 
     name = "refusal"
     columns = ("refusal", "correct_refusal_rate", "false_refusal_rate")
+    declaration = MetricDeclaration(
+        outputs=(
+            MetricDefinition(
+                "refusal",
+                False,
+                0.0,
+                1.0,
+                "1 when the response refuses to answer (pattern match), else 0",
+                "this project (documented refusal patterns)",
+            ),
+            MetricDefinition(
+                "correct_refusal_rate",
+                True,
+                0.0,
+                1.0,
+                "share of unanswerable questions whose response is a refusal",
+                "this project",
+                key=130,
+            ),
+            MetricDefinition(
+                "false_refusal_rate",
+                False,
+                0.0,
+                1.0,
+                "share of answerable questions whose response is a refusal",
+                "this project",
+                key=140,
+            ),
+        )
+    )
 
     def __init__(self, patterns: Sequence[str] | None = None, prefix: str = "") -> None:
         self.patterns = compile_patterns(patterns)
@@ -120,7 +150,7 @@ class Refusal(MetricBase):
 
     def specs(self) -> list[MetricSpec]:
         """``refusal``, ``correct_refusal_rate``, ``false_refusal_rate`` (all in [0, 1])."""
-        return [spec(c, self.prefix) for c in self.columns]
+        return [self.declaration.output(c).spec(self.prefix) for c in self.columns]
 
     def evaluate(
         self, samples: Sequence[Sample], responses: Sequence[RagResponse]

@@ -49,6 +49,7 @@ from ir_measures import AP, RR, P, R, Success, nDCG
 
 from rag_experiments.errors import ConfigError
 from rag_experiments.metrics.context_match import check_overlap, has_words, match_contexts
+from rag_experiments.metrics.definitions import MetricDeclaration, MetricDefinition
 from rag_experiments.protocols import MetricBase
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 
@@ -77,6 +78,12 @@ _Row = tuple[dict[str, int], list[str], str | None]
 """One scorable query: qrels ``{id: grade}``, ranked ids, flag for its values (or None)."""
 
 
+_IR_SOURCE = "ir-measures (pytrec_eval, trec_eval semantics)"
+_CHUNK_SOURCE = "this project (text overlap with reference_contexts), ir-measures formulas"
+_KEYS = (("nDCG", 10, 10), ("MRR", 10, 20), ("Hit", 5, 30), ("R", 10, 40))
+"""(measure, cutoff, key priority) of the doc-level key metrics; ``chunk.nDCG@10`` follows."""
+
+
 def _provider() -> object:
     provider = ir_measures.providers.registry["pytrec_eval"]
     if not provider.is_available():  # pragma: no cover - depends on the install
@@ -98,6 +105,24 @@ class RetrievalMetrics(MetricBase):
     Raises:
         ConfigError: A cutoff < 1, an unknown measure name, or ``min_overlap`` outside (0, 1].
     """
+
+    declaration = MetricDeclaration(
+        outputs=tuple(
+            MetricDefinition(
+                f"{m}@{k}", True, 0.0, 1.0, _MEASURES[m][1], _IR_SOURCE, key=key,
+                answer_level=False,
+            )
+            for m, k, key in _KEYS
+        )
+        + (
+            MetricDefinition(
+                f"{CHUNK_PREFIX}nDCG@10", True, 0.0, 1.0, _CHUNK_DESCRIPTIONS["nDCG"],
+                _CHUNK_SOURCE, key=50, answer_level=False,
+            ),
+        )
+    )  # fmt: skip
+    """The key metrics among its columns (the columns depend on ``cutoffs`` and ``measures``;
+    :meth:`specs` lists them all)."""
 
     def __init__(
         self,

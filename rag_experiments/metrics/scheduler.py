@@ -73,6 +73,7 @@ class JudgedRowMetric(MetricBase):
 
     name = "judged"
     requires: ClassVar[frozenset[str]] = frozenset({"judge"})
+    per_row: ClassVar[bool] = True
     shows_contexts = False
     """True when the prompt starts with the numbered contexts (scheduled first in a row)."""
     judge: ChatModel | None = None

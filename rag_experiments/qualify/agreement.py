@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,55 +48,15 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 
 from rag_experiments.errors import DatasetError, TrackingError
+from rag_experiments.metrics.definitions import LabelSet, LiveMapping, declared_outputs
 from rag_experiments.tracking.store import open_store, read_table
 
-
-@dataclass(frozen=True)
-class LabelSet:
-    """How one metric is graded by people.
-
-    Attributes:
-        labels: Allowed labels, worst to best.
-        source: The per-query column holding the judge's value.
-        to_label: Judge value → label.
-        ordinal: Labels are ordered (the quadratic-weighted kappa is reported too).
-    """
-
-    labels: tuple[str, ...]
-    source: str
-    to_label: Callable[[float], str]
-    ordinal: bool
-
-
-def _three_way(low: str, mid: str, high: str) -> Callable[[float], str]:
-    return lambda s: high if s >= 0.8 else (mid if s >= 0.4 else low)
-
-
-def _grade(s: float) -> str:
-    return str(int(round(s)))
-
-
-LABEL_SETS: dict[str, LabelSet] = {
-    "faithfulness": LabelSet(
-        ("unfaithful", "partial", "faithful"),
-        "faithfulness",
-        _three_way("unfaithful", "partial", "faithful"),
-        True,
-    ),
-    "context_recall": LabelSet(
-        ("missing", "partial", "complete"),
-        "context_recall",
-        _three_way("missing", "partial", "complete"),
-        True,
-    ),
-    **{
-        f"answer_judge.{c}": LabelSet(
-            ("1", "2", "3", "4", "5"), f"answer_judge.{c}_raw", _grade, True
-        )
-        for c in ("accuracy", "completeness", "relevance")
-    },
-}
-"""Metric column → how people grade it (see the module docstring)."""
+LABEL_SETS: Mapping[str, LabelSet] = LiveMapping(
+    lambda: {d.name: ls for d in declared_outputs() if (ls := d.label_set()) is not None}
+)
+"""Metric column → how people grade it (see the module docstring): every declared output with
+``labels`` (:class:`~rag_experiments.metrics.definitions.MetricDefinition`), so a metric that
+declares labels is graded without a change here."""
 
 SHEET_FIXED = ("item", "sheet_id", "question", "reference", "contexts", "response")
 

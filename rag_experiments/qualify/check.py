@@ -9,6 +9,9 @@ Probes (each builds the metric object with the judge and calls its public
   answer is unsupported, so the verdict that matches the label's definition is "every claim
   supported"; a lower threshold (0.5) forgives a judge that splits a faithful answer into a
   claim it cannot place, and lets through answers with one bad claim in two.
+- any other declared metric with a ``probe`` (:class:`~rag_experiments.metrics.definitions.
+  JudgeProbe`), named as the metric: scored like faithfulness on every pair, verdict = score ≥
+  the probe's threshold (default ``threshold``), compared with the faithful label.
 - ``answer_relevancy`` — :class:`~rag_experiments.metrics.answer_relevancy.AnswerRelevancy`
   on the faithful pairs: each question with its own answer (relevant) and with the answer of
   the next faithful pair in the subset (swapped: irrelevant). Relevant when the score is
@@ -35,7 +38,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +47,7 @@ from rag_experiments.llm.base import ChatModel
 from rag_experiments.metrics.aggregate import bootstrap_ci
 from rag_experiments.metrics.answer_relevancy import AnswerRelevancy
 from rag_experiments.metrics.context_precision import ContextPrecision
+from rag_experiments.metrics.definitions import LiveMapping, LiveSequence, declared_metrics
 from rag_experiments.metrics.faithfulness import Faithfulness
 from rag_experiments.metrics.prompts import answer_relevancy as answer_relevancy_prompt
 from rag_experiments.metrics.prompts import context_precision as context_precision_prompt
@@ -52,15 +56,30 @@ from rag_experiments.qualify.pairs import LabeledPair
 from rag_experiments.qualify.stats import BinaryAgreement, binary_agreement
 from rag_experiments.records import MetricValue, RagResponse, Sample
 
-PROBES = ("faithfulness", "answer_relevancy", "context_relevance", "position_bias")
-"""Every probe, in the order they run."""
+SPECIAL_PROBES = ("answer_relevancy", "context_relevance", "position_bias")
+"""The probes that build their own pairs (swapped answers or contexts, reversed contexts);
+they run after the labeled-pair probes."""
 
-PROMPT_IDS = {
-    "faithfulness": faithfulness_prompt.PROMPT.id,
-    "answer_relevancy": answer_relevancy_prompt.PROMPT.id,
-    "context_relevance": context_precision_prompt.PRECISION_PROMPT.id,
-    "position_bias": faithfulness_prompt.PROMPT.id,
-}
+
+def labeled_probes() -> dict[str, type[Any]]:
+    """Probe name → metric class of every declared metric with a ``probe``
+    (:class:`~rag_experiments.metrics.definitions.JudgeProbe`; built in: ``faithfulness``), in
+    declaration order: each scores every labeled pair's answer against its contexts."""
+    return {c.name: c for c in declared_metrics() if c.declaration.probe is not None}
+
+
+PROBES: Sequence[str] = LiveSequence(lambda: (*labeled_probes(), *SPECIAL_PROBES))
+"""Every probe, in the order they run: the declared labeled-pair probes, then
+:data:`SPECIAL_PROBES`."""
+
+PROMPT_IDS: Mapping[str, str] = LiveMapping(
+    lambda: {
+        **{name: c.declaration.probe.prompt for name, c in labeled_probes().items()},
+        "answer_relevancy": answer_relevancy_prompt.PROMPT.id,
+        "context_relevance": context_precision_prompt.PRECISION_PROMPT.id,
+        "position_bias": faithfulness_prompt.PROMPT.id,
+    }
+)
 """The prompt (id with version) each probe asks; part of a qualification's identity."""
 
 CONTEXT_THRESHOLD = 0.5
@@ -250,6 +269,9 @@ class JudgeCheck:
             faithful = self.faithfulness(pairs)
             if "faithfulness" in probes:
                 out["faithfulness"] = faithful
+        for name, cls in labeled_probes().items():
+            if name in probes and name != "faithfulness":
+                out[name] = self.labeled(cls, pairs)
         if "answer_relevancy" in probes:
             out["answer_relevancy"] = self.answer_relevancy(pairs)
         if "context_relevance" in probes:
@@ -291,20 +313,37 @@ class JudgeCheck:
 
     def faithfulness(self, pairs: Sequence[LabeledPair]) -> AgreementResult:
         """The faithfulness probe on every pair (positive label: faithful)."""
+        return self.labeled(Faithfulness, pairs)
+
+    def labeled(self, metric: type[Any], pairs: Sequence[LabeledPair]) -> AgreementResult:
+        """The probe declared by ``metric`` (its ``declaration.probe``) on every pair: the
+        pair's answer with its contexts is scored, and the verdict (score ≥ the probe's
+        threshold, else :attr:`threshold`) is compared with the pair's label (positive:
+        faithful).
+
+        Args:
+            metric: A declared judged metric class with a probe; built with the judge (and
+                the embedder when it requires one).
+            pairs: The labeled pairs.
+
+        Returns:
+            The probe's :class:`AgreementResult`, named as the metric.
+        """
+        probe = metric.declaration.probe
+        shared = {"judge": self.judge, "embedder": self.embedder}
+        built = metric(**{part: shared[part] for part in metric.requires})
         samples = [Sample(id=p.id, user_input=p.question) for p in pairs]
         responses = [
             RagResponse(response=p.answer, retrieved_contexts=list(p.contexts)) for p in pairs
         ]
-        values, calls, wall = _evaluate(
-            Faithfulness(judge=self.judge), "faithfulness", samples, responses
-        )
+        values, calls, wall = _evaluate(built, probe.column, samples, responses)
         return self._result(
-            "faithfulness",
-            ("faithful", "hallucinated"),
+            metric.name,
+            probe.labels,
             [p.id for p in pairs],
             [p.faithful for p in pairs],
             values,
-            self.threshold,
+            self.threshold if probe.threshold is None else probe.threshold,
             calls,
             wall,
         )

@@ -73,7 +73,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from mlflow.entities import (
     AssessmentError,
@@ -235,10 +235,11 @@ def column_sources(metrics: Sequence[Metric]) -> dict[str, ColumnSource]:
     """
     out: dict[str, ColumnSource] = {}
     for metric in metrics:
-        judged = isinstance(metric, JudgedRowMetric)
+        judged = metric.per_row
         model = ""
-        if judged and metric.judge is not None:
-            model = str(metric.judge.describe().get("model", ""))
+        judge = cast(JudgedRowMetric, metric).judge if judged else None
+        if judge is not None:
+            model = str(judge.describe().get("model", ""))
         for spec in metric.specs():
             if judged:
                 out[spec.name] = ColumnSource(

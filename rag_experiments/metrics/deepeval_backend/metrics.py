@@ -13,6 +13,7 @@ from typing import Any
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import ChatModel
 from rag_experiments.metrics.deepeval_backend.base import DeepEvalMetric, VerdictMismatchError
+from rag_experiments.metrics.definitions import MetricDeclaration, MetricDefinition
 
 
 def _count_mismatch(what: str, n_items: int, n_verdicts: int) -> None:
@@ -150,5 +151,20 @@ class DeepEvalContextRelevancy(DeepEvalMetric):
     """
 
     definition = "context_relevancy"
+    declaration = MetricDeclaration(
+        outputs=(
+            MetricDefinition(
+                "context_relevancy",
+                True,
+                0.0,
+                1.0,
+                "statements of the retrieved contexts relevant to the question / all their "
+                "statements",
+                "DeepEval ContextualRelevancyMetric (no custom counterpart)",
+            ),
+        )
+    )
+    """The one definition with no custom counterpart (the other DeepEval metrics report the
+    custom metrics' definitions under the prefix)."""
     deepeval_class = "deepeval.metrics:ContextualRelevancyMetric"
     state_attrs = ("verdicts_list",)
