@@ -2,8 +2,9 @@
 
 It makes no model call. Without a schema it answers with the first sentence of the first
 numbered context in the last user message (or ``"I don't know."`` when there is none); with a
-schema it returns ``responses[schema.__name__]`` (a dict or a JSON string) from its script.
-Every call is counted in :attr:`calls`.
+schema it returns ``responses[schema.__name__]`` (a dict or a JSON string) from its script,
+each list the schema wants of an exact length (one verdict per context judged) cycled or cut
+to it (:func:`fit_list_lengths`). Every call is counted in :attr:`calls`.
 
 **Extractive mode** (``extractive=True``, ``llm=fake llm.extractive=true``): a schema without a
 scripted response that has ``question`` and ``answer`` fields (the dataset generator's
@@ -27,6 +28,7 @@ import threading
 import time
 from typing import Any
 
+from annotated_types import MaxLen, MinLen
 from pydantic import BaseModel
 
 from rag_experiments.errors import ConfigError, LLMError
@@ -123,6 +125,8 @@ class FakeChat(ChatModelBase):
             raise LLMError(
                 f"FakeChat has no scripted response for {schema.__name__}", reason="parse_error"
             )
+        if isinstance(scripted, dict):
+            scripted = fit_list_lengths(scripted, schema)
         text = scripted if isinstance(scripted, str) else json.dumps(scripted)
         return Completion(
             text=text,
@@ -139,6 +143,33 @@ class FakeChat(ChatModelBase):
         script = json.dumps(script_data, sort_keys=True, default=str)
         digest = hashlib.sha256(script.encode("utf-8")).hexdigest()[:16]
         return {"provider": self.provider, "model": self.model, "digest": digest}
+
+
+def fit_list_lengths(scripted: dict[str, Any], schema: type[BaseModel]) -> dict[str, Any]:
+    """The scripted reply with each list field cut or cycled to the exact length ``schema``
+    declares for it (``Field(min_length=n, max_length=n)``, e.g. one verdict per context
+    judged: ``["yes", "no"]`` for 3 contexts → ``["yes", "no", "yes"]``); other fields as
+    scripted.
+
+    Args:
+        scripted: A scripted structured reply (field → value).
+        schema: The output model asked for.
+
+    Returns:
+        A new dict (``scripted`` itself is not changed).
+    """
+    out = dict(scripted)
+    for name, info in schema.model_fields.items():
+        value = out.get(name)
+        if not isinstance(value, list) or not value:
+            continue
+        lows = {m.min_length for m in info.metadata if isinstance(m, MinLen)}
+        highs = {m.max_length for m in info.metadata if isinstance(m, MaxLen)}
+        if len(lows) != 1 or lows != highs:
+            continue
+        n = lows.pop()
+        out[name] = [value[i % len(value)] for i in range(n)]
+    return out
 
 
 def _unit_hash(messages: list[Message]) -> float:
