@@ -55,3 +55,21 @@ def test_httpx_logs_warnings_only(compose_cfg, primary: str) -> None:
     cfg = compose(config_name=primary, return_hydra_config=True)
     assert cfg.hydra.job_logging.loggers.httpx.level == "WARNING"
     assert cfg.hydra.job_logging.root.level == "INFO"  # the rest of the run still logs INFO
+
+
+@pytest.mark.slow
+def test_run_help_starts_with_our_usage() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "rag_experiments", "run", "--help"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "usage: rag-exp run [-m] [--cfg job] [group=option ...] [key=value ...]"
+    assert "chunker: fixed, none, semantic" in lines
+    assert "powered by Hydra" not in done.stdout
+    assert "== Config ==" not in done.stdout  # the whole config is `--cfg job`, not the help
+    assert lines[-1] == "Hydra's own flags (--multirun, --cfg, --info …): rag-exp run --hydra-help"
