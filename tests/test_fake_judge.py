@@ -21,6 +21,20 @@ def test_the_shipped_script_has_the_five_verdicts_this_test_expects() -> None:
     assert SCRIPT["ContextVerdicts"] == {"verdicts": ["yes", "no", "yes", "no", "no"]}
 
 
+def test_judge_fake_fits_lengths_and_a_bare_fake_keeps_its_script(compose_cfg) -> None:
+    from hydra.utils import instantiate
+
+    from rag_experiments.llm.roles import judge_model_node
+
+    judge = instantiate(judge_model_node(compose_cfg("judge=fake").judge))
+    assert isinstance(judge, FakeChat) and judge.fit_lengths
+    schema = output_model(3)
+    reply = judge.complete([{"role": "user", "content": "x"}], schema=schema)
+    assert reply.parsed.verdicts == ["yes", "no", "yes"]
+    verbatim = FakeChat(SCRIPT).complete([{"role": "user", "content": "x"}], schema=output_model(5))
+    assert verbatim.parsed.verdicts == ["yes", "no", "yes", "no", "no"]
+
+
 @pytest.mark.parametrize(
     ("n", "verdicts"),
     [
@@ -50,7 +64,7 @@ def test_a_list_without_an_exact_length_is_left_as_scripted() -> None:
 def test_context_precision_with_the_fake_judge_at_any_number_of_contexts(
     n: int, expected: float
 ) -> None:
-    judge = FakeChat(SCRIPT)
+    judge = FakeChat(SCRIPT, fit_lengths=True)
     sample = Sample(id="q1", user_input="How is an account created?", reference="Form AR-1.")
     response = RagResponse(
         response="Form AR-1.", retrieved_contexts=[f"passage {i}" for i in range(n)]
