@@ -54,9 +54,9 @@ docs: install  ## build the docs site into site/ (mkdocs build --strict; open si
 # times `make run` (tens of minutes), all 69 questions judged over 2 hours.
 SWEEP_ARGS ?= metrics=retrieval
 
-sweep: install  ## 2x2 chunk-size x top-k sweep, retrieval metrics, about 2 min (SWEEP_ARGS=…)
+sweep: install  ## 2x2 chunker x chunk-size sweep, retrieval metrics, about 2 min (SWEEP_ARGS=…)
 	@echo "make sweep: 4 jobs, $(SWEEP_ARGS), about 2 min on 2 cores by default; Ctrl-C ends the runs KILLED"
-	$(VENV)/bin/rag-exp run -m chunker.size=256,512 retriever.top_k=3,5 $(SWEEP_ARGS) $(ARGS)
+	$(VENV)/bin/rag-exp run -m chunker=semantic,fixed chunker.size=256,512 $(SWEEP_ARGS) $(ARGS)
 
 mlflow-ui: install  ## browse results: MLflow UI on http://127.0.0.1:5000 over ./mlruns.db
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///mlruns.db --host 127.0.0.1 --port 5000

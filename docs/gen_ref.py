@@ -4,7 +4,8 @@ Used two ways:
 
 * as an MkDocs hook (``hooks: [docs/gen_ref.py]`` in ``mkdocs.yml``): :func:`on_files` adds
   ``reference/config.md`` and ``reference/cli.md`` to the site at every build (``make docs``),
-  generated in memory, never written into ``docs/``;
+  generated in memory, never written into ``docs/`` (the files there are committed
+  placeholders that say so, which the hook replaces, so links to them work on GitHub too);
 * as a script, ``python docs/gen_ref.py OUT_DIR``: writes the two pages into ``OUT_DIR`` (to
   read them without building the site).
 
@@ -689,10 +690,14 @@ def pages() -> dict[str, str]:
 
 
 def on_files(files: Any, config: Any) -> Any:
-    """MkDocs hook: add the generated pages to the site's files."""
+    """MkDocs hook: add the generated pages to the site's files, in place of the placeholders
+    committed under ``docs/reference/`` (so links to them work on GitHub too)."""
     from mkdocs.structure.files import File
 
     for uri, text in pages().items():
+        placeholder = files.get_file_from_path(uri)
+        if placeholder is not None:
+            files.remove(placeholder)
         files.append(File.generated(config, uri, content=text))
     return files
 

@@ -31,7 +31,7 @@ Subcommands::
                                        a run's answers as a dataset file (target=recorded)
     rag-exp init [--dir DIR] [--force]  a starter conf/ overlay (experiment, HTTP target)
 
-``rag-exp run --help`` shows Hydra's help (config groups and options); ``rag-exp run --cfg job``
+``rag-exp run --help`` shows our usage, examples and the config groups; ``rag-exp run --cfg job``
 prints the resolved config without running.
 
 Errors are handled in one place, :func:`main`, for every command: our own errors

@@ -129,6 +129,9 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     # outside a sweep the parts are built before the run opens. A sweep's job opens its run
     # first, so the sweep's record shows the refused job as a FAILED child.
     exp = build(cfg) if parent_run_id is None else None
+    # A refused resume (other config or dataset) leaves the run as it was: checked before the
+    # run is reopened, since a failure inside it would end the run FAILED.
+    job.refuse_mismatch(params, exp.dataset.digest if exp is not None else None)
     with tracker.start_run(
         params=params,
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),

@@ -327,13 +327,21 @@ def evaluate(
         for reason, n in by_reason.items():
             key = f"judge.errors.{reason}"
             run_values[key] = run_values.get(key, 0.0) + n
-    log.info(
-        "Answered and judged %d questions in %.1f s (%d answered at once; judging: %s)",
-        len(samples),
-        counts["duration_s"],
-        answer_concurrency,
-        judging.describe(),
-    )
+    if judged_metrics:
+        log.info(
+            "Answered and judged %d questions in %.1f s (%d answered at once; judging: %s)",
+            len(samples),
+            counts["duration_s"],
+            answer_concurrency,
+            judging.describe(),
+        )
+    else:  # retrieval-only or judge-free metrics: nothing was judged
+        log.info(
+            "Evaluated %d questions in %.1f s (%d at once; no LLM judge)",
+            len(samples),
+            counts["duration_s"],
+            answer_concurrency,
+        )
     return EvalResult(
         samples, responses, values, specs, aggs, counts, audit, run_values, judge_errors
     )

@@ -416,6 +416,48 @@ def test_failed_health_check_stops_before_the_run():
     assert e.value.reason == "endpoint_unavailable"
 
 
+def test_dead_url_without_health_url_fails_before_the_run():
+    url = f"http://127.0.0.1:{_free_port()}/ask"
+    target = HttpTarget(url, retries=1, backoff_s=0.0)
+    with pytest.raises(TargetError) as e:
+        target.prepare(EvalDataset("t", [], []))
+    assert e.value.reason == "endpoint_unavailable"
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith(f"target.url {url} cannot be reached (ConnectError")
+    assert "2 attempt(s)" in message  # retries=1: the first attempt and one retry
+    assert message.endswith(
+        "start the service, fix target.url, or set target.health_url to its health endpoint"
+    )
+
+
+def test_live_url_without_health_url_passes_without_asking_a_question(caplog):
+    def answer(body, headers, n):
+        return _json({"answer": "fine", "contexts": ["c"]})
+
+    caplog.set_level(logging.INFO)
+    with ScriptedServer(answer) as srv:
+        target = HttpTarget(f"{srv.url}/ask", retries=0)
+        target.prepare(EvalDataset("t", [], []))
+        assert sum(srv.calls.values()) == 0  # the probe is a HEAD (501 here), not a question
+        resp = target.answer(_sample(1))
+    assert resp.error is None and resp.response == "fine"
+    assert srv.calls == {"question 1?": 1}
+    assert f"reachability check HEAD {srv.url}/ask: HTTP 501" in caplog.text
+
+
+def test_a_server_that_accepts_but_does_not_reply_passes_the_probe(caplog):
+    caplog.set_level(logging.INFO)
+    with socket.socket() as listening:  # the kernel accepts connections; nobody answers
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(8)
+        port = listening.getsockname()[1]
+        target = HttpTarget(f"http://127.0.0.1:{port}/ask", timeout_s=0.2, retries=0)
+        target.check()  # no error: a connection could be made
+    assert "reachability check HEAD" in caplog.text
+    assert "connected, no reply in time" in caplog.text
+
+
 def test_concurrency_keeps_order_and_per_row_latency():
     def answer(body, headers, n):
         return _json({"answer": body["question"].upper(), "contexts": [body["question"]]})

@@ -286,3 +286,52 @@ def test_http_target_answers_are_saved_as_they_arrive_kill_9_then_resume(tmp_pat
     table = _per_query(client, run_id)
     expected = [json.loads(x)["id"] for x in _small_dataset(tmp_path).read_text().splitlines()]
     assert sorted(table["id"]) == sorted(expected)
+
+
+def test_a_resume_with_another_config_or_dataset_is_refused_before_the_run_reopens() -> None:
+    from rag_experiments.lifecycle.resume import JobCheckpoint
+
+    job = JobCheckpoint(
+        None,
+        "r1",
+        dataset_digest="d1",
+        previous_params={"retriever.top_k": "5", "seed": "0", "metrics.cutoffs": "[5, 10]"},
+    )
+    same = {"retriever": {"top_k": 5}, "seed": 0, "metrics": {"cutoffs": [5, 10]}, "new": 1}
+    job.refuse_mismatch(same, "d1")  # same values (a key the run did not log is fine)
+    with pytest.raises(ConfigError) as refused:
+        job.refuse_mismatch({**same, "retriever": {"top_k": 3}}, "d1")
+    assert str(refused.value) == (
+        "cannot resume run r1: its config differs (retriever.top_k was '5', now '3'). Resume "
+        "with the overrides the run started with (its params in MLflow), or start a new run"
+    )
+    with pytest.raises(ConfigError, match="cannot resume run r1: it evaluated dataset digest"):
+        job.refuse_mismatch(same, "d2")
+    JobCheckpoint(None).refuse_mismatch({"retriever": {"top_k": 3}}, "d2")  # a new run: no check
+
+
+@pytest.mark.slow
+def test_a_refused_resume_leaves_a_killed_run_killed_with_its_error(tmp_path: Path) -> None:
+    job_dir = tmp_path / "job"
+    first = subprocess.run(
+        _cmd(tmp_path, job_dir, "llm.delay_s=0"),
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_id = json.loads((job_dir / "checkpoint.json").read_text())["run_id"]
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
+    killed = "Interrupted: the run was stopped by SIGTERM"
+    client.set_tag(run_id, "error", killed)  # as a run stopped by a signal ends
+    client.set_terminated(run_id, "KILLED")
+
+    refused = subprocess.run(
+        _cmd(tmp_path, tmp_path / "job2", "llm.delay_s=0", "retriever.top_k=2", f"resume={run_id}"),
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 1
+    assert "Traceback" not in refused.stderr
+    assert "its config differs (retriever.top_k was '5', now '2')" in refused.stderr
+    run = client.get_run(run_id)
+    assert run.info.status == "KILLED"
+    assert run.data.tags["error"] == killed
+    assert "resumed" not in run.data.tags

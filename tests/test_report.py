@@ -139,6 +139,31 @@ def test_report_ranks_children_and_logs_to_the_parent(
     assert "http" not in page.replace("http-equiv", "")  # nothing fetched from anywhere
 
 
+@pytest.mark.slow
+def test_report_shows_the_childrens_caveat(sweep: tuple[str, str], tmp_path: Path, capsys) -> None:
+    uri, parent_id = sweep
+    client = mlflow.MlflowClient(uri)
+    caveat = "Answers come from the embedded SmolLM2-135M model: a smoke test <not a benchmark>."
+    runs = client.search_runs([client.get_run(parent_id).info.experiment_id])
+    children = [r for r in runs if r.data.tags.get(MLFLOW_PARENT_RUN_ID) == parent_id]
+    for child in children:
+        if child.info.status == "FINISHED":  # 3 of the 4 children; the FAILED one has none
+            client.set_tag(child.info.run_id, "mlflow.note.content", caveat)
+    report = build_report(client, resolve_parent(client, parent_id))
+    assert report.notes == {caveat: 3}
+    assert report.note_lines() == [f"NOTE (3 of 4 child runs): {caveat}"]
+
+    out = tmp_path / "report"
+    assert main(["report", parent_id, "--tracking-uri", uri, "--out", str(out), "--no-log"]) == 0
+    assert f"  NOTE (3 of 4 child runs): {caveat}\n" in capsys.readouterr().out
+    page = (out / "report.html").read_text()
+    assert "NOTE (3 of 4 child runs): Answers come from the embedded SmolLM2-135M" in page
+    assert "&lt;not a benchmark&gt;" in page  # escaped
+
+    every = SweepReport(None, [None, None], [], [], [], notes={caveat: 2})  # type: ignore[arg-type, list-item]
+    assert every.note_lines() == [f"NOTE: {caveat}"]
+
+
 def test_swept_keys_and_a_childs_run_name() -> None:
     cli = ["chunker.size=256,512", "retriever.top_k=3,5", "max_samples=8", "+x=choice(1,2)"]
     assert swept_keys(cli, {}) == ["chunker.size", "retriever.top_k", "x"]

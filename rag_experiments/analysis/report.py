@@ -26,8 +26,10 @@ by quality, best first), those whose quality is strictly higher than every cheap
 
 from __future__ import annotations
 
+import html
 import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +38,7 @@ from typing import Any
 import pandas as pd
 from mlflow.entities import Run
 
+from rag_experiments.analysis.paired import NOTE_TAG
 from rag_experiments.analysis.plots import (
     Series,
     html_page,
@@ -101,6 +104,9 @@ class SweepReport:
         specs: Metric columns (from the first finished child).
         key: Metrics of the table, line plots and Pareto front.
         best: One ``best.csv`` row per metric.
+        notes: ``{note: children carrying it}``: the children's descriptions
+            (``mlflow.note.content``), e.g. the caveat of runs that used the embedded 135M
+            model, in first-seen order.
     """
 
     parent: Run
@@ -109,6 +115,16 @@ class SweepReport:
     specs: list[MetricInfo]
     key: list[str]
     best: list[dict[str, Any]] = field(default_factory=list)
+    notes: dict[str, int] = field(default_factory=dict)
+
+    def note_lines(self) -> list[str]:
+        """One line per note: ``NOTE: <note>`` when every child carries it, else
+        ``NOTE (k of n child runs): <note>``."""
+        n = len(self.children)
+        return [
+            f"NOTE: {note}" if k == n else f"NOTE ({k} of {n} child runs): {note}"
+            for note, k in self.notes.items()
+        ]
 
     def finished(self) -> list[Child]:
         """The children that FINISHED (the only ones plotted and ranked)."""
@@ -222,6 +238,8 @@ def build_report(client: Any, parent: Run, metrics: Sequence[str] | None = None)
         )
     report = SweepReport(parent, children, swept, specs, key)
     report.best = _best(report)
+    notes = (r.data.tags.get(NOTE_TAG, "").strip() for r in runs)
+    report.notes = dict(Counter(note for note in notes if note))
     return report
 
 
@@ -315,6 +333,7 @@ def write_sweep_report(report: SweepReport, out_dir: Path) -> dict[str, Path]:
         f"({len(done)} finished); swept: {', '.join(report.swept) or 'nothing'}. "
         "Means with their 95% bootstrap CI as each child logged them; latency_ms_p50 leaves "
         "out the n_cached_answers answers served from the response cache.</p>",
+        *(f"<p><strong>{html.escape(line)}</strong></p>" for line in report.note_lines()),
         "<h2>Configurations</h2>",
         html_table(
             table,

@@ -412,6 +412,7 @@ class FakeLLMConf(ComponentConf):
     max_concurrency: int = 4
     model: str = "fake-chat"
     extractive: bool = False  # answer unscripted question schemas from the prompt's passages
+    fit_lengths: bool = False  # cycle/cut scripted lists to the schema's exact length
 
 
 @dataclass

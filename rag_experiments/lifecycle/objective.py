@@ -13,16 +13,36 @@ belongs to the sweeper (``hydra.sweeper.direction``).
 A run whose objective cannot be computed (a term's metric has no valid row) returns a
 :class:`NaNObjective`, a NaN that says why (:func:`nan_reason`); the sweeper
 (:mod:`rag_experiments.lifecycle.sweeper`) records that trial as failed with the reason.
+
+Some swept keys cannot move some metrics: doc-level retrieval metrics (``nDCG@10``, ``R@5`` …)
+are measured on a ranking as deep as the deepest cutoff whatever ``retriever.top_k`` is
+(``top_k`` only decides how many contexts the generator sees), and no retrieval metric depends
+on the generator (``llm``). :func:`unmoved_keys` finds such keys and
+:class:`ObjectiveCheckCallback` warns about them when a sweep starts.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
 
 from rag_experiments.errors import ConfigError, RagExpError
 from rag_experiments.records import MetricValue
+
+log = logging.getLogger(__name__)
+
+_DOC_RETRIEVAL = re.compile(r"^(by_type/[^/]+/)?(Hit|MRR|nDCG|P|R|MAP)@\d+$")
+"""Doc-level retrieval metric names (:mod:`rag_experiments.metrics.retrieval`), also per type."""
+
+_RETRIEVAL = re.compile(r"^(by_type/[^/]+/)?(chunk\.)?(Hit|MRR|nDCG|P|R|MAP)@\d+$")
+"""Doc- and chunk-level retrieval metric names."""
 
 
 class NaNObjective(float):
@@ -134,3 +154,86 @@ def nan_reason(expr: str, rows: Sequence[Mapping[str, MetricValue]]) -> str:
         why = ", ".join(f"{reason}: {n}" for reason, n in counts.most_common())
         parts.append(f"{name} is NaN: {n_valid} of {len(cells)} rows valid ({why or 'no rows'})")
     return f"objective {expr}: " + ("; ".join(parts) or "NaN")
+
+
+def _ignores(key: str, metric: str) -> bool:
+    """Whether ``metric`` cannot change when config key ``key`` changes (see the module
+    docstring): ``retriever.top_k`` for doc-level retrieval metrics, the generator (``llm``,
+    ``llm.*``) for every retrieval metric."""
+    if key == "retriever.top_k":
+        return bool(_DOC_RETRIEVAL.match(metric))
+    if key == "llm" or key.startswith("llm."):
+        return bool(_RETRIEVAL.match(metric))
+    return False
+
+
+def unmoved_keys(expr: str | None, swept: Sequence[str]) -> list[str]:
+    """The swept keys that cannot change objective ``expr``: every term's metric ignores them.
+
+    Args:
+        expr: The ``objective`` key (None or empty = no objective, nothing to check).
+        swept: The swept config keys (``retriever.top_k``, ``chunker.size`` …).
+
+    Returns:
+        Those keys, in ``swept`` order; e.g. ``["retriever.top_k"]`` for
+        ``expr="nDCG@10"``, ``[]`` for ``expr="chunk.R@10"`` or ``"faithfulness"``.
+
+    Raises:
+        ConfigError: ``expr`` is malformed (:func:`parse_objective`).
+    """
+    if not expr:
+        return []
+    names = [name for _, name in parse_objective(expr)]
+    return [key for key in swept if all(_ignores(key, name) for name in names)]
+
+
+class ObjectiveCheckCallback(Callback):
+    """Hydra callback: when a sweep starts, warn about each swept key the ``objective`` cannot
+    depend on (:func:`unmoved_keys`), naming the key, the objective and what to do; the
+    sweeper would otherwise search a flat objective and report ties.
+
+    Hook it up in the config::
+
+        hydra:
+          callbacks:
+            objective_check:
+              _target_: rag_experiments.lifecycle.objective.ObjectiveCheckCallback
+    """
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Log one warning per swept key that cannot move the objective."""
+        from rag_experiments.tracking.sweep import swept_keys
+
+        expr = OmegaConf.select(config, "objective", default=None)
+        swept = swept_keys(
+            list(OmegaConf.select(config, "hydra.overrides.task", default=None) or []),
+            dict(OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}),
+        )
+        for warning in unmoved_warnings(expr, swept):
+            log.warning("%s", warning)
+
+
+def unmoved_warnings(expr: str | None, swept: Sequence[str]) -> list[str]:
+    """One line per key of :func:`unmoved_keys`, saying why and what to do.
+
+    Args:
+        expr: The ``objective`` key.
+        swept: The swept config keys.
+
+    Returns:
+        The warnings (empty when every swept key can move the objective).
+    """
+    why = {
+        "retriever.top_k": (
+            "doc-level retrieval metrics are measured at a fixed depth (the deepest cutoff), "
+            "top_k only sets how many contexts the generator sees"
+        ),
+    }
+    return [
+        f"objective={expr} cannot depend on swept key {key}: "
+        + why.get(key, "retrieval metrics do not depend on the generator")
+        + "; every value will tie. Sweep the chunker or embedder instead, or choose an "
+        "objective that depends on it (an answer metric such as faithfulness with "
+        "metrics=custom, or a chunk-level one such as chunk.nDCG@10)"
+        for key in unmoved_keys(expr, swept)
+    ]

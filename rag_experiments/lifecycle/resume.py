@@ -10,7 +10,8 @@ params) and keeps appending to the same ``responses.jsonl``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +35,65 @@ class JobCheckpoint:
         resume_run_id: The MLflow run to reopen, or None for a new run.
         dataset_digest: The resumed run's ``dataset.digest`` tag (None when unknown).
         previous_error: The resumed run's ``error`` tag (its earlier attempt failed), or None.
+        previous_params: The resumed run's logged params (``{key: value}``, MLflow's strings).
     """
 
     checkpoint: ResponseCheckpoint | None
     resume_run_id: str | None = None
     dataset_digest: str | None = None
     previous_error: str | None = None
+    previous_params: dict[str, str] = field(default_factory=dict)
+
+    def refuse_mismatch(self, params: Mapping[str, Any], dataset_digest: str | None) -> None:
+        """Before the resumed run is reopened: refuse a resume whose config or dataset differ
+        from the run's, so a refused resume leaves the run as it was (status, ``error`` tag);
+        once reopened, a failure would end it FAILED. Nothing happens for a new run.
+
+        Args:
+            params: The job's nested config as logged (``resume`` left out).
+            dataset_digest: Digest of the dataset loaded for this job (None: not loaded yet).
+
+        Raises:
+            ConfigError: A param the run logged has another value now (MLflow would refuse
+                it), or the dataset digest differs; the message names up to 3 keys and the fix.
+        """
+        if not self.resume_run_id:
+            return
+        if dataset_digest is not None:
+            self.check_dataset(dataset_digest)
+        from rag_experiments.tracking.params import flatten_params
+
+        now = flatten_params(params)
+        changed = [
+            f"{key} was {old!r}, now {now[key]!r}"
+            for key, old in self.previous_params.items()
+            if key in now and now[key] != old
+        ]
+        if changed:
+            more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+            raise ConfigError(
+                f"cannot resume run {self.resume_run_id}: its config differs ("
+                + "; ".join(changed[:3])
+                + f"{more}). Resume with the overrides the run started with (its params in "
+                "MLflow), or start a new run"
+            )
+
+    def check_dataset(self, dataset_digest: str) -> None:
+        """Refuse a resume on another dataset than the run's.
+
+        Args:
+            dataset_digest: Digest of the dataset loaded for this job.
+
+        Raises:
+            ConfigError: The resumed run was made on another dataset.
+        """
+        if self.resume_run_id and self.dataset_digest and self.dataset_digest != dataset_digest:
+            raise ConfigError(
+                f"cannot resume run {self.resume_run_id}: it evaluated dataset digest "
+                f"{self.dataset_digest[:12]}…, the dataset loaded now has "
+                f"{dataset_digest[:12]}…. "
+                "Resume with the dataset the run started with, or start a new run"
+            )
 
     def attach(self, tracker: Any) -> None:
         """Inside the open run: write ``checkpoint.json`` and tag ``job.dir`` (and
@@ -81,13 +135,7 @@ class JobCheckpoint:
         """
         if self.checkpoint is None:
             return target
-        if self.resume_run_id and self.dataset_digest and self.dataset_digest != dataset_digest:
-            raise ConfigError(
-                f"cannot resume run {self.resume_run_id}: it evaluated dataset digest "
-                f"{self.dataset_digest[:12]}…, the dataset loaded now has "
-                f"{dataset_digest[:12]}…. "
-                "Resume with the dataset the run started with, or start a new run"
-            )
+        self.check_dataset(dataset_digest)
         return CheckpointedTarget(target, self.checkpoint)
 
 
@@ -133,6 +181,7 @@ def job_checkpoint(cfg: Any, tracking_uri: str) -> JobCheckpoint:
         run_id,
         run.data.tags.get("dataset.digest"),
         run.data.tags.get(ERROR_TAG),
+        dict(run.data.params),
     )
 
 

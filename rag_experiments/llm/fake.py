@@ -2,8 +2,10 @@
 
 It makes no model call. Without a schema it answers with the first sentence of the first
 numbered context in the last user message (or ``"I don't know."`` when there is none); with a
-schema it returns ``responses[schema.__name__]`` (a dict or a JSON string) from its script.
-Every call is counted in :attr:`calls`.
+schema it returns ``responses[schema.__name__]`` (a dict or a JSON string) from its script;
+with ``fit_lengths`` (as ``judge=fake`` has it), each list the schema wants of an exact length
+(one verdict per context judged) cycled or cut to it (:func:`fit_list_lengths`). Every call is
+counted in :attr:`calls`.
 
 **Extractive mode** (``extractive=True``, ``llm=fake llm.extractive=true``): a schema without a
 scripted response that has ``question`` and ``answer`` fields (the dataset generator's
@@ -27,6 +29,7 @@ import threading
 import time
 from typing import Any
 
+from annotated_types import MaxLen, MinLen
 from pydantic import BaseModel
 
 from rag_experiments.errors import ConfigError, LLMError
@@ -59,6 +62,9 @@ class FakeChat(ChatModelBase):
         model: Model id reported in :meth:`describe`.
         extractive: Answer unscripted question schemas from the prompt's passages (see the
             module docstring) instead of raising.
+        fit_lengths: Cut or cycle each scripted list to the exact length the schema declares
+            (:func:`fit_list_lengths`; ``judge=fake`` sets it, so it gives one verdict per
+            context at any ``top_k``); False = the script verbatim (a test's wrong judge).
     """
 
     provider = "fake"
@@ -76,6 +82,7 @@ class FakeChat(ChatModelBase):
         extractive: bool = False,
         jitter_s: float = 0.0,
         max_concurrency: int = 4,
+        fit_lengths: bool = False,
     ) -> None:
         if int(max_concurrency) < 1 or delay_s < 0 or jitter_s < 0:
             raise ConfigError(
@@ -89,6 +96,7 @@ class FakeChat(ChatModelBase):
         self.max_concurrency = int(max_concurrency)
         self.model = model
         self.extractive = extractive
+        self.fit_lengths = bool(fit_lengths)
         self.calls = 0
         self._lock = threading.Lock()
 
@@ -123,6 +131,8 @@ class FakeChat(ChatModelBase):
             raise LLMError(
                 f"FakeChat has no scripted response for {schema.__name__}", reason="parse_error"
             )
+        if self.fit_lengths and isinstance(scripted, dict):
+            scripted = fit_list_lengths(scripted, schema)
         text = scripted if isinstance(scripted, str) else json.dumps(scripted)
         return Completion(
             text=text,
@@ -136,9 +146,38 @@ class FakeChat(ChatModelBase):
         script_data: dict[str, Any] = {"responses": self.responses, "text": self.text}
         if self.extractive:  # only then, so the digest of a scripted fake stays as it was
             script_data["extractive"] = True
+        if self.fit_lengths:  # likewise
+            script_data["fit_lengths"] = True
         script = json.dumps(script_data, sort_keys=True, default=str)
         digest = hashlib.sha256(script.encode("utf-8")).hexdigest()[:16]
         return {"provider": self.provider, "model": self.model, "digest": digest}
+
+
+def fit_list_lengths(scripted: dict[str, Any], schema: type[BaseModel]) -> dict[str, Any]:
+    """The scripted reply with each list field cut or cycled to the exact length ``schema``
+    declares for it (``Field(min_length=n, max_length=n)``, e.g. one verdict per context
+    judged: ``["yes", "no"]`` for 3 contexts → ``["yes", "no", "yes"]``); other fields as
+    scripted.
+
+    Args:
+        scripted: A scripted structured reply (field → value).
+        schema: The output model asked for.
+
+    Returns:
+        A new dict (``scripted`` itself is not changed).
+    """
+    out = dict(scripted)
+    for name, info in schema.model_fields.items():
+        value = out.get(name)
+        if not isinstance(value, list) or not value:
+            continue
+        lows = {m.min_length for m in info.metadata if isinstance(m, MinLen)}
+        highs = {m.max_length for m in info.metadata if isinstance(m, MaxLen)}
+        if len(lows) != 1 or lows != highs:
+            continue
+        n = lows.pop()
+        out[name] = [value[i % len(value)] for i in range(n)]
+    return out
 
 
 def _unit_hash(messages: list[Message]) -> float:

@@ -89,6 +89,11 @@ SNIPPET_CHARS = 200
 _METHODS = ("POST", "GET", "PUT")
 
 
+PROBE_TIMEOUT_S = 5.0
+"""Longest wait, in seconds, of each attempt of the reachability check of a target without
+``health_url`` (``timeout_s`` when shorter)."""
+
+
 class HttpStatusError(TargetError):
     """A reply that cannot be used (non-2xx, or not JSON); ``status`` is its HTTP status."""
 
@@ -128,8 +133,9 @@ class HttpTarget(TargetBase):
             default.
         retry_statuses: HTTP statuses that are retried.
         max_concurrency: Questions the runner sends at once (>= 1).
-        health_url: If set, ``prepare`` GETs it (with the same retries) and fails fast unless
-            it answers 2xx.
+        health_url: If set, ``check`` GETs it (with the same retries) and fails fast unless
+            it answers 2xx; if not, ``check`` sends ``HEAD url`` and fails fast only when no
+            connection can be made (see :meth:`check`).
         doc_ids_from_text: Match contexts to corpus documents by text when the endpoint gives
             no document ids.
         doc_min_overlap: ``min_overlap`` of that match (share of a context's words).
@@ -237,21 +243,30 @@ class HttpTarget(TargetBase):
     # --- Target protocol --------------------------------------------------------------------
     def check(self) -> None:
         """GET ``health_url`` when one is set (with the configured retries) and require 2xx;
-        without one there is nothing to ask before a real question.
+        without one, probe ``url`` itself: one ``HEAD`` request (with the configured retries,
+        each within ``min(timeout_s, 5)`` s) must reach the service. Any HTTP reply passes (a
+        405 or 404 to ``HEAD`` still shows a listening server; the questions' own statuses are
+        row errors), and so does a connection that is accepted but not answered in time; only
+        a connection that cannot be made (refused, name not resolved, connect timeout) fails.
+        No question is sent, so none is answered (or paid for) twice.
 
         Raises:
-            TargetError: ``endpoint_unavailable``; the message names the fix.
+            TargetError: ``endpoint_unavailable``; the message names the URL and the fix.
         """
-        if self.health_url and not self._healthy:
+        if self._healthy:
+            return
+        if self.health_url:
             self._check_health(self.health_url)
-            self._healthy = True
+        else:
+            self._probe(self.url)
+        self._healthy = True
 
     def prepare(self, dataset: EvalDataset) -> None:
-        """Check the endpoint (``health_url``, unless :meth:`check` already did) and get the
-        corpus matcher ready.
+        """Check the endpoint (:meth:`check`, unless it already passed) and get the corpus
+        matcher ready.
 
         Raises:
-            TargetError: ``health_url`` is set and does not answer 2xx after the retries.
+            TargetError: ``health_url`` does not answer 2xx, or ``url`` cannot be reached.
         """
         log.info(
             "HTTP target: %s %s, headers %s, timeout %.1f s, %d retries, max_concurrency %d",
@@ -440,6 +455,32 @@ class HttpTarget(TargetBase):
                 "target.health_url",
             )
         log.info("HTTP target: health check %s: HTTP %d", where, reply.status_code)
+
+    def _probe(self, url: str) -> None:
+        """``HEAD url``: fail unless a connection to the service can be made (see :meth:`check`)."""
+        attempts = [0]
+        where = f"HEAD {public_url(url)}"
+        limit = min(self.timeout_s, PROBE_TIMEOUT_S)
+
+        def head() -> httpx.Response | None:
+            try:
+                return self._http.send("HEAD", url, timeout_s=limit)
+            except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.RemoteProtocolError):
+                return None  # connected: something listens there
+
+        try:
+            reply = self._with_retries(f"reachability check {where}", attempts, head)
+        except httpx.HTTPError as exc:
+            raise TargetError(
+                "endpoint_unavailable",
+                self.template.scrub(
+                    f"target.url {public_url(url)} cannot be reached ({_describe_exc(exc)}, "
+                    f"{attempts[0]} attempt(s)); start the service, fix target.url, or set "
+                    "target.health_url to its health endpoint"
+                ),
+            ) from None
+        status = "connected, no reply in time" if reply is None else f"HTTP {reply.status_code}"
+        log.info("HTTP target: reachability check %s: %s", where, status)
 
 
 def _describe_exc(exc: BaseException | None) -> str:

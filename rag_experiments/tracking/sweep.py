@@ -279,6 +279,7 @@ def announce_sweep_end(uri: str, parent_id: str, status: str, *, report: bool = 
                 f"sweep report: {artifact_location(client, parent_id, 'report/report.html')} "
                 f"(rebuild: {where})"
             )
+            lines += built.note_lines()  # the caveat of runs that used the embedded model
         except Exception as exc:  # noqa: BLE001 - the report is a view; the runs are logged
             lines.append(f"sweep report not built ({type(exc).__name__}: {exc}); try: {where}")
     else:
