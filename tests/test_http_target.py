@@ -418,7 +418,7 @@ def test_failed_health_check_stops_before_the_run():
 
 def test_dead_url_without_health_url_fails_before_the_run():
     url = f"http://127.0.0.1:{_free_port()}/ask"
-    target = HttpTarget(url, retries=1, backoff_s=0.0)
+    target = HttpTarget(url, retry=replace(TARGET_RETRY, max_retries=1, backoff_s=0.0))
     with pytest.raises(TargetError) as e:
         target.prepare(EvalDataset("t", [], []))
     assert e.value.reason == "endpoint_unavailable"
@@ -437,7 +437,7 @@ def test_live_url_without_health_url_passes_without_asking_a_question(caplog):
 
     caplog.set_level(logging.INFO)
     with ScriptedServer(answer) as srv:
-        target = HttpTarget(f"{srv.url}/ask", retries=0)
+        target = HttpTarget(f"{srv.url}/ask", retry=replace(TARGET_RETRY, max_retries=0))
         target.prepare(EvalDataset("t", [], []))
         assert sum(srv.calls.values()) == 0  # the probe is a HEAD (501 here), not a question
         resp = target.answer(_sample(1))
@@ -452,7 +452,10 @@ def test_a_server_that_accepts_but_does_not_reply_passes_the_probe(caplog):
         listening.bind(("127.0.0.1", 0))
         listening.listen(8)
         port = listening.getsockname()[1]
-        target = HttpTarget(f"http://127.0.0.1:{port}/ask", timeout_s=0.2, retries=0)
+        target = HttpTarget(
+            f"http://127.0.0.1:{port}/ask",
+            retry=replace(TARGET_RETRY, timeout_s=0.2, max_retries=0),
+        )
         target.check()  # no error: a connection could be made
     assert "reachability check HEAD" in caplog.text
     assert "connected, no reply in time" in caplog.text

@@ -53,6 +53,10 @@ class FakeOllamaServer(LocalServer):
         embed_dim: Dimension of ``/api/embed`` vectors (hashing-trick vectors of the text).
         context_length: ``model_info.<arch>.context_length`` reported by ``/api/show``.
 
+    Attributes:
+        peak_in_flight: Most ``/api/chat`` requests being served at once (a client's
+            concurrency as the server saw it).
+
     Use as a context manager, or call :meth:`start` / :meth:`stop`.
     """
 
@@ -71,6 +75,8 @@ class FakeOllamaServer(LocalServer):
         self.embedder = HashEmbedder(dim=embed_dim)
         self.counts: Counter[str] = Counter()
         self.bodies: list[dict[str, Any]] = []
+        self.in_flight = 0
+        self.peak_in_flight = 0
         self._lock = threading.Lock()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -112,9 +118,16 @@ class FakeOllamaServer(LocalServer):
         first_user = next((m.get("content", "") for m in messages if m.get("role") == "user"), "")
         options = body.get("options") or {}
         num_ctx = int(options.get("num_ctx", 2048))
-        time.sleep(self.latency_s)
-        if "[slow]" in first_user:
-            time.sleep(self.slow_s)
+        with self._lock:
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            time.sleep(self.latency_s)
+            if "[slow]" in first_user:
+                time.sleep(self.slow_s)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
         question = first_user
         done_reason = "stop"
         prompt_eval = min(num_ctx - 1, max(1, len(json.dumps(messages)) // 4))
