@@ -166,8 +166,9 @@ def build_role_chat(node: Any, role: str) -> Any:
     """The chat model of a role node (``cfg.judge``, or ``cfg.llm`` of ``generate``) without
     its role keys (:func:`~rag_experiments.llm.roles.judge_model_node`), behind the response
     cache and the role's usage meter."""
+    where = str(node._key() or "") if isinstance(node, DictConfig) else ""
     with own_errors():
-        return build_chat(judge_model_node(node), role)
+        return build_chat(judge_model_node(node), role, where=where)
 
 
 def build_embedder(cfg: DictConfig) -> Any:

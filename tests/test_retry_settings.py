@@ -9,6 +9,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from hydra.utils import instantiate
 
 from rag_experiments.build import build, build_chat_model, build_embedder, build_role_chat
 from rag_experiments.common.http import DEFAULT_RETRY, RetryPolicy, nest_retry
@@ -17,18 +18,20 @@ from rag_experiments.targets.http import TARGET_RETRY
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICY = "rag_experiments.common.http.RetryPolicy"
+CHAT = "rag_experiments.llm.ollama.OllamaChat"
+HTTP = "rag_experiments.targets.http.HttpTarget"
 CALL_KEYS = {"timeout_s", "max_retries", "retries", "backoff_s", "backoff_max_s"}
 
 
 def test_nest_retry_moves_the_flat_keys_into_one_node() -> None:
-    node = {"_target_": "x.Chat", "model": "m", "timeout_s": 30, "max_retries": 0}
+    node = {"_target_": CHAT, "model": "m", "timeout_s": 30, "max_retries": 0}
     assert nest_retry(node) == {
-        "_target_": "x.Chat",
+        "_target_": CHAT,
         "model": "m",
         "retry": {"_target_": POLICY, "jitter": True, "timeout_s": 30, "max_retries": 0},
     }
     assert node["timeout_s"] == 30  # the input is left as it was
-    target = {"_target_": "t.Http", "url": "u", "retries": 5, "backoff_s": 0.1}
+    target = {"_target_": HTTP, "url": "u", "retries": 5, "backoff_s": 0.1}
     assert nest_retry(target, retries_key="retries", jitter=False)["retry"] == {
         "_target_": POLICY,
         "jitter": False,
@@ -50,7 +53,23 @@ def test_nest_retry_moves_the_flat_keys_into_one_node() -> None:
 )
 def test_a_refused_setting_names_the_users_key(node, kwargs, message) -> None:
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
-        nest_retry({"_target_": "x.Chat", **node}, **kwargs)
+        nest_retry({"_target_": CHAT, **node}, **kwargs)
+
+
+class UsersTarget:
+    """A user's own target: not a :class:`TakesRetry`, it takes its call settings flat."""
+
+    def __init__(self, url: str, timeout_s: float = 5.0, retries: int = 1) -> None:
+        self.url, self.timeout_s, self.retries = url, timeout_s, retries
+
+
+def test_a_class_that_does_not_take_a_retry_policy_gets_its_keys_as_written() -> None:
+    node = {"_target_": f"{__name__}.UsersTarget", "url": "u", "timeout_s": 9, "retries": 0}
+    assert nest_retry(node, retries_key="retries") == node
+    built = instantiate(nest_retry(node, retries_key="retries"))
+    assert (built.timeout_s, built.retries) == (9, 0)
+    unknown = {"_target_": "no.such.Class", "timeout_s": 9}  # instantiate reports it later
+    assert nest_retry(unknown) == unknown
 
 
 def test_policy_defaults_and_checks() -> None:
@@ -93,6 +112,16 @@ def test_users_flat_keys_reach_the_built_clients(compose_cfg) -> None:
     assert embedder.http.timeout_s == 9.0
     local = build_chat_model(compose_cfg("llm=embedded", "llm.timeout_s=3").llm)
     assert local.timeout_s == 3.0
+
+
+def test_a_built_clients_refused_setting_names_its_config_key(compose_cfg) -> None:
+    cfg = compose_cfg(
+        "judge=ollama", "judge.timeout_s=0", "embedder=ollama", "embedder.backoff_s=-1"
+    )
+    with pytest.raises(ConfigError, match=r"^judge\.timeout_s must be > 0"):
+        build_role_chat(cfg.judge, "judge")
+    with pytest.raises(ConfigError, match=r"^embedder\.backoff_s and embedder\.backoff_max_s"):
+        build_embedder(cfg)
 
 
 def test_the_http_targets_flat_keys_reach_it(compose_cfg, tmp_path) -> None:

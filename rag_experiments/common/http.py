@@ -19,6 +19,7 @@ The module knows nothing of models, metrics or targets (it imports only
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import re
@@ -381,6 +382,20 @@ class RetryPolicy:
 DEFAULT_RETRY = RetryPolicy()
 """The policy of a client built without one (the defaults of :class:`RetryPolicy`)."""
 
+TARGET_RETRY = RetryPolicy(timeout_s=60.0, jitter=False)
+"""The HTTP target's call settings unless configured: a RAG endpoint answers within a minute,
+and its waits are not jittered (one client, so no herd to spread); the config schema
+(``HttpTargetConf``) takes its defaults from here."""
+
+
+class TakesRetry:
+    """Declares that a client class takes its call settings as one ``retry``
+    (:class:`RetryPolicy`) argument, so :func:`nest_retry` folds the flat keys of its config
+    node (``timeout_s``, ``max_retries``/``retries``, ``backoff_s``, ``backoff_max_s``) into
+    it. A class without this base (a user's own target or model) receives its node's keys as
+    they are written."""
+
+
 RETRY_FIELDS = ("timeout_s", "backoff_s", "backoff_max_s")
 """Flat config keys of a client node that go into its :class:`RetryPolicy` under their own
 name (the retry count's key is passed to :func:`nest_retry`)."""
@@ -418,6 +433,8 @@ def nest_retry(
     rest = dict(fields)
     if not any(key in rest for key in (*RETRY_FIELDS, retries_key)):
         return rest
+    if not _takes_retry(rest.get("_target_")):
+        return rest
     retry: dict[str, Any] = {
         "_target_": f"{RetryPolicy.__module__}.{RetryPolicy.__qualname__}",
         "jitter": jitter,
@@ -439,3 +456,16 @@ def nest_retry(
         raise ConfigError(message) from exc
     rest["retry"] = retry
     return rest
+
+
+def _takes_retry(target: Any) -> bool:
+    """Whether the class a ``_target_`` names declares :class:`TakesRetry` (False when it
+    cannot be imported: instantiation then reports that in its own words)."""
+    if not isinstance(target, str) or "." not in target:
+        return False
+    module, _, name = target.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return False
+    return isinstance(cls, type) and issubclass(cls, TakesRetry)

@@ -29,8 +29,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from rag_experiments.common.http import RetryPolicy
-from rag_experiments.targets.http import TARGET_RETRY
+from rag_experiments.common.http import TARGET_RETRY, RetryPolicy
 
 # NOTE: Optional[...] / Dict / List (not PEP 604 unions) because OmegaConf inspects these
 # annotations at runtime and must understand them on Python 3.10.

@@ -8,11 +8,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rag_experiments.common.http import DEFAULT_RETRY, RetryPolicy
+from rag_experiments.common.http import DEFAULT_RETRY, RetryPolicy, TakesRetry
 from rag_experiments.errors import ConfigError, LLMError
 
 
-class RemoteEmbedder:
+class RemoteEmbedder(TakesRetry):
     """Base of :class:`~rag_experiments.embedding.ollama.OllamaEmbedder` and
     :class:`~rag_experiments.embedding.openai_compat.OpenAICompatEmbedder`.
 

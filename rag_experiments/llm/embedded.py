@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from rag_experiments.common.http import DEFAULT_RETRY, RetryPolicy
+from rag_experiments.common.http import DEFAULT_RETRY, RetryPolicy, TakesRetry
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import ChatModelBase, Completion, Message, Usage, schema_json
 from rag_experiments.llm.context import estimate_tokens
@@ -77,7 +77,7 @@ def _hash_file(path: str, size: int, mtime_ns: int) -> str:
     return h.hexdigest()[:16]
 
 
-class EmbeddedChat(ChatModelBase):
+class EmbeddedChat(ChatModelBase, TakesRetry):
     """llama-cpp-python chat model, loaded on first use and shared by all threads (calls are
     serialised by a lock: llama.cpp contexts are not thread-safe).
 

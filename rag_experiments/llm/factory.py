@@ -70,7 +70,7 @@ def configure_from_config(cfg: Any) -> None:
     configure(paths.get("llm_cache"), str(cache.get("mode", "read_write")))
 
 
-def model_arguments(node: Any) -> dict[str, Any]:
+def model_arguments(node: Any, *, where: str = "") -> dict[str, Any]:
     """A model's config node as the arguments its class takes: a plain dict (interpolations
     resolved) whose flat call settings (``timeout_s``, ``max_retries``, ``backoff_s``,
     ``backoff_max_s``) travel as one ``retry`` node
@@ -78,14 +78,21 @@ def model_arguments(node: Any) -> dict[str, Any]:
 
     Args:
         node: A chat-model or embedder node with ``_target_`` (DictConfig or mapping).
+        where: The node's config key for error messages (default: a DictConfig's own key).
     """
     if not isinstance(node, DictConfig):
-        return nest_retry(node)
-    return nest_retry(OmegaConf.to_container(node, resolve=True), where=str(node._key() or ""))
+        return nest_retry(node, where=where)
+    data = OmegaConf.to_container(node, resolve=True)
+    return nest_retry(data, where=where or str(node._key() or ""))
 
 
 def build_chat(
-    node: Any, role: str, *, cache_path: str | None = _UNSET, cache_mode: str | None = None
+    node: Any,
+    role: str,
+    *,
+    cache_path: str | None = _UNSET,
+    cache_mode: str | None = None,
+    where: str = "",
 ) -> CachedChat:
     """Build the chat model of ``node`` for ``role``, wrapped with the cache and the role's
     usage meter.
@@ -96,6 +103,8 @@ def build_chat(
         role: ``generator``, ``judge`` … (names the usage metrics and identity tags).
         cache_path: Override of the configured cache file (None = no cache).
         cache_mode: Override of the configured mode.
+        where: The node's config key (``llm``, ``judge``) for error messages, when ``node``
+            is a plain mapping (a DictConfig knows its own key).
 
     Returns:
         The wrapped model (a :class:`~rag_experiments.llm.base.ChatModel`).
@@ -103,7 +112,10 @@ def build_chat(
     Raises:
         ConfigError: Bad cache mode or unusable cache file; or the model's own config errors.
     """
-    inner: ChatModel = instantiate(model_arguments(node)) if isinstance(node, Mapping) else node
+    if isinstance(node, Mapping):
+        inner: ChatModel = instantiate(model_arguments(node, where=where))
+    else:
+        inner = node
     with _lock:
         path = _session.cache_path if cache_path is _UNSET else cache_path
         mode = cache_mode or _session.cache_mode

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from rag_experiments.common.http import DEFAULT_RETRY, RetryPolicy, bearer_headers
+from rag_experiments.common.http import DEFAULT_RETRY, RetryPolicy, TakesRetry, bearer_headers
 from rag_experiments.errors import ConfigError, SettingMissingError
 from rag_experiments.llm.base import ChatModelBase, Completion, Message, Usage
 from rag_experiments.llm.errors import ContextOverflowError
@@ -57,7 +57,7 @@ class Reply:
     model: str
 
 
-class RemoteChat(ChatModelBase):
+class RemoteChat(ChatModelBase, TakesRetry):
     """Base of the HTTP chat providers.
 
     Args:

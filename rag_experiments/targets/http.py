@@ -62,9 +62,11 @@ from urllib.parse import urlsplit
 import httpx
 
 from rag_experiments.common.http import (
+    TARGET_RETRY,
     HttpTransport,
     RetryableStatusError,
     RetryPolicy,
+    TakesRetry,
     bearer_headers,
 )
 from rag_experiments.common.redact import public_url
@@ -107,13 +109,7 @@ def _snippet(text: str) -> str:
     return text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 1] + "…"
 
 
-TARGET_RETRY = RetryPolicy(timeout_s=60.0, jitter=False)
-"""The HTTP target's call settings unless configured: a RAG endpoint answers within a minute,
-and its waits are not jittered (one client, so no herd to spread); the config schema
-(``HttpTargetConf``) takes its defaults from here."""
-
-
-class HttpTarget(TargetBase):
+class HttpTarget(TargetBase, TakesRetry):
     """A RAG system behind an HTTP JSON API (see the module docstring).
 
     Args:
