@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from rag_experiments.config.keys import constructor_parameters
@@ -90,3 +93,30 @@ def test_constructor_parameters_follow_kwargs_to_the_base() -> None:
     params = constructor_parameters(DeepEvalFaithfulness)
     assert params[:3] == ["judge", "truths_extraction_limit", "penalize_ambiguous_claims"]
     assert "timeout_s" in params and "max_chars" in params
+
+
+def test_a_judged_metric_without_a_declaration_is_refused_when_built() -> None:
+    from rag_experiments.metrics.judge import JudgedMetric
+
+    class Undeclared(JudgedMetric):  # the likely slip: outputs never declared
+        name = "undeclared"
+
+    with pytest.raises(ConfigError, match=r"Undeclared declares no outputs: set declaration ="):
+        Undeclared()
+
+
+def test_the_registry_loads_whole_when_threads_ask_at_once() -> None:
+    # A fresh interpreter: the first use loads every built-in metric module; 4 threads asking
+    # at once must each see all 14 key metrics (not a half-loaded registry).
+    code = (
+        "import threading\n"
+        "from rag_experiments.metrics.keys import KEY_METRICS\n"
+        "seen = []\n"
+        "ts = [threading.Thread(target=lambda: seen.append(len(list(KEY_METRICS))))"
+        " for _ in range(4)]\n"
+        "[t.start() for t in ts]\n"
+        "[t.join() for t in ts]\n"
+        "print(sorted(seen))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str([len(KEY_METRICS)] * 4)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -167,18 +168,25 @@ class MetricDeclaration:
 
 
 _builtins_loaded = False
+_builtins_lock = threading.RLock()
 
 
 def _load_builtins() -> None:
     """Import every module and subpackage of :mod:`rag_experiments.metrics` once, so their
-    metric classes register (subpackages import what their ``__init__`` exports)."""
+    metric classes register (subpackages import what their ``__init__`` exports). Thread-safe:
+    a second caller waits for the first load; the flag is set only after every import
+    succeeded, so a failed import raises again on the next use instead of leaving a partial
+    registry."""
     global _builtins_loaded
     if _builtins_loaded:
         return
-    _builtins_loaded = True
-    package = importlib.import_module(__name__.rpartition(".")[0])
-    for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
-        importlib.import_module(info.name)
+    with _builtins_lock:
+        if _builtins_loaded:
+            return
+        package = importlib.import_module(__name__.rpartition(".")[0])
+        for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+            importlib.import_module(info.name)
+        _builtins_loaded = True
 
 
 def declared_metrics() -> list[type[Any]]:

@@ -210,6 +210,13 @@ class JudgedMetric(JudgedRowMetric):
         max_tokens: int = 256,
         prefix: str = "",
     ) -> None:
+        if type(self).declaration is None:  # specs() and the registry read it
+            cls = f"{type(self).__module__}.{type(self).__qualname__}"
+            raise ConfigError(
+                f"{cls} declares no outputs: set declaration = MetricDeclaration(outputs="
+                "(MetricDefinition(...),)) on the class (docs: design/extending.md, 'Adding a "
+                "judged metric')"
+            )
         if int(max_retries) < 0:
             raise ConfigError(f"{self.name}.max_retries must be ≥ 0, got {max_retries}")
         if int(max_tokens) < 1:
