@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import struct
 import threading
 import time
 from collections import Counter
@@ -458,6 +459,31 @@ def test_a_server_that_accepts_but_does_not_reply_passes_the_probe(caplog):
         )
         target.check()  # no error: a connection could be made
     assert "reachability check HEAD" in caplog.text
+    assert "connected, no reply in time" in caplog.text
+
+
+def test_a_server_that_resets_accepted_connections_passes_the_probe(caplog):
+    caplog.set_level(logging.INFO)
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(8)
+        port = listening.getsockname()[1]
+
+        def reset_each() -> None:  # accept, then close with RST (SO_LINGER 0): a ReadError
+            for _ in range(2):
+                try:
+                    conn, _ = listening.accept()
+                except OSError:
+                    return
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.recv(1024)
+                conn.close()
+
+        threading.Thread(target=reset_each, daemon=True).start()
+        target = HttpTarget(
+            f"http://127.0.0.1:{port}/ask", retry=replace(TARGET_RETRY, timeout_s=2, max_retries=0)
+        )
+        target.check()  # no error: a connection could be made
     assert "connected, no reply in time" in caplog.text
 
 

@@ -248,6 +248,15 @@ def test_an_override_of_an_entry_or_parameter_the_suite_lacks_says_what_to_write
         "rag_experiments.metrics.faithfulness.Faithfulness the suite does not write: set it "
         "with +metrics.suite.faithfulness.refusal_patterns=…"
     )
+    with pytest.raises(ConfigError) as caught:  # the judge is the run's, not the suite's
+        compose_config("config", ["metrics.suite.faithfulness.judge=x"])
+    assert str(caught.value).startswith(
+        "metrics.suite.faithfulness.judge is given by the run (the metric requires it): do not "
+        "set it. config metrics.suite.faithfulness.judge=x:"
+    )
+    with pytest.raises(ConfigError) as caught:
+        compose_config("config", ["metrics.suite.faithfulness.max_tokenz=1"])
+    assert "did you mean metrics.suite.faithfulness.max_tokens? config " in str(caught.value)
 
 
 def test_a_misspelled_parameter_in_an_overlay_suite_is_refused_at_compose(

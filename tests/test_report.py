@@ -168,6 +168,8 @@ def test_swept_keys_and_a_childs_run_name() -> None:
     cli = ["chunker.size=256,512", "retriever.top_k=3,5", "max_samples=8", "+x=choice(1,2)"]
     assert swept_keys(cli, {}) == ["chunker.size", "retriever.top_k", "x"]
     assert swept_keys(["max_samples=8"], {"chunker.size": "256,512"}) == ["chunker.size"]
+    nested = {"retriever": {"top_k": "range(1,11)"}, "chunker.size": "choice(256, 512)"}
+    assert swept_keys([], nested) == ["retriever.top_k", "chunker.size"]
     job = ["chunker.size=256", "retriever.top_k=3", "max_samples=8"]
     assert job_run_name(job, ["chunker.size", "retriever.top_k"]) == (
         "chunker.size=256,retriever.top_k=3"

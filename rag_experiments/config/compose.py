@@ -32,7 +32,7 @@ def compose_config(config_name: str, overrides: list[str]) -> DictConfig:
             cfg = compose(config_name=config_name, overrides=overrides)
     except HydraException as exc:
         ours = explain(exc)  # an unknown key: the schema's closest keys first
-        lead = f"{ours}. " if ours else ""
+        lead = f"{ours}{'' if ours.endswith(('.', '?')) else '.'} " if ours else ""
         raise ConfigError(f"{lead}{config_name} {' '.join(overrides)}: {exc}") from None
     finally:
         GlobalHydra.instance().clear()

@@ -180,9 +180,12 @@ def _explain_suite(cause: OmegaConfBaseException) -> str | None:
     if len(parts) != 4 or not target:
         return None
     try:
-        params = constructor_parameters(get_class(str(target)))
+        cls = get_class(str(target))
     except (ImportError, ValueError):
         return None
+    params = constructor_parameters(cls)
+    if issubclass(cls, MetricBase) and key in cls.requires:
+        return f"{full_key} is given by the run (the metric requires it): do not set it"
     if key in params:
         return (
             f"{full_key} is a parameter of {target} the suite does not write: "

@@ -453,7 +453,12 @@ class HttpTarget(TargetBase, TakesRetry):
         log.info("HTTP target: health check %s: HTTP %d", where, reply.status_code)
 
     def _probe(self, url: str) -> None:
-        """``HEAD url``: fail unless a connection to the service can be made (see :meth:`check`)."""
+        """``HEAD url``: fail unless a connection to the service can be made (see :meth:`check`).
+
+        Any reply passes, and so does a connection that is reset or silent after it was
+        accepted. A HEAD asks no question of a RAG endpoint that routes only POST; a framework
+        that answers HEAD on a GET route (Flask, Starlette) runs that route's view once.
+        """
         attempts = [0]
         where = f"HEAD {public_url(url)}"
         limit = min(self.timeout_s, PROBE_TIMEOUT_S)
@@ -461,8 +466,13 @@ class HttpTarget(TargetBase, TakesRetry):
         def head() -> httpx.Response | None:
             try:
                 return self._http.send("HEAD", url, timeout_s=limit)
-            except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.RemoteProtocolError):
-                return None  # connected: something listens there
+            except (
+                httpx.ReadError,
+                httpx.ReadTimeout,
+                httpx.WriteTimeout,
+                httpx.RemoteProtocolError,
+            ):
+                return None  # connected (then reset, silent or garbled): something listens there
 
         try:
             reply = self._with_retries(f"reachability check {where}", attempts, head)

@@ -29,6 +29,7 @@ import os
 import re
 import tempfile
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -307,12 +308,22 @@ def swept_keys(overrides: list[str], sweeper_params: dict[str, Any]) -> list[str
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
-    texts = [*overrides, *(f"{k}={v}" for k, v in sweeper_params.items())]
+    texts = [*overrides, *(f"{k}={v}" for k, v in _flatten(sweeper_params))]
     keys: list[str] = []
     for override in parser.parse_overrides(texts):
         if override.is_sweep_override() and override.key_or_group not in keys:
             keys.append(override.key_or_group)
     return keys
+
+
+def _flatten(params: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """``(dotted key, value)`` of a params mapping whose keys may nest (``{"retriever":
+    {"top_k": "range(1,11)"}}`` → ``("retriever.top_k", "range(1,11)")``)."""
+    for key, value in params.items():
+        if isinstance(value, Mapping):
+            yield from _flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
 
 
 def job_run_name(job_overrides: list[str], swept: list[str]) -> str | None:
