@@ -57,7 +57,10 @@ from contextlib import contextmanager
 
 from rag_experiments.common import interrupt
 from rag_experiments.common.redact import scrubbed_console
-from rag_experiments.locations import with_user_conf  # ./conf of this folder, if any
+from rag_experiments.locations import (  # ./conf of this folder, if any
+    add_user_code_path,
+    with_user_conf,
+)
 
 
 def _run(argv: list[str]) -> int:
@@ -223,6 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.parse_args(args or ["--help"])
         return 2
     command, handler = args[0], COMMANDS[args[0]][0]
+    add_user_code_path()  # the user's metric/target modules beside ./conf, for every command
     with scrubbed_console(args[1:]):  # a secret typed as an argument is never echoed
         try:
             with interrupt.handled(), _hydra_raises():

@@ -65,3 +65,25 @@ def with_user_conf(argv: Sequence[str], cwd: Path | None = None) -> list[str]:
     given = any(a in _CONFIG_DIR_FLAGS or a.startswith("--config-dir=") for a in args)
     folder = None if given else user_conf_dir(cwd)
     return args if folder is None else ["--config-dir", str(folder), *args]
+
+
+def add_user_code_path(cwd: Path | None = None) -> Path | None:
+    """Make the user's own modules importable (a metric, a target, a chat model the overlay's
+    ``_target_`` names): append the folder that holds the ``conf/`` overlay to ``sys.path``,
+    as ``python -m`` would put it first. Appended, so a file there never shadows an installed
+    package.
+
+    Args:
+        cwd: The folder to look in (default: the current working directory).
+
+    Returns:
+        The folder added (or already on the path), or None when it has no overlay.
+    """
+    import sys
+
+    if user_conf_dir(cwd) is None:
+        return None
+    folder = (cwd or Path.cwd()).resolve()
+    if str(folder) not in sys.path:
+        sys.path.append(str(folder))
+    return folder

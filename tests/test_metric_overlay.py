@@ -16,6 +16,7 @@ difference of the two runs is 0.25 - 0.75 = -0.5 on every question.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -222,6 +223,25 @@ def test_a_metric_from_an_overlay_folder_reaches_every_list(tmp_path: Path, over
     assert result_probe.agreement.accuracy == pytest.approx(share)
     assert result_probe.labels == ("faithful", "hallucinated")
 
+    # Another process reading the run (as `rag-exp compare`/`report` do, from the folder that
+    # holds the overlay's conf/): the run's params name the class, so reading the run imports
+    # it and its declaration joins the registry there too. `-I`: the folder is not on the
+    # path by itself; add_user_code_path (what every rag-exp command does) puts it there.
+    code = (
+        "from rag_experiments.locations import add_user_code_path\n"
+        "from rag_experiments.metrics.keys import KEY_METRICS\n"
+        "before = 'brevity' in KEY_METRICS\n"
+        "add_user_code_path()\n"
+        "from rag_experiments.tracking.store import get_run, open_store\n"
+        f"get_run(open_store({uri!r}), {run_a!r})\n"
+        "print(before, list(KEY_METRICS)[-1])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], cwd=overlay, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "brevity"]
+
 
 def test_a_misspelled_metric_key_is_refused_at_compose_with_a_suggestion() -> None:
     with pytest.raises(ConfigError, match=r"did you mean 'faithfulness'") as caught:
@@ -273,3 +293,18 @@ def test_a_misspelled_parameter_in_an_overlay_suite_is_refused_at_compose(
         f"metrics.suite.brevity.max_tokenz is not a parameter of {MODULE}.Brevity: did you mean "
         "metrics.suite.brevity.max_tokens?"
     )
+
+
+def test_the_folder_of_the_users_conf_goes_on_the_python_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rag_experiments.locations import add_user_code_path
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert add_user_code_path(tmp_path) is None  # no conf/ here: nothing added
+    assert str(tmp_path.resolve()) not in sys.path
+    (tmp_path / "conf").mkdir()
+    assert add_user_code_path(tmp_path) == tmp_path.resolve()
+    assert sys.path[-1] == str(tmp_path.resolve())  # after installed packages, never before
+    add_user_code_path(tmp_path)
+    assert sys.path.count(str(tmp_path.resolve())) == 1

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -187,6 +188,40 @@ def _load_builtins() -> None:
         for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
             importlib.import_module(info.name)
         _builtins_loaded = True
+
+
+SUITE_TARGET = re.compile(r"^metrics\.suite\.[^.]+\._target_$")
+"""Run params naming a metric class (``metrics.suite.<entry>._target_``, as the run logs its
+config)."""
+
+
+def register_run_metrics(params: Mapping[str, str]) -> list[str]:
+    """Import the metric classes a logged run names in its params, so a user's metric
+    (declared in their own module) is in the registry of a command that reads the run
+    (``compare``, ``report``, ``agreement``) as it was in the run's own process.
+
+    Args:
+        params: A run's params (``run.data.params``).
+
+    Returns:
+        The class paths that could not be imported (their module is not on this process's
+        path; the command then goes on without their declarations, as before).
+    """
+    missing = []
+    for key, target in params.items():
+        if not SUITE_TARGET.match(key) or target in _imported_targets:
+            continue
+        module, _, name = str(target).rpartition(".")
+        try:
+            getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError, ValueError):
+            missing.append(str(target))
+            continue
+        _imported_targets.add(str(target))
+    return missing
+
+
+_imported_targets: set[str] = set()
 
 
 def declared_metrics() -> list[type[Any]]:

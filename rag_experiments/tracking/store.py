@@ -21,6 +21,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from rag_experiments.common.uri import resolve_tracking_uri
 from rag_experiments.errors import TrackingError
+from rag_experiments.metrics.definitions import register_run_metrics
 
 
 def open_store(uri: str) -> mlflow.MlflowClient:
@@ -51,12 +52,14 @@ def get_run(client: mlflow.MlflowClient, run_id: str, *, where: str = "--trackin
         TrackingError: No such run in the store (the message names the store).
     """
     try:
-        return client.get_run(run_id)
+        run = client.get_run(run_id)
     except MlflowException as exc:
         raise TrackingError(
             f"run {run_id!r} not found at {client.tracking_uri}: {exc.message}. Check the run id "
             f"and {where}"
         ) from exc
+    register_run_metrics(run.data.params)  # a user's metric declares itself here too
+    return run
 
 
 def read_table(client: mlflow.MlflowClient, run_id: str, name: str = "per_query") -> pd.DataFrame:
@@ -104,6 +107,8 @@ def find_runs(
                 f"cannot search runs at {client.tracking_uri} ({filter_string!r}): {exc.message}"
             ) from exc
         runs.extend(page)
+        for run in page:
+            register_run_metrics(run.data.params)
         token = page.token
         if not token:
             return runs
