@@ -143,7 +143,11 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         exp = exp or build(cfg)
         log_dropped(exp.dataset, tracker)
         apply_qualification(cfg, tracker, identity_by_role(), tags.get("mlflow.note.content"))
-        preflight(exp.checks)
+        checks = exp.checks
+        if "target" in checks and job.answers_all(s.id for s in exp.dataset.samples):
+            log.info("resume: every answer is in the checkpoint; the target is not checked")
+            checks = {role: part for role, part in checks.items() if role != "target"}
+        preflight(checks)
         if not (cfg.run_name or swept_name):  # the default name holds the dataset's name
             tracker.set_tags({"mlflow.runName": _default_run_name(cfg, exp.dataset.name)})
         # Everything built so far (imported modules, the config, the parts, the dataset) lives

@@ -203,6 +203,19 @@ def test_a_new_run_in_a_reused_job_dir_does_not_reuse_old_answers(tmp_path: Path
     assert json.loads((tmp_path / "checkpoint.json").read_text())["run_id"] == "newrun"
 
 
+def test_a_resume_with_every_answer_checkpointed_needs_no_target(tmp_path: Path) -> None:
+    from rag_experiments.lifecycle.resume import JobCheckpoint
+
+    store = ResponseCheckpoint(tmp_path)
+    store.write_meta("run1")
+    store.append("a", RagResponse(response="A"))
+    store.append("b", RagResponse(response="B"))
+    resuming = JobCheckpoint(ResponseCheckpoint(tmp_path), resume_run_id="run1")
+    assert resuming.answers_all(["a", "b"])  # the job skips the target's reachability check
+    assert not resuming.answers_all(["a", "b", "c"])  # c will be asked: check the target
+    assert not JobCheckpoint(ResponseCheckpoint(tmp_path)).answers_all(["a"])  # a new run
+
+
 @pytest.mark.slow
 def test_http_target_answers_are_saved_as_they_arrive_kill_9_then_resume(tmp_path: Path) -> None:
     """Issue 21 (1): an HTTP target answering 2 at a time, 1 s each; kill -9 after 3 answers

@@ -10,7 +10,7 @@ params) and keeps appending to the same ``responses.jsonl``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,6 +119,14 @@ class JobCheckpoint:
         tracker.set_tags({RESUMED_AFTER_ERROR_TAG: self.previous_error})
         tracker.delete_tag(ERROR_TAG)
         tracker.delete_artifact(ERROR_FILE)
+
+    def answers_all(self, sample_ids: Iterable[str]) -> bool:
+        """Whether this job resumes a run whose checkpoint holds an answer for every one of
+        ``sample_ids`` (the target will not be asked, so its reachability need not be checked).
+        """
+        if self.checkpoint is None or self.resume_run_id is None:
+            return False
+        return set(sample_ids) <= set(self.checkpoint.load())
 
     def wrap(self, target: Any, dataset_digest: str) -> Any:
         """The target to evaluate: checkpointed when there is a job directory.
