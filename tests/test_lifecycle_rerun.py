@@ -12,7 +12,7 @@ import pytest
 from omegaconf import DictConfig
 
 from rag_experiments.commands.rerun import RERUN_TAG, rerun
-from rag_experiments.errors import DatasetError
+from rag_experiments.errors import ConfigError, DatasetError
 from rag_experiments.job import run_job
 from rag_experiments.llm.fake import FakeChat
 from rag_experiments.locations import PROJECT_ROOT
@@ -105,3 +105,13 @@ def test_rerun_of_a_subset_run_checks_the_subset_it_evaluated(
     data.write_text(data.read_text().replace("?", " ?", 1))  # the check still holds
     with pytest.raises(DatasetError, match="digest"):
         rerun(run_id, uri)
+
+
+@pytest.mark.parametrize("command", ["rerun", "merge"])
+def test_an_override_that_is_not_key_value_is_refused_before_the_store_is_read(command) -> None:
+    from rag_experiments.commands.merge import merge_command
+    from rag_experiments.commands.rerun import rerun_command
+
+    run = {"rerun": rerun_command, "merge": merge_command}[command]
+    with pytest.raises(ConfigError, match=r"overrides must be key=value, got \['judge'\]"):
+        run(["--tracking-uri", "sqlite:////nonexistent/x.db", "someid", "llm.model=m", "judge"])

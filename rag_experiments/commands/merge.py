@@ -42,7 +42,7 @@ from omegaconf import OmegaConf
 
 from rag_experiments.common.cliargs import add_overrides, add_tracking_uri, parse_store_command
 from rag_experiments.data.shard import select_shard, shard_of
-from rag_experiments.errors import ConfigError, DatasetError, TrackingError
+from rag_experiments.errors import DatasetError, TrackingError
 from rag_experiments.metrics.audit import USAGE_KEYS, collect_audit
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 from rag_experiments.runner import EvalResult, log_result, summarise
@@ -383,9 +383,6 @@ def merge_command(argv: list[str]) -> int:
     add_tracking_uri(parser, "the sweep")
     add_overrides(parser)
     opts = parse_store_command(parser, argv)
-    bad = [o for o in opts.overrides if "=" not in o]
-    if bad:
-        raise ConfigError(f"overrides must be key=value, got {bad}")
     merge(opts.parent_run_id, opts.tracking_uri, opts.overrides)
     return 0
 

@@ -251,9 +251,6 @@ def rerun_command(argv: list[str]) -> int:
     add_tracking_uri(parser, "the run")
     add_overrides(parser)
     opts = parse_store_command(parser, argv)
-    bad = [o for o in opts.overrides if "=" not in o]
-    if bad:
-        raise ConfigError(f"overrides must be key=value, got {bad}")
     report = rerun(opts.run_id, opts.tracking_uri, opts.overrides)
     print(report.format())
     return 0

@@ -8,6 +8,8 @@ import argparse
 import os
 from collections.abc import Sequence
 
+from rag_experiments.errors import ConfigError
+
 DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
 """Where ``tracking=local`` logs runs (relative to the folder a command runs in)."""
 
@@ -42,7 +44,11 @@ def parse_store_command(parser: argparse.ArgumentParser, argv: Sequence[str]) ->
 
     Raises:
         SystemExit: ``--help`` or a usage error (argparse).
+        ConfigError: An override (:func:`add_overrides`) that is not ``key=value``.
     """
     opts = parser.parse_args(list(argv))
+    bad = [o for o in vars(opts).get("overrides") or [] if "=" not in o]
+    if bad:
+        raise ConfigError(f"overrides must be key=value, got {bad}")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     return opts
