@@ -241,9 +241,10 @@ def test_optuna_study_with_only_nan_trials_ends_in_one_line(tmp_path: Path) -> N
 
 @pytest.mark.slow
 def test_optuna_study_goes_on_after_a_nan_trial(tmp_path: Path) -> None:
-    # The fake judge scripts 5 context verdicts: top_k=5 scores context_precision, top_k=3
-    # makes every row a parse_error (NaN objective). The seeded sampler tries both. (Not the
-    # grid sampler: when its last point fails, the plugin itself raises in Study.stop.)
+    # The fake judge, its lengths not fitted, scripts 5 context verdicts: top_k=5 scores
+    # context_precision, top_k=3 makes every row a parse_error (NaN objective). The seeded
+    # sampler tries both. (Not the grid sampler: when its last point fails, the plugin itself
+    # raises in Study.stop.)
     done = _rag_exp(
         tmp_path,
         "-m",
@@ -256,6 +257,7 @@ def test_optuna_study_goes_on_after_a_nan_trial(tmp_path: Path) -> None:
         "metrics=custom",
         "llm=fake",
         "judge=fake",
+        "judge.fit_lengths=false",
         "embedder=hash",
         "max_samples=4",
         f"hydra.sweep.dir={tmp_path}/sweep",
