@@ -32,6 +32,7 @@ from rag_experiments import protocols
 from rag_experiments.config.compose import compose_config
 from rag_experiments.errors import ConfigError
 from rag_experiments.locations import CONF_DIR
+from rag_experiments.metrics.definitions import declared_metrics
 
 MODULE = "brevity_overlay_metric"
 
@@ -110,6 +111,7 @@ def overlay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (folder / f"{MODULE}.py").write_text(textwrap.dedent(METRIC_SOURCE), encoding="utf-8")
     (folder / "conf" / "metrics" / "brevity_suite.yaml").write_text(SUITE_YAML, encoding="utf-8")
     monkeypatch.syspath_prepend(str(folder))
+    declared_metrics()  # the built-ins registered first: the restored registry keeps them
     monkeypatch.setattr(protocols, "_METRIC_CLASSES", list(protocols._METRIC_CLASSES))
     yield folder
     sys.modules.pop(MODULE, None)
