@@ -19,7 +19,6 @@ The module knows nothing of models, metrics or targets (it imports only
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import re
@@ -461,11 +460,11 @@ def nest_retry(
 def _takes_retry(target: Any) -> bool:
     """Whether the class a ``_target_`` names declares :class:`TakesRetry` (False when it
     cannot be imported: instantiation then reports that in its own words)."""
-    if not isinstance(target, str) or "." not in target:
+    from hydra.utils import get_class  # what instantiate will use to find the class
+
+    if not isinstance(target, str):
         return False
-    module, _, name = target.rpartition(".")
     try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
+        return issubclass(get_class(target), TakesRetry)
+    except (ImportError, ValueError):
         return False
-    return isinstance(cls, type) and issubclass(cls, TakesRetry)

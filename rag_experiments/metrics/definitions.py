@@ -207,21 +207,16 @@ def register_run_metrics(params: Mapping[str, str]) -> list[str]:
         The class paths that could not be imported (their module is not on this process's
         path; the command then goes on without their declarations, as before).
     """
+    from hydra.utils import get_class  # as composition imports a suite's _target_
+
     missing = []
     for key, target in params.items():
-        if not SUITE_TARGET.match(key) or target in _imported_targets:
-            continue
-        module, _, name = str(target).rpartition(".")
-        try:
-            getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError, ValueError):
-            missing.append(str(target))
-            continue
-        _imported_targets.add(str(target))
+        if SUITE_TARGET.match(key):
+            try:
+                get_class(str(target))
+            except (ImportError, ValueError):
+                missing.append(str(target))
     return missing
-
-
-_imported_targets: set[str] = set()
 
 
 def declared_metrics() -> list[type[Any]]:
