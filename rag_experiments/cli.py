@@ -29,6 +29,10 @@ Subcommands::
                                        join a sweep's shard runs into one run
     rag-exp export <run_id> --format ragas|deepeval|jsonl --out FILE [--tracking-uri URI]
                                        a run's answers as a dataset file (target=recorded)
+    rag-exp gate <run_id> [--baseline RUN|ALIAS] [--config gate.yaml] [--junit F] [--markdown F]
+                                       regression gate; exit 0 pass, 1 fail, 2 undecided
+    rag-exp promote <run_id> [--alias production]
+                                       point a baseline alias of the experiment at the run
     rag-exp init [--dir DIR] [--force]  a starter conf/ overlay (experiment, HTTP target)
 
 ``rag-exp run --help`` shows our usage, examples and the config groups; ``rag-exp run --cfg job``
@@ -144,6 +148,18 @@ def _compare(argv: list[str]) -> int:
     return compare_command(argv)
 
 
+def _gate(argv: list[str]) -> int:
+    from rag_experiments.commands.gate import gate_command
+
+    return gate_command(argv)
+
+
+def _promote(argv: list[str]) -> int:
+    from rag_experiments.commands.gate import promote_command
+
+    return promote_command(argv)
+
+
 def _init(argv: list[str]) -> int:
     from rag_experiments.starter import init_command
 
@@ -179,6 +195,8 @@ COMMANDS = {
     "report": (_report, "sweep report on the parent run: table, best configs, plots, Pareto"),
     "merge": (_merge, "join a sweep's shard runs (shard.index=0..N-1) into one run"),
     "export": (_export, "write a run's answers as a RAGAS, DeepEval or JSONL dataset file"),
+    "gate": (_gate, "CI regression gate: rules vs a baseline run or alias; exit 0/1/2, JUnit"),
+    "promote": (_promote, "set a baseline alias (e.g. production) of the run's experiment"),
     "init": (_init, "write a starter conf/ overlay here (an experiment, an HTTP target)"),
 }
 
@@ -201,7 +219,7 @@ def _hydra_raises() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch ``rag-exp <command> …``; returns the process exit code (errors: see the
     module docstring)."""
-    from rag_experiments.config.reporting import error_message
+    from rag_experiments.config.reporting import error_message, exit_code
 
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = bool(args) and args[0] == "--verbose"
@@ -245,4 +263,4 @@ def main(argv: Sequence[str] | None = None) -> int:
             if message is None or traces:
                 raise
             print(f"rag-exp {command}: error: {message}", file=sys.stderr)
-            return 1
+            return exit_code(exc)

@@ -29,6 +29,20 @@ class RagExpError(Exception):
     reason: str | None = None
 
 
+class GateFailed(RagExpError):
+    """The regression gate at the end of a run failed a rule or could not decide
+    (:mod:`rag_experiments.analysis.gate`); the run itself is logged and finished.
+
+    Args:
+        message: The gate's summary line.
+        exit_code: The process exit code: 1 a rule failed, 2 undecided.
+    """
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        self.exit_code = exit_code
+        super().__init__(message)
+
+
 class ConfigError(RagExpError):
     """A configuration value is missing, misspelled or inconsistent."""
 

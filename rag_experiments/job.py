@@ -20,7 +20,14 @@ from omegaconf import DictConfig, OmegaConf
 from rag_experiments.build import build, build_tracker, run_caveat, used_chat_roles
 from rag_experiments.console import summary_table
 from rag_experiments.data.base import EvalDataset
-from rag_experiments.errors import LLMError, PreflightError, RagExpError, TargetError
+from rag_experiments.errors import (
+    ConfigError,
+    GateFailed,
+    LLMError,
+    PreflightError,
+    RagExpError,
+    TargetError,
+)
 from rag_experiments.llm.factory import identity_by_role, usage_by_role
 
 log = logging.getLogger("rag_experiments")
@@ -80,6 +87,32 @@ def _default_run_name(cfg: DictConfig, dataset_name: str) -> str:
     return f"{dataset_name}-{cfg.chunker._target_.rsplit('.', 1)[-1]}-{cfg.metrics.name}"
 
 
+def gate_settings(cfg: DictConfig, in_sweep: bool) -> Any:
+    """The end-of-run gate's settings (``gate=``), checked before any work, or None.
+
+    Raises:
+        ConfigError: A gate in a sweep's job (gate its runs with ``rag-exp gate``), or bad
+            rules (:func:`~rag_experiments.analysis.gate.parse_settings`).
+    """
+    from rag_experiments.analysis.gate import parse_settings
+
+    gate = cfg.get("gate")
+    if not gate:
+        return None
+    if in_sweep:
+        raise ConfigError(
+            "gate= gates one run; a sweep's jobs cannot each set the exit code: drop gate= and "
+            "run `rag-exp gate <run id> --baseline …` on the run you choose"
+        )
+    settings = parse_settings(OmegaConf.to_container(gate, resolve=True), "gate")
+    if settings.needs_baseline and not gate.get("baseline"):
+        raise ConfigError(
+            "gate: the rules have max_drop but gate.baseline is not set: pass "
+            "gate.baseline=<run id | alias> (rag-exp promote <run id> --alias production)"
+        )
+    return settings
+
+
 def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float | None:
     """Open the job's MLflow run, build the parts and evaluate inside it.
 
@@ -98,12 +131,19 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         cfg: The composed root config.
         extra_tags: More run tags (``rag-exp rerun`` sets ``rerun_of``).
 
+    With ``gate=`` (:class:`~rag_experiments.config.schema.GateConf`) the run, once logged, is
+    gated against ``gate.baseline`` (:func:`~rag_experiments.analysis.gate.run_gate`: one line
+    per rule, the result logged on the run); a failed or undecided gate raises
+    :class:`~rag_experiments.errors.GateFailed`, whose exit code (1 or 2) ``rag-exp run`` exits
+    with.
+
     Returns:
         The run's objective (``objective``: a metric or a weighted sum, see
         :mod:`rag_experiments.lifecycle.objective`); a :class:`NaNObjective` saying why when
         it cannot be computed (also tagged ``objective.error`` on the run); None without one.
 
     Raises:
+        GateFailed: The end-of-run gate failed a rule or could not decide.
         RagExpError: Any job error, after it was recorded on the run.
     """
     from rag_experiments.lifecycle.objective import NaNObjective, nan_reason, objective_value
@@ -125,6 +165,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     tracker = build_tracker(cfg, run_name=cfg.run_name or provisional)
     job = job_checkpoint(cfg, tracker.uri)
     parent_run_id = parent_run_id_for_job()
+    gate = gate_settings(cfg, in_sweep=parent_run_id is not None)
     # A refused command (a config value a part refuses, a missing dataset) leaves no run:
     # outside a sweep the parts are built before the run opens. A sweep's job opens its run
     # first, so the sweep's record shows the refused job as a FAILED child.
@@ -142,6 +183,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         job.attach(tracker)
         exp = exp or build(cfg)
         log_dropped(exp.dataset, tracker)
+        tracker.set_tags({"dataset.questions_digest": exp.dataset.questions_digest})
         apply_qualification(cfg, tracker, identity_by_role(), tags.get("mlflow.note.content"))
         checks = exp.checks
         if "target" in checks and job.answers_all(s.id for s in exp.dataset.samples):
@@ -202,4 +244,19 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         )
     if caveat:
         print(f"  NOTE: {caveat}")
+    if gate is not None:
+        from rag_experiments.analysis.gate import run_gate
+
+        print()
+        verdict = run_gate(
+            tracker.uri,
+            tracker.run_id,
+            cfg.gate.get("baseline"),
+            gate,
+            junit=cfg.gate.get("junit"),
+            markdown=cfg.gate.get("markdown"),
+            retry_s=float(cfg.tracking.get("retry_s", 120.0)),
+        )
+        if verdict.exit_code:
+            raise GateFailed(verdict.summary(), verdict.exit_code)
     return objective

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from hydra.errors import CompactHydraException
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from rag_experiments.errors import RagExpError
+from rag_experiments.errors import GateFailed, RagExpError
 
 
 class ReportedError(CompactHydraException):
@@ -52,6 +52,14 @@ def reported(command: str = "rag-exp run") -> Iterator[None]:
         raise
     except RagExpError as exc:
         raise ReportedError(exc, command) from exc
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code of a reported error: the gate's (1 failed, 2 undecided) for
+    :class:`~rag_experiments.errors.GateFailed`, else 1."""
+    if isinstance(exc, ReportedError):
+        exc = exc.error
+    return exc.exit_code if isinstance(exc, GateFailed) else 1
 
 
 def error_message(exc: BaseException) -> str | None:

@@ -495,6 +495,29 @@ class TrackingConf(ComponentConf):
     preflight in seconds instead."""
 
 
+# --- gate ------------------------------------------------------------------------------------
+@dataclass
+class GateConf:
+    """The regression gate run at the end of ``rag-exp run`` (``gate=default``; rules and
+    their statistics: :mod:`rag_experiments.analysis.gate`). The process exits 1 when a rule
+    failed, 2 when the gate could not decide (after the run is logged)."""
+
+    baseline: str | None = None
+    """Run id or alias (``rag-exp promote``) of the baseline; needed by ``max_drop`` rules."""
+    alpha: float = 0.05
+    """Family-wise error rate of the ``max_drop`` tests (Holm across the gated metrics)."""
+    min_pairs: int = 5
+    """Fewest paired rows (rows with a value) a rule decides on; fewer: undecided."""
+    seed: int = 0
+    n_resamples: int = 9999
+    rules: dict[str, Any] = field(default_factory=dict)
+    """``{metric: {min, max, max_drop, by_type}}``."""
+    junit: str | None = None
+    """Write JUnit XML here (one testcase per rule)."""
+    markdown: str | None = None
+    """Append a Markdown summary here (e.g. the file $GITHUB_STEP_SUMMARY names)."""
+
+
 # --- sharding --------------------------------------------------------------------------------
 @dataclass
 class ShardConf:
@@ -522,6 +545,8 @@ class RootConf:
     metrics: Any = MISSING
     tracking: Any = MISSING
     experiment: Any | None = None
+    gate: Any | None = None
+    """The end-of-run regression gate (:class:`GateConf`), ``gate=default``; null = none."""
     seed: int = 0
     run_name: str | None = None
     max_failure_rate: float = 0.2
@@ -605,6 +630,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "judge": {name: judge_schema(chat) for name, chat in CHAT_MODELS.items()},
     "metrics": {"metrics": MetricsConf},
     "tracking": {"mlflow": TrackingConf},
+    "gate": {"gate": GateConf},
 }
 """``{group: {schema name: dataclass}}``; YAML files name them as ``/schema/<group>/<name>``.
 Add a schema with one entry here (a chat model: one entry in :data:`CHAT_MODELS`)."""

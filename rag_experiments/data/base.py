@@ -182,6 +182,15 @@ class EvalDataset:
         h = hashlib.sha256(f"{samples_digest(self.samples)}:{self.corpus_digest}".encode())
         return h.hexdigest()[:16]
 
+    @property
+    def questions_digest(self) -> str:
+        """Digest of the samples without their recorded answers, and the corpus: the same for
+        two ``target=recorded`` runs of one question set whose answers differ (``rag-exp
+        gate`` compares it)."""
+        questions = [s.model_copy(update={"recorded": None}) for s in self.samples]
+        h = hashlib.sha256(f"{samples_digest(questions)}:{self.corpus_digest}".encode())
+        return h.hexdigest()[:16]
+
     def subset(self, n: int, seed: int = 0) -> EvalDataset:
         """A seeded subset of ``n`` samples in proportion to ``(question_type, answerable)``.
 

@@ -1,0 +1,786 @@
+"""The regression gate: turn a paired comparison of a candidate run against a baseline run into
+pass / fail / undecided per rule, and an exit code (``rag-exp gate``, ``gate=`` of ``rag-exp
+run``, the pytest plugin's ``assert_rag``).
+
+Rules are given per metric (canonical names, as in the per-query table)::
+
+    alpha: 0.05
+    rules:
+      nDCG@10: {max_drop: 0.02}
+      faithfulness: {min: 0.8, by_type: true}
+      false_refusal_rate: {max: 0.1, max_drop: 0.05}
+
+* ``min`` / ``max`` (**absolute bounds**): the candidate's **mean** over its rows with a value
+  must be ≥ ``min`` (≤ ``max``). The bound is checked on the mean, not on the lower bound of
+  its CI: a bound is a product requirement on the score a dashboard shows (as DeepEval's
+  ``threshold`` and promptfoo's assertions compare the observed score), and a CI-bound rule
+  would fail a small but good run only for being small, the flaky gate users complain about.
+  The 95 % CI is printed beside it so the margin is visible. Either bound works for either
+  direction (a refusal rate wants ``max``).
+* ``max_drop`` (**non-inferiority with a margin**, the one rule that reads the baseline): let
+  d = candidate − baseline per question (paired, :mod:`rag_experiments.analysis.compare`),
+  and the *worsening* w = −d for a higher-is-better metric, w = +d for a lower-is-better one
+  (the direction each metric declares in ``metric_specs.json``, never guessed from a name).
+  The rule **fails** when
+
+  1. the 95 % paired bootstrap CI of w lies entirely above ``max_drop`` (the candidate is
+     worse by more than the margin with 95 % confidence: the non-inferiority test with margin
+     δ = ``max_drop`` by a one-sided 97.5 % interval, Wellek, *Testing Statistical Hypotheses of
+     Equivalence and Noninferiority*, 2nd ed. 2010, §2; ICH E9 §3.3.2), **or**
+  2. the Holm-adjusted permutation p-value of d is below ``alpha`` **and** the observed w
+     exceeds ``max_drop`` (a significant difference whose size is past the margin; Holm 1979,
+     *Scand. J. Statist.* 6(2), across the ``max_drop`` metrics of the same question group).
+
+  Otherwise it passes: a drop that is not significant, or significant but within the margin,
+  does not fail.
+* ``by_type: true`` applies the metric's rules to each question type as well (one line per
+  type, Holm within each type's group).
+
+**Judge noise.** When both runs logged the metric ``<metric>.judge_sd`` (mean within-row SD of
+the judge over its repeats) and the param ``judge.repeats`` (R, ``judge.repeats=N`` of
+``rag-exp run``), the judge's own noise on the difference of the two means over n paired rows
+is
+
+    noise = z_{1−α/2} · sqrt(sd_b² / (n · R_b) + sd_c² / (n · R_c))
+
+(a row's value is the mean of R verdicts, so its judge SD is sd/√R; the mean of n rows has
+sd/√(nR); the two runs' judges are independent, so the variances add; z = 1.96 at α = 0.05).
+A ``max_drop`` rule whose |d| is below that noise is **not failed**: the line says
+"within judge noise ±…". Per question type the run-level sd is used with the type's n.
+
+**Undecided** (exit code 2): the runs evaluated different questions (their
+``dataset.questions_digest`` tags differ — the digest of questions, references and corpus
+without the recorded answers, so two ``target=recorded`` runs of one question set compare —
+or, for runs logged before that tag, their ``dataset.digest`` tags), fewer than ``min_pairs``
+paired rows, or the metric is missing from either run.
+
+Exit code: 1 when any rule failed, else 2 when any rule is undecided, else 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import numpy as np
+import pandas as pd
+from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
+from scipy import stats
+
+from rag_experiments.analysis.compare import compare_tables
+from rag_experiments.analysis.paired import ALL, CONFIDENCE, N_RESAMPLES, PairedStat
+from rag_experiments.analysis.runs import MetricInfo, load_specs
+from rag_experiments.common.uri import resolve_tracking_uri
+from rag_experiments.errors import ConfigError, TrackingError
+from rag_experiments.metrics.aggregate import bootstrap_ci
+from rag_experiments.tracking.names import sanitize_metric_name
+from rag_experiments.tracking.resilience import Outage
+from rag_experiments.tracking.store import get_run, open_store, read_table
+
+PASS, FAIL, UNDECIDED = "pass", "fail", "undecided"
+EXIT_CODES = {PASS: 0, FAIL: 1, UNDECIDED: 2}
+"""Process exit code of each gate result."""
+
+ALIAS_TAG = "rag_exp.alias."
+"""Experiment tag prefix of a baseline alias: ``rag_exp.alias.<name> = <run id>``."""
+
+QUESTIONS_DIGEST_TAG = "dataset.questions_digest"
+"""Run tag: digest of the questions, references and corpus, without the recorded answers."""
+
+JUDGE_SD = "judge_sd"
+"""Suffix of the run metric ``<metric>.judge_sd`` (mean within-row SD of the judge)."""
+
+JUDGE_REPEATS_PARAM = "judge.repeats"
+"""Param holding the number of judge repeats per (row, metric)."""
+
+_RULE_KEYS = {"min", "max", "max_drop", "by_type"}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The rules of one metric.
+
+    Attributes:
+        metric: Canonical metric name (``nDCG@10``).
+        min: Floor on the candidate's mean, or None.
+        max: Ceiling on the candidate's mean, or None.
+        max_drop: Largest worsening against the baseline (metric units, ≥ 0), or None.
+        by_type: Apply the rules per question type too.
+    """
+
+    metric: str
+    min: float | None = None
+    max: float | None = None
+    max_drop: float | None = None
+    by_type: bool = False
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """What the gate checks and how.
+
+    Attributes:
+        rules: One :class:`Rule` per metric.
+        alpha: Family-wise error rate of the ``max_drop`` tests (Holm), in (0, 1).
+        min_pairs: Fewest paired rows (rows with values) a rule decides on.
+        seed: Seed of the bootstrap and permutation test.
+        n_resamples: Resamples of each bootstrap and test.
+    """
+
+    rules: tuple[Rule, ...]
+    alpha: float = 0.05
+    min_pairs: int = 5
+    seed: int = 0
+    n_resamples: int = N_RESAMPLES
+
+    @property
+    def needs_baseline(self) -> bool:
+        """Whether a rule compares against a baseline (``max_drop``)."""
+        return any(r.max_drop is not None for r in self.rules)
+
+
+def parse_settings(raw: Mapping[str, Any], where: str = "gate config") -> GateSettings:
+    """Read ``{alpha, min_pairs, seed, n_resamples, rules: {metric: {min, max, max_drop,
+    by_type}}}`` (other keys, e.g. ``baseline``, ``junit``, are the caller's).
+
+    Raises:
+        ConfigError: No rule, an unknown rule key, a non-number bound, a negative
+            ``max_drop``, an ``alpha`` outside (0, 1), ``min_pairs`` < 2.
+    """
+    rules_raw = raw.get("rules") or {}
+    if not isinstance(rules_raw, Mapping) or not rules_raw:
+        raise ConfigError(
+            f"{where}: no rules; give e.g. rules: {{nDCG@10: {{max_drop: 0.02}}, "
+            "faithfulness: {min: 0.8}}"
+        )
+    rules = []
+    for metric, spec in rules_raw.items():
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"{where}: rules.{metric} must be a mapping, e.g. {{min: 0.8}}")
+        unknown = set(spec) - _RULE_KEYS
+        if unknown:
+            raise ConfigError(
+                f"{where}: rules.{metric} has unknown keys {sorted(unknown)}; "
+                f"a rule has {sorted(_RULE_KEYS)}"
+            )
+        values: dict[str, float | None] = {}
+        for key in ("min", "max", "max_drop"):
+            v = spec.get(key)
+            if v is None:
+                values[key] = None
+                continue
+            try:
+                values[key] = float(v)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{where}: rules.{metric}.{key}={v!r} is not a number") from None
+        if values["max_drop"] is not None and values["max_drop"] < 0:
+            raise ConfigError(f"{where}: rules.{metric}.max_drop must be ≥ 0 (metric units)")
+        if all(v is None for v in values.values()):
+            raise ConfigError(f"{where}: rules.{metric} sets none of min, max, max_drop")
+        rules.append(Rule(str(metric), **values, by_type=bool(spec.get("by_type", False))))
+    alpha = float(raw.get("alpha", 0.05))
+    if not 0.0 < alpha < 1.0:
+        raise ConfigError(f"{where}: alpha={alpha} must be in (0, 1), e.g. 0.05")
+    min_pairs = int(raw.get("min_pairs", 5))
+    if min_pairs < 2:
+        raise ConfigError(f"{where}: min_pairs={min_pairs} must be at least 2")
+    return GateSettings(
+        tuple(rules),
+        alpha,
+        min_pairs,
+        int(raw.get("seed", 0)),
+        int(raw.get("n_resamples", N_RESAMPLES)),
+    )
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """The verdict of one rule on one question group.
+
+    Attributes:
+        metric: Canonical metric name.
+        kind: ``min``, ``max`` or ``max_drop``.
+        limit: The rule's number.
+        group: ``all`` or a question type.
+        status: ``pass``, ``fail`` or ``undecided``.
+        message: The plain line's explanation (values, CI, p, why).
+        n: Rows the rule decided on (candidate rows for bounds, pairs for ``max_drop``).
+        candidate: Candidate mean (NaN when unknown).
+        baseline: Baseline mean over the pairs (``max_drop`` only, else NaN).
+        diff: candidate − baseline (``max_drop``), NaN otherwise.
+        ci_low: Lower 95 % CI bound (of the mean for bounds, of the diff for ``max_drop``).
+        ci_high: Upper bound of it.
+        p_holm: Holm-adjusted p of the diff (``max_drop``), else NaN.
+        judge_noise: The judge noise of the diff when known, else NaN.
+    """
+
+    metric: str
+    kind: str
+    limit: float
+    group: str
+    status: str
+    message: str
+    n: int = 0
+    candidate: float = math.nan
+    baseline: float = math.nan
+    diff: float = math.nan
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    p_holm: float = math.nan
+    judge_noise: float = math.nan
+
+    @property
+    def name(self) -> str:
+        """``<metric> <kind> <limit> [<group>]``: the test case's name."""
+        return f"{self.metric} {self.kind} {self.limit:g} [{self.group}]"
+
+    def line(self) -> str:
+        """The console line: ``FAIL  <name>: <message>``."""
+        return f"{self.status.upper():<9} {self.name}: {self.message}"
+
+
+@dataclass
+class GateResult:
+    """Every rule's verdict and the overall result.
+
+    Attributes:
+        candidate: Candidate run id.
+        baseline: Baseline run id ("" without one).
+        baseline_ref: What the user named the baseline (an alias or the id).
+        results: One :class:`RuleResult` per rule and group.
+        alpha: The gate's alpha.
+        problem: Why the whole gate could not decide ("" when it could).
+    """
+
+    candidate: str
+    baseline: str
+    baseline_ref: str
+    results: list[RuleResult] = field(default_factory=list)
+    alpha: float = 0.05
+    problem: str = ""
+
+    @property
+    def status(self) -> str:
+        """``fail`` when any rule failed, else ``undecided`` when any is, else ``pass``."""
+        statuses = {r.status for r in self.results}
+        if FAIL in statuses:
+            return FAIL
+        if UNDECIDED in statuses or self.problem or not self.results:
+            return UNDECIDED
+        return PASS
+
+    @property
+    def exit_code(self) -> int:
+        """0 pass, 1 fail, 2 undecided."""
+        return EXIT_CODES[self.status]
+
+    def summary(self) -> str:
+        """One line: the result and the counts."""
+        counts = {s: sum(r.status == s for r in self.results) for s in (PASS, FAIL, UNDECIDED)}
+        against = f" against baseline {self.baseline_ref}" if self.baseline_ref else ""
+        if self.baseline and self.baseline_ref != self.baseline:
+            against += f" ({self.baseline})"
+        text = (
+            f"gate {self.status.upper()}: run {self.candidate}{against}: {counts[PASS]} passed, "
+            f"{counts[FAIL]} failed, {counts[UNDECIDED]} undecided (exit {self.exit_code})"
+        )
+        return text + (f"; {self.problem}" if self.problem else "")
+
+    def lines(self) -> list[str]:
+        """One plain line per rule, then the summary."""
+        return [r.line() for r in self.results] + [self.summary()]
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as JSON-ready data (NaN → null)."""
+        return _finite({
+            "candidate": self.candidate, "baseline": self.baseline,
+            "baseline_ref": self.baseline_ref, "status": self.status,
+            "exit_code": self.exit_code, "alpha": self.alpha, "problem": self.problem,
+            "rules": [{**asdict(r), "name": r.name} for r in self.results],
+        })  # fmt: skip
+
+    def junit_xml(self) -> str:
+        """JUnit XML: one ``<testcase>`` per rule and group in one ``<testsuite name="rag-exp
+        gate">``; a failed rule has a ``<failure>``, an undecided one an ``<error>`` (the gate
+        could not decide, which GitLab and Jenkins show as an error), with the line as message.
+        """
+        failures = sum(r.status == FAIL for r in self.results)
+        errors = sum(r.status == UNDECIDED for r in self.results)
+        suites = ET.Element("testsuites", name="rag-exp gate")
+        suite = ET.SubElement(
+            suites,
+            "testsuite",
+            name="rag-exp gate",
+            tests=str(len(self.results)),
+            failures=str(failures),
+            errors=str(errors),
+            skipped="0",
+            time="0",
+        )
+        props = ET.SubElement(suite, "properties")
+        for key, value in (("candidate", self.candidate), ("baseline", self.baseline)):
+            ET.SubElement(props, "property", name=key, value=value)
+        for r in self.results:
+            case = ET.SubElement(
+                suite, "testcase", classname=f"rag_exp.gate.{r.metric}", name=r.name, time="0"
+            )
+            if r.status == FAIL:
+                ET.SubElement(
+                    case, "failure", message=r.message, type="GateRuleFailed"
+                ).text = r.line()
+            elif r.status == UNDECIDED:
+                ET.SubElement(
+                    case, "error", message=r.message, type="GateUndecided"
+                ).text = r.line()
+        ET.indent(suites)
+        return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+    def markdown(self) -> str:
+        """A Markdown summary (for ``$GITHUB_STEP_SUMMARY``): the result, then a table."""
+        icon = {PASS: "✅", FAIL: "❌", UNDECIDED: "⚠️"}
+        out = [
+            f"## {icon[self.status]} rag-exp gate: {self.status}",
+            "",
+            f"Candidate run `{self.candidate}`"
+            + (f", baseline `{self.baseline_ref}`" if self.baseline_ref else "")
+            + (f" (`{self.baseline}`)" if self.baseline not in ("", self.baseline_ref) else "")
+            + f"; α = {self.alpha:g} (Holm), {CONFIDENCE:.0%} paired bootstrap CI.",
+            "",
+        ]
+        if self.problem:
+            out += [f"**Could not decide:** {self.problem}", ""]
+        out += [
+            "| result | metric | rule | group | n | candidate | baseline | diff | 95% CI "
+            "| p (Holm) | note |",
+            "|---|---|---|---|---:|---:|---:|---:|---|---:|---|",
+        ]  # fmt: skip
+        for r in self.results:
+            ci = "" if math.isnan(r.ci_low) else f"[{r.ci_low:+.4f}, {r.ci_high:+.4f}]"
+            out.append(
+                f"| {icon[r.status]} {r.status} | `{r.metric}` | {r.kind} {r.limit:g} | "
+                f"{r.group} | {r.n} | {_num(r.candidate)} | {_num(r.baseline)} | "
+                f"{_num(r.diff, signed=True)} | {ci} | {_num(r.p_holm)} | "
+                f"{r.message.replace('|', '/')} |"
+            )
+        return "\n".join(out) + "\n"
+
+
+def judge_noise(
+    n: int, sd_b: float, repeats_b: int, sd_c: float, repeats_c: int, alpha: float = 0.05
+) -> float:
+    """The judge's noise on a difference of two means (formula in the module docstring).
+
+    Args:
+        n: Paired rows (≥ 1).
+        sd_b: Baseline's mean within-row SD of the judge over its repeats (metric units, ≥ 0).
+        repeats_b: Baseline's judge repeats per row (≥ 1).
+        sd_c: Candidate's mean within-row SD.
+        repeats_c: Candidate's judge repeats per row.
+        alpha: Two-sided level; z = Φ⁻¹(1 − α/2).
+
+    Returns:
+        z · sqrt(sd_b²/(n·R_b) + sd_c²/(n·R_c)), in metric units.
+    """
+    z = float(stats.norm.ppf(1.0 - alpha / 2.0))
+    return z * math.sqrt(sd_b**2 / (n * repeats_b) + sd_c**2 / (n * repeats_c))
+
+
+def _judge_sd(run: Run, metric: str) -> tuple[float, int] | None:
+    """``(judge_sd, repeats)`` a run logged for ``metric``, or None."""
+    sd = run.data.metrics.get(sanitize_metric_name(f"{metric}.{JUDGE_SD}"))
+    repeats = run.data.params.get(JUDGE_REPEATS_PARAM)
+    if sd is None or repeats is None:
+        return None
+    try:
+        r = int(float(repeats))
+    except ValueError:
+        return None
+    return (float(sd), r) if r >= 1 and math.isfinite(sd) else None
+
+
+def evaluate_tables(
+    candidate: pd.DataFrame,
+    baseline: pd.DataFrame | None,
+    specs: Sequence[MetricInfo],
+    settings: GateSettings,
+    *,
+    noise: Mapping[str, tuple[tuple[float, int], tuple[float, int]]] | None = None,
+) -> list[RuleResult]:
+    """Apply the rules to two per-query tables (the module docstring gives every rule).
+
+    Args:
+        candidate: The candidate's per-query table (``id``, ``question_type``, metric columns).
+        baseline: The baseline's table, or None (``max_drop`` rules are then undecided).
+        specs: Metric columns present in both runs (or in the candidate without a baseline),
+            with their declared direction.
+        settings: The rules.
+        noise: ``{metric: ((sd_b, R_b), (sd_c, R_c))}`` for metrics whose judge noise both
+            runs logged.
+
+    Returns:
+        One result per rule kind and group, in rule order (``all`` first, then the types).
+    """
+    by_name = {s.name: s for s in specs}
+    noise = dict(noise or {})
+    types = _types(candidate)
+    drop_rules = [r for r in settings.rules if r.max_drop is not None and r.metric in by_name]
+    paired: dict[tuple[str, str], PairedStat] = {}
+    if baseline is not None and drop_rules:
+        comparison = compare_tables(
+            baseline,
+            candidate,
+            [by_name[r.metric] for r in drop_rules],
+            seed=settings.seed,
+            n_resamples=settings.n_resamples,
+        )
+        paired = {(s.metric, s.group): s for s in comparison.stats}
+    out: list[RuleResult] = []
+    for rule in settings.rules:
+        groups = [ALL] + (types if rule.by_type else [])
+        spec = by_name.get(rule.metric)
+        for group in groups:
+            for kind, limit in _limits(rule):
+                if spec is None:
+                    out.append(
+                        RuleResult(
+                            rule.metric,
+                            kind,
+                            limit,
+                            group,
+                            UNDECIDED,
+                            f"metric {rule.metric} is missing from "
+                            + ("a run" if baseline is not None else "the candidate run")
+                            + f"; the runs have {', '.join(sorted(by_name)) or 'none'}",
+                        )  # fmt: skip
+                    )
+                elif kind == "max_drop":
+                    out.append(
+                        _drop_rule(
+                            spec,
+                            limit,
+                            group,
+                            paired.get((rule.metric, group)),
+                            settings,
+                            noise.get(rule.metric),
+                            baseline is not None,
+                        )  # fmt: skip
+                    )
+                else:
+                    out.append(_bound_rule(spec, kind, limit, group, candidate, settings))
+    return out
+
+
+def _types(table: pd.DataFrame) -> list[str]:
+    if "question_type" not in table:
+        return []
+    return sorted(set(table["question_type"].fillna("").astype(str)) - {""})
+
+
+def _bound_rule(
+    spec: MetricInfo,
+    kind: str,
+    limit: float,
+    group: str,
+    table: pd.DataFrame,
+    settings: GateSettings,
+) -> RuleResult:
+    rows = table if group == ALL else table[table["question_type"].astype(str) == group]
+    values = pd.to_numeric(rows[spec.name], errors="coerce").to_numpy(dtype=np.float64)
+    values = values[~np.isnan(values)]
+    n = int(values.size)
+    if n < settings.min_pairs:
+        return RuleResult(
+            spec.name, kind, limit, group, UNDECIDED,
+            f"only {n} rows with a value (min_pairs {settings.min_pairs})", n,
+        )  # fmt: skip
+    mean = float(np.mean(values))
+    low, high = bootstrap_ci(
+        values, seed=settings.seed, n_resamples=settings.n_resamples, confidence=CONFIDENCE
+    )
+    ok = mean >= limit if kind == "min" else mean <= limit
+    sign = ("≥" if ok else "<") if kind == "min" else ("≤" if ok else ">")
+    message = f"mean {mean:.4f} {sign} {limit:g} (n {n}, 95% CI [{low:.4f}, {high:.4f}])"
+    return RuleResult(
+        spec.name, kind, limit, group, PASS if ok else FAIL, message, n, mean,
+        ci_low=low, ci_high=high,
+    )  # fmt: skip
+
+
+def _drop_rule(
+    spec: MetricInfo,
+    margin: float,
+    group: str,
+    s: PairedStat | None,
+    settings: GateSettings,
+    noise: tuple[tuple[float, int], tuple[float, int]] | None,
+    has_baseline: bool,
+) -> RuleResult:
+    name = spec.name
+    if not has_baseline:
+        return RuleResult(name, "max_drop", margin, group, UNDECIDED, "no baseline run given")
+    n = s.n if s is not None else 0
+    if s is None or n < settings.min_pairs or math.isnan(s.ci_low):
+        return RuleResult(
+            name, "max_drop", margin, group, UNDECIDED,
+            f"only {n} paired rows with a value in both runs (min_pairs {settings.min_pairs})", n,
+        )  # fmt: skip
+    hib = spec.higher_is_better
+    worse = -s.diff if hib else s.diff  # worsening, > 0 = candidate worse
+    worse_low = -s.ci_high if hib else s.ci_low  # CI of the worsening
+    by_ci = worse_low > margin
+    by_p = s.p_holm < settings.alpha and worse > margin
+    direction = "higher is better" if hib else "lower is better"
+    facts = (
+        f"candidate {s.mean_b:.4f} vs baseline {s.mean_a:.4f}, diff {s.diff:+.4f} "
+        f"({direction}), 95% CI [{s.ci_low:+.4f}, {s.ci_high:+.4f}], p_holm {s.p_holm:.4g}, "
+        f"n {n}"
+    )
+    stat = dict(
+        n=n, candidate=s.mean_b, baseline=s.mean_a, diff=s.diff, ci_low=s.ci_low,
+        ci_high=s.ci_high, p_holm=s.p_holm,
+    )  # fmt: skip
+    noise_value = math.nan
+    if noise is not None:
+        (sd_b, r_b), (sd_c, r_c) = noise
+        noise_value = judge_noise(n, sd_b, r_b, sd_c, r_c, settings.alpha)
+        stat["judge_noise"] = noise_value
+    if (by_ci or by_p) and abs(s.diff) < noise_value:
+        return RuleResult(
+            name, "max_drop", margin, group, PASS,
+            f"not failed: the difference {s.diff:+.4f} is within the judge noise "
+            f"±{noise_value:.4f} (judge_sd and judge.repeats of both runs); {facts}",
+            **stat,
+        )  # fmt: skip
+    if by_ci or by_p:
+        why = []
+        if by_ci:
+            why.append(f"the whole CI is worse than the margin {margin:g}")
+        if by_p:
+            why.append(
+                f"p_holm {s.p_holm:.4g} < alpha {settings.alpha:g} and the drop "
+                f"{worse:.4f} > {margin:g}"
+            )
+        return RuleResult(
+            name, "max_drop", margin, group, FAIL,
+            f"worse beyond the margin: {' and '.join(why)}; {facts}", **stat,
+        )  # fmt: skip
+    return RuleResult(
+        name, "max_drop", margin, group, PASS,
+        f"no drop beyond {margin:g} shown; {facts}", **stat,
+    )  # fmt: skip
+
+
+def questions_digest(run: Run) -> str | None:
+    """The digest that says which questions a run evaluated: ``dataset.questions_digest``
+    when logged, else ``dataset.digest``."""
+    tags = run.data.tags
+    return tags.get(QUESTIONS_DIGEST_TAG) or tags.get("dataset.digest")
+
+
+def resolve_baseline(client: mlflow.MlflowClient, candidate: Run, ref: str) -> str:
+    """The run id ``ref`` names: an alias of the candidate's experiment (experiment tag
+    ``rag_exp.alias.<ref>``, set by ``rag-exp promote``), else ``ref`` itself as a run id.
+
+    Raises:
+        ConfigError: ``ref`` is neither an alias of the experiment nor a run of the store.
+    """
+    experiment = client.get_experiment(candidate.info.experiment_id)
+    target = experiment.tags.get(ALIAS_TAG + ref)
+    if target:
+        return target
+    try:
+        client.get_run(ref)
+    except MlflowException:
+        aliases = sorted(
+            k.removeprefix(ALIAS_TAG) for k in experiment.tags if k.startswith(ALIAS_TAG)
+        )
+        raise ConfigError(
+            f"baseline {ref!r} is neither an alias of experiment {experiment.name!r} "
+            f"(aliases: {', '.join(aliases) or 'none'}) nor a run at {client.tracking_uri}; "
+            f"set it with `rag-exp promote <run id> --alias {ref}` or pass a run id"
+        ) from None
+    return ref
+
+
+def set_alias(tracking_uri: str, run_id: str, alias: str, retry_s: float = 120.0) -> str:
+    """Point alias ``alias`` of the run's experiment at ``run_id`` (experiment tag
+    ``rag_exp.alias.<alias>``; MLflow 3 has aliases for registered models only, so the
+    experiment tag is the place for a run's). Returns the experiment's name.
+
+    Raises:
+        ConfigError: An alias that is empty or holds characters a tag key refuses.
+        TrackingError: The run is missing or the store refuses the tag.
+    """
+    if not alias or not all(c.isalnum() or c in "_-." for c in alias):
+        raise ConfigError(f"alias {alias!r}: use letters, digits, '_', '-', '.' (e.g. production)")
+    client = open_store(tracking_uri)
+    run = get_run(client, run_id)
+    outage = Outage(resolve_tracking_uri(tracking_uri), retry_s)
+    try:
+        outage.call(
+            "alias", client.set_experiment_tag, run.info.experiment_id, ALIAS_TAG + alias, run_id
+        )
+    except MlflowException as exc:
+        raise TrackingError(f"cannot set alias {alias!r}: {exc.message}") from exc
+    return client.get_experiment(run.info.experiment_id).name
+
+
+def gate_runs(
+    tracking_uri: str,
+    candidate_id: str,
+    baseline_ref: str | None,
+    settings: GateSettings,
+) -> GateResult:
+    """Read both runs from the store and apply the rules (:func:`evaluate_tables`).
+
+    Args:
+        tracking_uri: Store holding both runs.
+        candidate_id: The candidate run id.
+        baseline_ref: A run id or an alias of the candidate's experiment; None for a gate of
+            absolute bounds only.
+        settings: The rules.
+
+    Returns:
+        The result; different questions, a run's table missing, or too few rows make it
+        undecided (exit 2), never an error.
+
+    Raises:
+        TrackingError: The candidate run cannot be read.
+        ConfigError: Unknown baseline alias; ``max_drop`` rules without a baseline.
+    """
+    client = open_store(tracking_uri)
+    cand = get_run(client, candidate_id)
+    if baseline_ref is None and settings.needs_baseline:
+        raise ConfigError(
+            "the gate has max_drop rules but no baseline: pass --baseline <run id | alias> "
+            "(or gate.baseline=…)"
+        )
+    base_id = resolve_baseline(client, cand, baseline_ref) if baseline_ref else ""
+    result = GateResult(candidate_id, base_id, baseline_ref or "", alpha=settings.alpha)
+    base = get_run(client, base_id) if base_id else None
+    if base is not None and questions_digest(base) != questions_digest(cand):
+        result.problem = (
+            f"the runs evaluated different questions (dataset digest {questions_digest(base)} "
+            f"vs {questions_digest(cand)}); gate runs of one dataset"
+        )
+        result.results = [
+            RuleResult(r.metric, kind, limit, ALL, UNDECIDED, result.problem)
+            for r in settings.rules
+            for kind, limit in _limits(r)
+        ]
+        return result
+    cand_specs = load_specs(client, candidate_id)
+    cand_table = read_table(client, candidate_id)
+    base_table, noise = None, {}
+    specs = cand_specs
+    if base is not None:
+        base_names = {s.name for s in load_specs(client, base_id)}
+        specs = [s for s in cand_specs if s.name in base_names]
+        base_table = read_table(client, base_id)
+        for rule in settings.rules:
+            pair = (_judge_sd(base, rule.metric), _judge_sd(cand, rule.metric))
+            if pair[0] is not None and pair[1] is not None:
+                noise[rule.metric] = pair
+    result.results = evaluate_tables(cand_table, base_table, specs, settings, noise=noise)
+    return result
+
+
+def _limits(rule: Rule) -> list[tuple[str, float]]:
+    """The rule's ``(kind, limit)`` pairs that are set, in the order min, max, max_drop."""
+    pairs = (("min", rule.min), ("max", rule.max), ("max_drop", rule.max_drop))
+    return [(kind, limit) for kind, limit in pairs if limit is not None]
+
+
+def log_gate(tracking_uri: str, result: GateResult, retry_s: float = 120.0) -> None:
+    """Log the result on the candidate run: tags ``gate.result`` (pass|fail|undecided),
+    ``gate.baseline`` (run id), ``gate.baseline_ref`` (as named), ``gate.failed`` (the failed
+    rules' names) and the artifacts ``gate/junit.xml``, ``gate/summary.md``,
+    ``gate/gate.json``; calls retried through a tracking-server outage
+    (:class:`~rag_experiments.tracking.resilience.Outage`).
+
+    Raises:
+        TrackingError: The store refuses the tags or artifacts.
+    """
+    client = open_store(tracking_uri)
+    outage = Outage(resolve_tracking_uri(tracking_uri), retry_s)
+    run_id = result.candidate
+    tags = {
+        "gate.result": result.status,
+        "gate.baseline": result.baseline,
+        "gate.baseline_ref": result.baseline_ref,
+        "gate.failed": "; ".join(r.name for r in result.results if r.status == FAIL)[:5000],
+    }
+    try:
+        for key, value in tags.items():
+            outage.call(f"tag {key}", client.set_tag, run_id, key, value)
+        outage.call("gate/junit.xml", client.log_text, run_id, result.junit_xml(), "gate/junit.xml")
+        outage.call(
+            "gate/summary.md", client.log_text, run_id, result.markdown(), "gate/summary.md"
+        )
+        outage.call(
+            "gate/gate.json",
+            client.log_text,
+            run_id,
+            json.dumps(result.to_json(), indent=2, ensure_ascii=False),
+            "gate/gate.json",
+        )
+    except MlflowException as exc:
+        raise TrackingError(f"cannot log the gate result on run {run_id}: {exc.message}") from exc
+
+
+def run_gate(
+    tracking_uri: str,
+    candidate: str,
+    baseline: str | None,
+    settings: GateSettings,
+    *,
+    junit: str | None = None,
+    markdown: str | None = None,
+    log: bool = True,
+    retry_s: float = 120.0,
+) -> GateResult:
+    """Gate ``candidate`` against ``baseline``: print one line per rule and the summary, write
+    the JUnit XML and Markdown files asked for, log the result on the candidate run.
+
+    Returns:
+        The result (``.exit_code`` is the process exit code).
+
+    Raises:
+        TrackingError: The candidate cannot be read or the result cannot be logged.
+        ConfigError: Unknown baseline alias, ``max_drop`` rules without a baseline.
+    """
+    result = gate_runs(tracking_uri, candidate, baseline, settings)
+    print("\n".join(result.lines()), flush=True)
+    # the Markdown is appended: $GITHUB_STEP_SUMMARY is shared by a job's steps
+    for path, text, mode in ((junit, result.junit_xml(), "w"), (markdown, result.markdown(), "a")):
+        if path:
+            out = Path(path)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with out.open(mode, encoding="utf-8") as f:
+                f.write(text)
+    if log:
+        log_gate(tracking_uri, result, retry_s)
+    return result
+
+
+def _num(x: float, signed: bool = False) -> str:
+    if math.isnan(x):
+        return ""
+    return f"{x:+.4f}" if signed else f"{x:.4f}"
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj

@@ -1,0 +1,111 @@
+"""``rag-exp gate <candidate> --baseline <run id | alias>`` and ``rag-exp promote <run id>
+--alias <name>``: the regression gate of :mod:`rag_experiments.analysis.gate` as a command (one
+plain line per rule, exit code 0 pass / 1 fail / 2 undecided, JUnit XML, Markdown, the result
+logged on the candidate run), and the baseline alias it resolves."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rag_experiments.analysis.gate import (
+    parse_settings,
+    run_gate,
+    set_alias,
+)
+from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
+from rag_experiments.errors import ConfigError
+from rag_experiments.locations import CONF_DIR
+
+DEFAULT_RULES = CONF_DIR / "gate" / "default.yaml"
+"""Rules of ``rag-exp gate`` without ``--config``: those of ``gate=default``."""
+
+
+def read_gate_file(path: str | Path) -> dict[str, Any]:
+    """The gate YAML file (``alpha``, ``min_pairs``, ``rules`` …) as a mapping.
+
+    Raises:
+        ConfigError: The file is missing, not YAML, or not a mapping.
+    """
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: cannot read it ({exc.strerror})") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--config {path}: not valid YAML ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path}: must be a mapping with `rules:`")
+    return data
+
+
+def gate_command(argv: list[str]) -> int:
+    """``rag-exp gate <candidate> [--baseline B] [--config F] [--junit P] [--markdown P]``."""
+    parser = argparse.ArgumentParser(
+        prog="rag-exp gate",
+        description="Fail CI on a regression: apply per-metric rules (min/max on the "
+        "candidate's mean; max_drop: paired CI entirely beyond the margin, or Holm p < alpha "
+        "and the drop beyond it) to a candidate run against a baseline run or alias. Exit 0 "
+        "pass, 1 a rule failed, 2 could not decide (different datasets, too few paired rows, "
+        "a metric missing). The result is logged on the candidate run (tags gate.*, "
+        "artifacts gate/).",
+    )
+    parser.add_argument("candidate", help="candidate run id")
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="baseline run id or alias of the candidate's experiment (rag-exp promote)",
+    )
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="gate YAML: {alpha, min_pairs, rules: {metric: {min, max, max_drop, by_type}}} "
+        "(default: the rules of conf/gate/default.yaml)",
+    )
+    parser.add_argument("--junit", default=None, help="write JUnit XML here")
+    parser.add_argument(
+        "--markdown",
+        default=None,
+        help="append a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)",
+    )
+    parser.add_argument("--json", action="store_true", help="also print the result as JSON")
+    parser.add_argument(
+        "--no-log", action="store_true", help="do not log the result on the candidate run"
+    )
+    add_tracking_uri(parser)
+    opts = parse_store_command(parser, argv)
+    raw = read_gate_file(opts.config or DEFAULT_RULES)
+    settings = parse_settings(raw, opts.config or str(DEFAULT_RULES))
+    baseline = opts.baseline or raw.get("baseline")
+    result = run_gate(
+        opts.tracking_uri,
+        opts.candidate,
+        baseline,
+        settings,
+        junit=opts.junit,
+        markdown=opts.markdown,
+        log=not opts.no_log,
+    )
+    if opts.json:
+        print(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
+    return result.exit_code
+
+
+def promote_command(argv: list[str]) -> int:
+    """``rag-exp promote <run id> --alias <name>``."""
+    parser = argparse.ArgumentParser(
+        prog="rag-exp promote",
+        description="Point a baseline alias (e.g. production) of the run's experiment at the "
+        "run: experiment tag rag_exp.alias.<name> = <run id>; `rag-exp gate --baseline "
+        "<name>` and gate.baseline=<name> resolve it.",
+    )
+    parser.add_argument("run_id", help="the run to promote")
+    parser.add_argument("--alias", default="production", help="alias name (production)")
+    add_tracking_uri(parser)
+    opts = parse_store_command(parser, argv)
+    experiment = set_alias(opts.tracking_uri, opts.run_id, opts.alias)
+    print(f"alias {opts.alias!r} of experiment {experiment!r} -> run {opts.run_id}")
+    return 0
