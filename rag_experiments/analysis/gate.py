@@ -648,34 +648,41 @@ def gate_runs(
         settings: The rules.
 
     Returns:
-        The result; different questions, a run's table missing, or too few rows make it
-        undecided (exit 2), never an error.
+        The result; an unknown baseline (alias or run), ``max_drop`` rules without a
+        baseline, different questions or too few rows make it undecided (exit 2, the reason
+        in ``problem`` or the rule's line), never an error.
 
     Raises:
-        TrackingError: The candidate run cannot be read.
-        ConfigError: Unknown baseline alias; ``max_drop`` rules without a baseline.
+        TrackingError: The candidate run or a run's table cannot be read.
     """
     client = open_store(tracking_uri)
     cand = get_run(client, candidate_id)
-    if baseline_ref is None and settings.needs_baseline:
-        raise ConfigError(
-            "the gate has max_drop rules but no baseline: pass --baseline <run id | alias> "
-            "(or gate.baseline=…)"
-        )
-    base_id = resolve_baseline(client, cand, baseline_ref) if baseline_ref else ""
-    result = GateResult(candidate_id, base_id, baseline_ref or "", alpha=settings.alpha)
-    base = get_run(client, base_id) if base_id else None
+    result = GateResult(candidate_id, "", baseline_ref or "", alpha=settings.alpha)
+    base = None
+    try:
+        if baseline_ref is None and settings.needs_baseline:
+            raise ConfigError(
+                "the rules have max_drop but no baseline was given: pass --baseline <run id | "
+                "alias> (gate.baseline=… in a run)"
+            )
+        if baseline_ref:
+            result.baseline = resolve_baseline(client, cand, baseline_ref)
+            base = get_run(client, result.baseline)
+    except (ConfigError, TrackingError) as exc:
+        result.problem = str(exc)
     if base is not None and questions_digest(base) != questions_digest(cand):
         result.problem = (
             f"the runs evaluated different questions (dataset digest {questions_digest(base)} "
             f"vs {questions_digest(cand)}); gate runs of one dataset"
         )
+    if result.problem:
         result.results = [
             RuleResult(r.metric, kind, limit, ALL, UNDECIDED, result.problem)
             for r in settings.rules
             for kind, limit in _limits(r)
         ]
         return result
+    base_id = result.baseline
     cand_specs = load_specs(client, candidate_id)
     cand_table = read_table(client, candidate_id)
     base_table, noise = None, {}

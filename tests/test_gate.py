@@ -1,0 +1,258 @@
+"""``rag-exp gate`` / ``promote`` on runs whose per-question values are set by hand in a sqlite
+store: each verdict checked against the rule computed here (means, the paired statistics of
+``analysis.compare``, the judge-noise formula by hand), the exit codes, the JUnit XML parsed
+and its structure checked, the result logged on the candidate run."""
+
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+
+from rag_experiments.analysis.compare import compare_tables
+from rag_experiments.analysis.gate import (
+    FAIL,
+    PASS,
+    UNDECIDED,
+    gate_runs,
+    judge_noise,
+    parse_settings,
+)
+from rag_experiments.analysis.runs import MetricInfo
+from rag_experiments.cli import main
+from rag_experiments.errors import ConfigError
+from rag_experiments.tracking.mlflow_tracker import MlflowTracker
+from rag_experiments.tracking.store import read_table
+
+N = 40
+N_RESAMPLES = 999
+TYPES = ("lookup", "multi_hop")
+# "lo" is declared lower-is-better and "hi" higher-is-better: same numbers, opposite verdicts
+DIRECTION = {"hi": True, "lo": False, "flat": True, "judged": True}
+
+rng = np.random.default_rng(3)
+BASE = rng.uniform(0.3, 0.9, N)
+NOISE = rng.uniform(-0.02, 0.02, N // 2)
+SYMMETRIC = np.concatenate([NOISE, -NOISE])
+UP = BASE + 0.2 + SYMMETRIC  # every question +0.2 ± 0.02
+JUDGED_B = BASE + np.where(np.arange(N) % 2 == 0, -0.03, -0.01)  # a mean drop of 0.02
+
+
+def _ids(n: int = N) -> list[str]:
+    return [f"q{i:03d}" for i in range(n)]
+
+
+def _log_run(
+    uri: str,
+    values: dict[str, np.ndarray],
+    *,
+    digest: str = "d1",
+    ids: Sequence[str] | None = None,
+    metrics: dict[str, float] | None = None,
+    params: dict[str, str] | None = None,
+) -> str:
+    """A run as ``rag-exp run`` logs it: per-query table, metric specs, dataset digest."""
+    ids = list(ids or _ids())
+    tracker = MlflowTracker(uri, "gate-test", log_table=False)
+    rows = []
+    for i, sid in enumerate(ids):
+        row = {"id": sid, "question_type": TYPES[i % 2], "user_input": f"question {sid}?"}
+        row.update({name: float(col[i]) for name, col in values.items()})
+        rows.append(row)
+    with tracker.start_run(params=params or {"seed": 0}, config_yaml="", tags={}) as run_id:
+        tracker.log_dataset("demo", digest, "demo", [{"id": s} for s in ids])
+        tracker.log_table(rows)
+        tracker.log_dict(
+            {
+                n: {"higher_is_better": DIRECTION[n], "range": [0.0, 2.0], "description": ""}
+                for n in values
+            },
+            "metric_specs.json",
+        )
+        tracker.log_metrics(
+            {**{n: float(np.mean(v)) for n, v in values.items()}, **(metrics or {})}
+        )
+    return run_id
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('gate')}/mlruns.db"
+
+
+@pytest.fixture(scope="module")
+def runs(store: str) -> dict[str, str]:
+    """baseline; candidate (hi and lo up 0.2, flat unchanged); a copy of the baseline; a run
+    of another dataset; judged runs with and without the judge-noise logs."""
+    flat = rng.uniform(0.4, 0.6, N)
+    noise_metrics = {"judged.judge_sd": 0.3}
+    return {
+        "base": _log_run(store, {"hi": BASE, "lo": BASE, "flat": flat}),
+        "cand": _log_run(store, {"hi": UP, "lo": UP, "flat": flat}),
+        "same": _log_run(store, {"hi": BASE, "lo": BASE, "flat": flat}),
+        "other": _log_run(store, {"hi": BASE, "lo": BASE, "flat": flat}, digest="d2"),
+        "jb": _log_run(
+            store, {"judged": BASE}, metrics=noise_metrics, params={"judge": {"repeats": 3}}
+        ),
+        "jc": _log_run(
+            store, {"judged": JUDGED_B}, metrics=noise_metrics, params={"judge": {"repeats": 3}}
+        ),
+        "jb0": _log_run(store, {"judged": BASE}),
+        "jc0": _log_run(store, {"judged": JUDGED_B}),
+    }
+
+
+def _settings(rules: dict, **kw: object):
+    return parse_settings({"rules": rules, "n_resamples": N_RESAMPLES, **kw})
+
+
+def test_direction_comes_from_the_declaration_not_the_name(store: str, runs: dict) -> None:
+    settings = _settings({"hi": {"max_drop": 0.05}, "lo": {"max_drop": 0.05}})
+    result = gate_runs(store, runs["cand"], runs["base"], settings)
+    verdict = {r.metric: r for r in result.results}
+    # the same +0.2 shift: better for the higher-is-better metric, worse for the other
+    assert verdict["hi"].status == PASS and verdict["lo"].status == FAIL
+    # the numbers are the paired statistics of analysis.compare, Holm over the two metrics
+    client = mlflow.MlflowClient(store)
+    cmp = compare_tables(
+        read_table(client, runs["base"]),
+        read_table(client, runs["cand"]),
+        [MetricInfo("hi", True, 0, 2), MetricInfo("lo", False, 0, 2)],
+        n_resamples=N_RESAMPLES,
+    )
+    lo = next(s for s in cmp.overall() if s.metric == "lo")
+    assert verdict["lo"].diff == pytest.approx(np.mean(UP) - np.mean(BASE))
+    assert (verdict["lo"].ci_low, verdict["lo"].p_holm) == (lo.ci_low, lo.p_holm)
+    assert lo.ci_low > 0.05  # the whole CI of the worsening lies beyond the margin
+    assert "whole CI" in verdict["lo"].message and "lower is better" in verdict["lo"].message
+    assert result.exit_code == 1
+    assert "FAIL" in result.lines()[1] and "lo max_drop 0.05 [all]" in result.lines()[1]
+
+
+def test_a_drop_within_the_margin_passes(store: str, runs: dict) -> None:
+    # lo worsens by 0.2: fails at margin 0.1, passes at margin 0.3 (CI high ≈ 0.21 < 0.3)
+    fail = gate_runs(store, runs["cand"], runs["base"], _settings({"lo": {"max_drop": 0.1}}))
+    ok = gate_runs(store, runs["cand"], runs["base"], _settings({"lo": {"max_drop": 0.3}}))
+    assert fail.status == FAIL and ok.status == PASS and ok.exit_code == 0
+
+
+def test_min_and_max_on_the_candidate_mean_and_by_type(store: str, runs: dict) -> None:
+    mean = float(np.mean(UP))
+    settings = _settings({
+        "hi": {"min": mean - 1e-9, "by_type": True},
+        "flat": {"max": 0.3},
+    })  # fmt: skip
+    result = gate_runs(store, runs["cand"], None, settings)
+    lines = {(r.metric, r.kind, r.group): r for r in result.results}
+    assert lines[("hi", "min", "all")].status == PASS
+    assert lines[("hi", "min", "all")].candidate == pytest.approx(mean)
+    for k, t in enumerate(TYPES):  # per type: the mean of that type's rows
+        typed = float(np.mean(UP[k::2]))
+        assert lines[("hi", "min", t)].candidate == pytest.approx(typed)
+        assert lines[("hi", "min", t)].status == (PASS if typed >= mean - 1e-9 else FAIL)
+    assert lines[("flat", "max", "all")].status == FAIL  # mean ≈ 0.5 > 0.3
+    assert result.exit_code == 1
+
+
+def test_judge_noise_keeps_a_small_drop_from_failing(store: str, runs: dict) -> None:
+    settings = _settings({"judged": {"max_drop": 0.0}})
+    # without the judge's noise known: a drop of 0.02 on every pair, past a zero margin: fail
+    plain = gate_runs(store, runs["jc0"], runs["jb0"], settings).results[0]
+    assert plain.status == FAIL and math.isnan(plain.judge_noise)
+    noisy = gate_runs(store, runs["jc"], runs["jb"], settings).results[0]
+    # 1.96 * sqrt(0.3²/(40·3) + 0.3²/(40·3)) = 1.96 * 0.3 * sqrt(2/120) = 0.0759
+    by_hand = 1.959963984540054 * 0.3 * math.sqrt(2 / 120)
+    assert judge_noise(N, 0.3, 3, 0.3, 3) == pytest.approx(by_hand)
+    assert noisy.judge_noise == pytest.approx(by_hand)
+    assert noisy.diff == pytest.approx(-0.02)
+    assert noisy.status == PASS and "within the judge noise ±0.0759" in noisy.message
+
+
+def test_undecided_runs(store: str, runs: dict) -> None:
+    settings = _settings({"hi": {"max_drop": 0.05}, "missing": {"min": 0.5}})
+    other = gate_runs(store, runs["cand"], runs["other"], settings)
+    assert other.status == UNDECIDED and other.exit_code == 2
+    assert "different questions" in other.problem
+    assert {r.status for r in other.results} == {UNDECIDED} and len(other.results) == 2
+    same = gate_runs(store, runs["cand"], runs["base"], settings)
+    missing = next(r for r in same.results if r.metric == "missing")
+    assert missing.status == UNDECIDED and "missing" in missing.message
+    few = gate_runs(
+        store, runs["cand"], runs["base"], _settings({"hi": {"max_drop": 0.1}}, min_pairs=41)
+    )
+    assert few.results[0].status == UNDECIDED and "only 40 paired rows" in few.results[0].message
+
+
+def test_rules_are_checked() -> None:
+    with pytest.raises(ConfigError, match="unknown keys"):
+        parse_settings({"rules": {"hi": {"maxdrop": 0.1}}})
+    with pytest.raises(ConfigError, match="no rules"):
+        parse_settings({"rules": {}})
+    with pytest.raises(ConfigError, match="alpha"):
+        parse_settings({"rules": {"hi": {"min": 0.1}}, "alpha": 1.5})
+
+
+def test_cli_exit_codes_junit_markdown_and_logged_result(
+    store: str, runs: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "gate.yaml"
+    cfg.write_text(
+        f"n_resamples: {N_RESAMPLES}\nrules:\n  hi: {{max_drop: 0.05}}\n  lo: {{max_drop: 0.05}}\n"
+    )
+    junit, md = tmp_path / "junit.xml", tmp_path / "summary.md"
+    base = ["--config", str(cfg), "--tracking-uri", store]
+    argv = ["gate", runs["cand"], "--baseline", runs["base"], *base]
+    assert main([*argv, "--junit", str(junit), "--markdown", str(md)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("PASS") and "hi max_drop" in out[0]
+    assert out[1].startswith("FAIL") and "lo max_drop 0.05 [all]" in out[1]
+    assert out[2].startswith("gate FAIL")
+    # JUnit: testsuites > testsuite with counts > one testcase per rule, a failure in the failed
+    root = ET.parse(junit).getroot()
+    assert root.tag == "testsuites"
+    (suite,) = root.findall("testsuite")
+    cases = suite.findall("testcase")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "1", "0")
+    assert [c.get("name") for c in cases] == ["hi max_drop 0.05 [all]", "lo max_drop 0.05 [all]"]
+    assert cases[0].find("failure") is None and cases[1].find("failure") is not None
+    assert "lower is better" in cases[1].find("failure").get("message")
+    assert "| ❌ fail | `lo` |" in md.read_text()
+    run = mlflow.MlflowClient(store).get_run(runs["cand"])
+    assert run.data.tags["gate.result"] == "fail"
+    assert run.data.tags["gate.baseline"] == runs["base"]
+    assert run.data.tags["gate.failed"] == "lo max_drop 0.05 [all]"
+    logged = {a.path for a in mlflow.MlflowClient(store).list_artifacts(runs["cand"], "gate")}
+    assert logged == {"gate/junit.xml", "gate/summary.md", "gate/gate.json"}
+    # the baseline against a copy of itself: pass; against another dataset: undecided
+    assert main(["gate", runs["same"], "--baseline", runs["base"], *base]) == 0
+    assert (
+        main(["gate", runs["other"], "--baseline", runs["base"], *base, "--junit", str(junit)]) == 2
+    )
+    errors = ET.parse(junit).getroot().find("testsuite").findall("testcase/error")
+    assert len(errors) == 2 and "different questions" in errors[0].get("message")
+    capsys.readouterr()
+
+
+def test_promote_sets_an_alias_the_gate_resolves(
+    store: str, runs: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = ["--tracking-uri", store]
+    assert main(["promote", runs["base"], "--alias", "production", *uri]) == 0
+    exp = mlflow.MlflowClient(store).get_experiment_by_name("gate-test")
+    assert exp.tags["rag_exp.alias.production"] == runs["base"]
+    cfg = tmp_path / "gate.yaml"
+    cfg.write_text(f"n_resamples: {N_RESAMPLES}\nrules: {{lo: {{max_drop: 0.05}}}}\n")
+    argv = ["gate", runs["cand"], "--config", str(cfg), "--no-log", "--json", *uri]
+    assert main([*argv, "--baseline", "production"]) == 1
+    printed = capsys.readouterr().out
+    data = json.loads(printed[printed.index("{") :])
+    assert data["baseline"] == runs["base"] and data["baseline_ref"] == "production"
+    assert main([*argv, "--baseline", "staging"]) == 2  # unknown alias: undecided, with the fix
+    out = capsys.readouterr().out
+    assert "aliases: production" in out and "rag-exp promote <run id> --alias staging" in out
