@@ -85,7 +85,7 @@ class Contract:
 
 TIERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entry point", ("app", "cli", "__main__")),
-    ("command", ("commands", "review", "mlflow_scorers")),
+    ("command", ("commands", "review", "mlflow_scorers", "pytest_plugin")),
     ("engine", ("job", "build", "runner", "generate.app")),
 )
 """Tiers above the parts, top first: (name, package-relative module or folder names). Every
@@ -93,7 +93,8 @@ other module of the package is a part (tier "part", the lowest).
 
 The commands are ``commands/`` and the two other faces users call: the review web app
 (``rag-exp review``, ``review/``) and the MLflow scorers (``mlflow_scorers``, called by
-``mlflow.genai.evaluate``). The engine runs one job from built parts: ``job`` (an evaluation),
+``mlflow.genai.evaluate``) and the pytest plugin (``pytest_plugin``: the ``rag_eval`` fixture
+runs the engine). The engine runs one job from built parts: ``job`` (an evaluation),
 ``generate.app`` (a dataset generation), ``runner`` (the evaluation loop) and ``build`` (the
 composition root, which turns config into parts)."""
 

@@ -82,7 +82,7 @@ from rag_experiments.errors import ConfigError, TrackingError
 from rag_experiments.metrics.aggregate import bootstrap_ci
 from rag_experiments.tracking.names import sanitize_metric_name
 from rag_experiments.tracking.resilience import Outage
-from rag_experiments.tracking.store import get_run, open_store, read_table
+from rag_experiments.tracking.store import find_runs, get_run, open_store, read_table
 
 PASS, FAIL, UNDECIDED = "pass", "fail", "undecided"
 EXIT_CODES = {PASS: 0, FAIL: 1, UNDECIDED: 2}
@@ -582,6 +582,41 @@ def questions_digest(run: Run) -> str | None:
     when logged, else ``dataset.digest``."""
     tags = run.data.tags
     return tags.get(QUESTIONS_DIGEST_TAG) or tags.get("dataset.digest")
+
+
+LAST = "last"
+"""Run reference meaning the newest finished run of an experiment (for CI scripts, which do not
+know the id of the run they just made)."""
+
+
+def resolve_run(client: mlflow.MlflowClient, ref: str, experiment: str) -> str:
+    """The run id ``ref`` names: :data:`LAST` = the newest FINISHED run of ``experiment`` (by
+    start time; a ``rag-exp compare`` run is not an evaluation run and is skipped), anything
+    else is taken as a run id.
+
+    Raises:
+        TrackingError: ``last`` in an experiment without a finished evaluation run.
+    """
+    if ref != LAST:
+        return ref
+    exp = client.get_experiment_by_name(experiment)
+    runs = (
+        find_runs(
+            client,
+            [exp.experiment_id],
+            "attributes.status = 'FINISHED'",
+            order_by=["attributes.start_time DESC"],
+        )
+        if exp is not None
+        else []
+    )
+    runs = [r for r in runs if "compare.run_a" not in r.data.tags]
+    if not runs:
+        raise TrackingError(
+            f"`last`: experiment {experiment!r} at {client.tracking_uri} has no finished run; "
+            "check --experiment and --tracking-uri"
+        )
+    return runs[0].info.run_id
 
 
 def resolve_baseline(client: mlflow.MlflowClient, candidate: Run, ref: str) -> str:

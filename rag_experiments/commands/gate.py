@@ -14,12 +14,14 @@ import yaml
 
 from rag_experiments.analysis.gate import (
     parse_settings,
+    resolve_run,
     run_gate,
     set_alias,
 )
 from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
 from rag_experiments.errors import ConfigError
 from rag_experiments.locations import CONF_DIR
+from rag_experiments.tracking.store import open_store
 
 DEFAULT_RULES = CONF_DIR / "gate" / "default.yaml"
 """Rules of ``rag-exp gate`` without ``--config``: those of ``gate=default``."""
@@ -53,7 +55,9 @@ def gate_command(argv: list[str]) -> int:
         "a metric missing). The result is logged on the candidate run (tags gate.*, "
         "artifacts gate/).",
     )
-    parser.add_argument("candidate", help="candidate run id")
+    parser.add_argument(
+        "candidate", help="candidate run id, or `last` (newest finished run of --experiment)"
+    )
     parser.add_argument(
         "--baseline",
         default=None,
@@ -75,14 +79,16 @@ def gate_command(argv: list[str]) -> int:
     parser.add_argument(
         "--no-log", action="store_true", help="do not log the result on the candidate run"
     )
+    _add_experiment(parser)
     add_tracking_uri(parser)
     opts = parse_store_command(parser, argv)
+    candidate = resolve_run(open_store(opts.tracking_uri), opts.candidate, opts.experiment)
     raw = read_gate_file(opts.config or DEFAULT_RULES)
     settings = parse_settings(raw, opts.config or str(DEFAULT_RULES))
     baseline = opts.baseline or raw.get("baseline")
     result = run_gate(
         opts.tracking_uri,
-        opts.candidate,
+        candidate,
         baseline,
         settings,
         junit=opts.junit,
@@ -102,10 +108,23 @@ def promote_command(argv: list[str]) -> int:
         "run: experiment tag rag_exp.alias.<name> = <run id>; `rag-exp gate --baseline "
         "<name>` and gate.baseline=<name> resolve it.",
     )
-    parser.add_argument("run_id", help="the run to promote")
+    parser.add_argument(
+        "run_id", help="the run to promote, or `last` (newest finished run of --experiment)"
+    )
     parser.add_argument("--alias", default="production", help="alias name (production)")
+    _add_experiment(parser)
     add_tracking_uri(parser)
     opts = parse_store_command(parser, argv)
-    experiment = set_alias(opts.tracking_uri, opts.run_id, opts.alias)
-    print(f"alias {opts.alias!r} of experiment {experiment!r} -> run {opts.run_id}")
+    run_id = resolve_run(open_store(opts.tracking_uri), opts.run_id, opts.experiment)
+    experiment = set_alias(opts.tracking_uri, run_id, opts.alias)
+    print(f"alias {opts.alias!r} of experiment {experiment!r} -> run {run_id}")
     return 0
+
+
+def _add_experiment(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--experiment",
+        default="rag-experiments",
+        help="experiment whose newest finished run `last` means (rag-experiments, as "
+        "tracking.experiment)",
+    )
