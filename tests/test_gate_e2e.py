@@ -16,12 +16,15 @@ from pathlib import Path
 import mlflow
 import pytest
 import yaml
+from hydra.core.global_hydra import GlobalHydra
+from mlflow_server import mlflow_server  # noqa: F401  (module-scoped fixture)
 from omegaconf import DictConfig
 
 from rag_experiments.cli import main
 from rag_experiments.job import run_job
 from rag_experiments.locations import PROJECT_ROOT
 from tests.gate_data import FAKE_RUN, answerable_ids, write_answers
+from tests.test_gate import BASE, UP, _log_run
 
 WRONG = answerable_ids()[:8]  # the candidate refuses these: false_refusal_rate 0 -> 8/60
 CI_DIR = PROJECT_ROOT / "docs" / "ci"
@@ -78,6 +81,7 @@ def test_gate_on_fake_model_runs(
     # gate= at the end of `rag-exp run`: the alias resolves, the exit code is the gate's
     assert main(["promote", ids["base"], "--alias", "production", "--tracking-uri", uri]) == 0
     summary = tmp_path / "summary.md"
+    GlobalHydra.instance().clear()  # `rag-exp run` composes through @hydra.main itself
     code = main([
         "run", *FAKE_RUN, f"dataset.path={cand}", "run_name=gated", f"tracking.uri={uri}",
         f"paths.cache_dir={tmp_path}/cache", "progress=false", "gate=default",
@@ -129,3 +133,25 @@ def test_ci_files_of_the_docs_run_as_written(
     assert suite.get("failures") == "1"
     summary = next(p for p in tmp_path.glob("*summary.md"))
     assert "false_refusal_rate" in summary.read_text()
+
+
+@pytest.mark.slow
+def test_gate_against_an_mlflow_server(
+    mlflow_server: str,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    base = _log_run(mlflow_server, {"hi": BASE, "lo": BASE})
+    cand = _log_run(mlflow_server, {"hi": UP, "lo": UP})
+    rules = tmp_path / "gate.yaml"
+    rules.write_text("n_resamples: 999\nrules: {hi: {max_drop: 0.05}, lo: {max_drop: 0.05}}\n")
+    uri = ["--tracking-uri", mlflow_server]
+    assert main(["promote", base, "--alias", "production", *uri]) == 0
+    assert main(["gate", cand, "--baseline", "production", "--config", str(rules), *uri]) == 1
+    out = capsys.readouterr().out
+    assert "PASS      hi max_drop" in out and "FAIL      lo max_drop 0.05 [all]" in out
+    client = mlflow.MlflowClient(mlflow_server)
+    assert client.get_run(cand).data.tags["gate.result"] == "fail"
+    assert client.get_run(cand).data.tags["gate.baseline"] == base
+    logged = {a.path for a in client.list_artifacts(cand, "gate")}
+    assert logged == {"gate/junit.xml", "gate/summary.md", "gate/gate.json"}
