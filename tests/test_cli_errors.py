@@ -42,6 +42,8 @@ def _bad_inputs(tmp: Path, uri: str) -> dict[str, tuple[list[str], str]]:
         "merge": (["nope", *store], "cannot find the parent run 'nope'"),
         "export": (["nope", "--format", "jsonl", "--out", str(tmp / "x.jsonl"), *store], "nope"),
         "rerun": (["nope", *store], "cannot find run 'nope'"),
+        "gate": (["nope", "--baseline", "base", *store], "run 'nope' not found"),
+        "promote": (["nope", "--alias", "production", *store], "run 'nope' not found"),
         "judge-check": (
             ["judge=fake", f"judge_check.data={tmp / 'none.jsonl'}"],
             "does not exist",
