@@ -41,7 +41,8 @@ prints the resolved config without running.
 Errors are handled in one place, :func:`main`, for every command: our own errors
 (:class:`~rag_experiments.errors.RagExpError`) and Hydra's config errors print as
 ``rag-exp <command>: error: <message>`` (an unknown config key first says which keys the
-schema has, e.g. "did you mean retriever.top_k"), with exit code 1 and no stack trace; any other
+schema has, e.g. "did you mean retriever.top_k"), with exit code 1 (a run whose end-of-run gate,
+``gate=``, failed: 1; could not decide: 2) and no stack trace; any other
 exception is a bug and shows its stack trace. Hydra's own reporting is turned off for the
 command (``HYDRA_FULL_ERROR=1`` while it runs), so its errors reach :func:`main` too.
 ``rag-exp --verbose <command> …`` (or ``HYDRA_FULL_ERROR=1``) shows the stack trace of every

@@ -78,7 +78,7 @@ from rag_experiments.analysis.compare import compare_tables
 from rag_experiments.analysis.paired import ALL, CONFIDENCE, N_RESAMPLES, PairedStat
 from rag_experiments.analysis.runs import MetricInfo, load_specs
 from rag_experiments.common.uri import resolve_tracking_uri
-from rag_experiments.errors import ConfigError, TrackingError
+from rag_experiments.errors import ConfigError, DatasetError, TrackingError
 from rag_experiments.metrics.aggregate import bootstrap_ci
 from rag_experiments.tracking.names import sanitize_metric_name
 from rag_experiments.tracking.resilience import Outage
@@ -730,7 +730,15 @@ def gate_runs(
             pair = (_judge_sd(base, rule.metric), _judge_sd(cand, rule.metric))
             if pair[0] is not None and pair[1] is not None:
                 noise[rule.metric] = pair
-    result.results = evaluate_tables(cand_table, base_table, specs, settings, noise=noise)
+    try:
+        result.results = evaluate_tables(cand_table, base_table, specs, settings, noise=noise)
+    except DatasetError as exc:  # no sample id in common
+        result.problem = str(exc)
+        result.results = [
+            RuleResult(r.metric, kind, limit, ALL, UNDECIDED, result.problem)
+            for r in settings.rules
+            for kind, limit in _limits(r)
+        ]
     return result
 
 
