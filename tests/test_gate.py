@@ -20,6 +20,7 @@ from rag_experiments.analysis.gate import (
     FAIL,
     PASS,
     UNDECIDED,
+    evaluate_tables,
     gate_runs,
     judge_noise,
     parse_settings,
@@ -89,7 +90,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(scope="module")
 def runs(store: str) -> dict[str, str]:
     """baseline; candidate (hi and lo up 0.2, flat unchanged); a copy of the baseline; a run
-    of another dataset; judged runs with and without the judge-noise logs."""
+    of another dataset; two judged runs that log their judge's noise."""
     flat = rng.uniform(0.4, 0.6, N)
     noise_metrics = {"judged.judge_sd": 0.3}
     return {
@@ -103,8 +104,6 @@ def runs(store: str) -> dict[str, str]:
         "jc": _log_run(
             store, {"judged": JUDGED_B}, metrics=noise_metrics, params={"judge": {"repeats": 3}}
         ),
-        "jb0": _log_run(store, {"judged": BASE}),
-        "jc0": _log_run(store, {"judged": JUDGED_B}),
     }
 
 
@@ -162,8 +161,10 @@ def test_min_and_max_on_the_candidate_mean_and_by_type(store: str, runs: dict) -
 
 def test_judge_noise_keeps_a_small_drop_from_failing(store: str, runs: dict) -> None:
     settings = _settings({"judged": {"max_drop": 0.0}})
-    # without the judge's noise known: a drop of 0.02 on every pair, past a zero margin: fail
-    plain = gate_runs(store, runs["jc0"], runs["jb0"], settings).results[0]
+    # the same tables without the judge's noise known: a drop of 0.02 past a zero margin: fail
+    client = mlflow.MlflowClient(store)
+    tables = [read_table(client, runs[k]) for k in ("jc", "jb")]
+    (plain,) = evaluate_tables(*tables, [MetricInfo("judged", True, 0, 2)], settings)
     assert plain.status == FAIL and math.isnan(plain.judge_noise)
     noisy = gate_runs(store, runs["jc"], runs["jb"], settings).results[0]
     # 1.96 * sqrt(0.3²/(40·3) + 0.3²/(40·3)) = 1.96 * 0.3 * sqrt(2/120) = 0.0759
