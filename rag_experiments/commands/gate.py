@@ -105,8 +105,8 @@ def promote_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="rag-exp promote",
         description="Point a baseline alias (e.g. production) of the run's experiment at the "
-        "run: experiment tag rag_exp.alias.<name> = <run id>; `rag-exp gate --baseline "
-        "<name>` and gate.baseline=<name> resolve it.",
+        "run: experiment tag rag_exp.alias.<name> = <run id>, which the baseline of `rag-exp "
+        "gate` and gate.baseline=<name> resolve.",
     )
     parser.add_argument(
         "run_id", help="the run to promote, or `last` (newest finished run of --experiment)"
