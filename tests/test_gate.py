@@ -257,3 +257,22 @@ def test_promote_sets_an_alias_the_gate_resolves(
     assert main([*argv, "--baseline", "staging"]) == 2  # unknown alias: undecided, with the fix
     out = capsys.readouterr().out
     assert "aliases: production" in out and "rag-exp promote <run id> --alias staging" in out
+
+
+def test_gate_group_composes_and_its_rules_parse(compose_cfg) -> None:
+    from omegaconf import OmegaConf
+
+    from rag_experiments.job import gate_settings
+
+    assert compose_cfg().gate is None  # no gate unless asked
+    cfg = compose_cfg("gate=default", "gate.baseline=production", "gate.alpha=0.1")
+    settings = gate_settings(cfg, in_sweep=False)
+    assert settings.alpha == 0.1 and cfg.gate.baseline == "production"
+    rules = OmegaConf.to_container(cfg.gate.rules)
+    assert {r.metric: r.max_drop for r in settings.rules} == {
+        m: r["max_drop"] for m, r in rules.items()
+    }
+    with pytest.raises(ConfigError, match="gate.baseline is not set"):
+        gate_settings(compose_cfg("gate=default"), in_sweep=False)
+    with pytest.raises(ConfigError, match="sweep"):
+        gate_settings(cfg, in_sweep=True)
