@@ -139,6 +139,15 @@ def test_a_drop_within_the_margin_passes(store: str, runs: dict) -> None:
     fail = gate_runs(store, runs["cand"], runs["base"], _settings({"lo": {"max_drop": 0.1}}))
     ok = gate_runs(store, runs["cand"], runs["base"], _settings({"lo": {"max_drop": 0.3}}))
     assert fail.status == FAIL and ok.status == PASS and ok.exit_code == 0
+    typed = gate_runs(
+        store, runs["cand"], runs["base"], _settings({"lo": {"max_drop": 0.1, "by_type": True}})
+    )
+    assert [r.group for r in typed.results] == ["all", *TYPES]
+    for k, t in enumerate(TYPES):  # per type: the paired difference of that type's rows
+        r = typed.results[k + 1]
+        assert r.group == t
+        assert r.n == N // 2 and r.diff == pytest.approx(np.mean(UP[k::2] - BASE[k::2]))
+        assert r.status == FAIL
 
 
 def test_min_and_max_on_the_candidate_mean_and_by_type(store: str, runs: dict) -> None:
