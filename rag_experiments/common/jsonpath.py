@@ -8,7 +8,9 @@ reranker's ``reranker.response.*`` (:mod:`rag_experiments.retrieval.rerank`).
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 import jmespath
 from jmespath.exceptions import JMESPathError
@@ -72,3 +74,13 @@ def compile_expression(expr: str | None, key: str) -> ParsedResult | None:
         else:
             message += "; see https://jmespath.org/tutorial.html"
         raise ConfigError(message) from None
+
+
+def peek(payload: Any) -> str:
+    """A short description of a decoded JSON value for error messages: ``an object with keys
+    [...]`` (at most 12 keys) or ``<type> <first 120 characters of its JSON>``."""
+    if isinstance(payload, dict):
+        return f"an object with keys {sorted(payload)[:12]}"
+    kind = "null" if payload is None else type(payload).__name__
+    text = json.dumps(payload, ensure_ascii=False, default=str)
+    return f"{kind} {text[:120]}"

@@ -21,7 +21,6 @@ only when every context has one.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import jmespath
 
 from rag_experiments.common.jsonpath import compile_expression
+from rag_experiments.common.jsonpath import peek as _peek
 from rag_experiments.common.jsonpath import quoted_form as quoted_form  # re-exported
 from rag_experiments.errors import ConfigError, TargetError
 
@@ -61,18 +61,6 @@ class MappedResponse:
 
 def _compile(expr: str | None, field: str) -> jmespath.parser.ParsedResult | None:
     return compile_expression(expr, f"target.response.{field}")
-
-
-def _shape(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _peek(payload: Any) -> str:
-    """A short description of a JSON value for error messages."""
-    if isinstance(payload, dict):
-        return f"an object with keys {sorted(payload)[:12]}"
-    text = json.dumps(payload, ensure_ascii=False, default=str)
-    return f"{_shape(payload)} {text[:120]}"
 
 
 def _dedupe(ids: Sequence[str]) -> list[str]:
