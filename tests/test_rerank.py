@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -141,6 +142,27 @@ def test_retries_end_with_the_last_error():
         with pytest.raises(LLMHTTPError) as caught:
             reranker.rerank(QUERY, DOCS)
     assert caught.value.status == 500 and server.requests == 3
+
+
+def test_the_key_is_sent_and_never_shown(monkeypatch):
+    monkeypatch.setenv("RERANK_TEST_KEY", "sk-rerank-secret")
+    with FakeRerankServer() as server:
+        reranker = build(url=server.url, api_key_env="RERANK_TEST_KEY")
+        reranker.rerank(QUERY, DOCS[:1])
+    assert server.headers[0]["authorization"] == "Bearer sk-rerank-secret"
+    assert "sk-rerank-secret" not in repr(reranker)
+    monkeypatch.delenv("RERANK_TEST_KEY")
+    with pytest.raises(ConfigError, match="reranker.api_key_env"):
+        build(url="http://127.0.0.1:9/v1/rerank", api_key_env="RERANK_TEST_KEY")
+
+
+def test_at_most_max_concurrency_requests_are_in_flight():
+    with FakeRerankServer(faults=["slow"] * 4, slow_s=0.3) as server:
+        reranker = build(url=server.url, max_concurrency=2)
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda q: reranker.rerank(q, DOCS), [QUERY] * 4))
+    assert server.requests == 4 and server.peak_in_flight == 2
+    assert all(r == pytest.approx(HAND_SCORES) for r in results)
 
 
 def test_check_refuses_an_answer_the_mapping_cannot_read():

@@ -50,6 +50,8 @@ class FakeRerankServer(LocalServer):
         requests: Rerank requests received (faulted ones included).
         bodies: Their JSON bodies, in arrival order.
         arrivals: ``time.monotonic()`` of each rerank request.
+        headers: The request headers of each rerank request (names lower-cased).
+        peak_in_flight: Most rerank requests being served at once.
 
     Raises:
         ValueError: An unknown fault kind.
@@ -74,6 +76,9 @@ class FakeRerankServer(LocalServer):
         self.requests = 0
         self.bodies: list[dict[str, Any]] = []
         self.arrivals: list[float] = []
+        self.headers: list[dict[str, str]] = []
+        self.in_flight = 0
+        self.peak_in_flight = 0
         self._lock = threading.Lock()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -84,14 +89,21 @@ class FakeRerankServer(LocalServer):
         """``http://127.0.0.1:<port>/v1/rerank``."""
         return f"{self.root}/v1/rerank"
 
-    def _arrive(self, body: dict[str, Any]) -> str | None:
-        """Count one rerank request; its scripted fault."""
+    def _arrive(self, body: dict[str, Any], headers: dict[str, str]) -> str | None:
+        """Count one rerank request (in flight until :meth:`_leave`); its scripted fault."""
         with self._lock:
             n = self.requests
             self.requests += 1
             self.bodies.append(body)
+            self.headers.append(headers)
             self.arrivals.append(time.monotonic())
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         return self.faults[n] if n < len(self.faults) else None
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
 
     def rerank(self, body: dict[str, Any]) -> tuple[int, Any]:
         """The answer to a rerank body: ``(status, json)``."""
@@ -157,7 +169,14 @@ def _make_handler(server: FakeRerankServer) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 self._send(400, {"error": "body is not JSON"})
                 return
-            fault = server._arrive(body if isinstance(body, dict) else {})
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            fault = server._arrive(body if isinstance(body, dict) else {}, headers)
+            try:
+                self._answer(body if isinstance(body, dict) else {}, fault)
+            finally:
+                server._leave()
+
+        def _answer(self, body: dict[str, Any], fault: str | None) -> None:
             if fault == "429":
                 self._send(
                     429,
@@ -170,6 +189,6 @@ def _make_handler(server: FakeRerankServer) -> type[BaseHTTPRequestHandler]:
                 return
             if fault == "slow":
                 time.sleep(server.slow_s)
-            self._send(*server.rerank(body if isinstance(body, dict) else {}))
+            self._send(*server.rerank(body))
 
     return Handler
