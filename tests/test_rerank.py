@@ -73,6 +73,7 @@ def test_fake_reranker_gives_the_same_order():
     assert reranker.rerank(QUERY, DOCS) == pytest.approx(HAND_SCORES)
     assert reranked_order(reranker.rerank(QUERY, DOCS)) == HAND_ORDER
     reranker.check()  # nothing to check
+    assert reranker.describe() == {"reranker": "fake", "reranker.candidates": "3"}
 
 
 def test_ties_keep_the_retriever_order():
@@ -149,8 +150,10 @@ def test_the_key_is_sent_and_never_shown(monkeypatch):
     with FakeRerankServer() as server:
         reranker = build(url=server.url, api_key_env="RERANK_TEST_KEY")
         reranker.rerank(QUERY, DOCS[:1])
+        url = server.url
     assert server.headers[0]["authorization"] == "Bearer sk-rerank-secret"
-    assert "sk-rerank-secret" not in repr(reranker)
+    assert "sk-rerank-secret" not in repr(reranker) + str(reranker.describe())
+    assert reranker.describe()["reranker.url"] == url
     monkeypatch.delenv("RERANK_TEST_KEY")
     with pytest.raises(ConfigError, match="reranker.api_key_env"):
         build(url="http://127.0.0.1:9/v1/rerank", api_key_env="RERANK_TEST_KEY")

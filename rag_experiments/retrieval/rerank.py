@@ -360,6 +360,17 @@ class HttpReranker(RerankerBase, TakesRetry):
     def __repr__(self) -> str:
         return f"HttpReranker(url={public_url(self.url)!r}, model={self.model!r})"
 
+    def describe(self) -> dict[str, str]:
+        """Tags naming the reranker (no header, no key): ``reranker``, ``reranker.url``,
+        ``reranker.model``, ``reranker.candidates``, ``reranker.top_n``."""
+        return {
+            "reranker": "http",
+            "reranker.url": public_url(self.url),
+            "reranker.model": self.model or "",
+            "reranker.candidates": str(self.candidates),
+            "reranker.top_n": "" if self.top_n is None else str(self.top_n),
+        }
+
     def rerank(self, query: str, documents: list[str]) -> list[float]:
         """Score each document for the question: one request (or one per ``batch_size``
         documents), retried on timeouts, lost connections, HTTP 429 and 5xx.
@@ -469,6 +480,10 @@ class FakeReranker(RerankerBase):
         if int(candidates) < 1:
             raise ConfigError(f"reranker.candidates must be >= 1, got {candidates}")
         self.candidates = int(candidates)
+
+    def describe(self) -> dict[str, str]:
+        """Tags naming the reranker: ``reranker`` (``fake``), ``reranker.candidates``."""
+        return {"reranker": "fake", "reranker.candidates": str(self.candidates)}
 
     def rerank(self, query: str, documents: list[str]) -> list[float]:
         """:func:`word_overlap` of the question with each document (floats in [0, 1])."""
