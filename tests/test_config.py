@@ -53,6 +53,7 @@ def test_conf_groups_mirror_the_component_kinds():
         "chunker",
         "embedder",
         "retriever",
+        "reranker",
         "llm",
         "judge",
         "metrics",

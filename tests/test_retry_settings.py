@@ -168,7 +168,7 @@ def constructor_call_defaults(path: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("folder", ["llm", "embedding", "targets"])
+@pytest.mark.parametrize("folder", ["llm", "embedding", "targets", "retrieval"])
 def test_no_client_repeats_the_call_setting_defaults(folder: str) -> None:
     found = [
         hit

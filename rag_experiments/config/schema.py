@@ -356,6 +356,76 @@ class RetrieverConf(ComponentConf):
     depth: int | None = None
 
 
+# --- reranker --------------------------------------------------------------------------------
+@dataclass
+class RerankerConf(ComponentConf):
+    """Fields of every reranker: ``candidates`` = how many of the retriever's hits are
+    re-scored (separate from ``retriever.top_k``, the contexts the generator gets)."""
+
+    candidates: int = 20
+
+
+@dataclass
+class FakeRerankerConf(RerankerConf):
+    """Deterministic reranker: the share of the question's words each document holds."""
+
+    _target_: str = "rag_experiments.retrieval.rerank.FakeReranker"
+
+
+@dataclass
+class RerankRequestConf:
+    """JSON field names of a rerank request (null = not sent); ``extra``: more fields sent
+    as they are (``{truncate: true}`` for TEI)."""
+
+    query: str = "query"
+    documents: str = "documents"
+    model: str | None = "model"
+    top_n: str | None = "top_n"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RerankResponseConf:
+    """JMESPath of a rerank answer: ``results`` = the list of items (on the whole answer;
+    ``@`` when the answer is the list), ``index`` / ``score`` = each item's document index
+    (null = items in the order sent) and score."""
+
+    results: str = "results"
+    index: str | None = "index"
+    score: str = "relevance_score"
+
+
+@dataclass
+class HttpRerankerConf(RerankerConf, BackoffConf):
+    """A cross-encoder behind an HTTP rerank API (``rag_experiments.retrieval.rerank.
+    HttpReranker``): llama.cpp's ``llama-server --reranking``, vLLM, Infinity (``POST
+    /v1/rerank`` or ``/rerank`` with ``{model, query, documents, top_n}``), Hugging Face TEI
+    (``reranker=http_tei``). ``top_n``: sent to the server, which returns only its best
+    ``top_n`` (null = all scored); ``batch_size``: documents per request (null = all
+    candidates at once); ``api_key_env`` / ``api_key`` add ``Authorization: Bearer <key>``.
+    ``timeout_s``, ``max_retries``, ``backoff_s``, ``backoff_max_s``: as every HTTP call
+    (timeouts, lost connections, HTTP 429/5xx retried; ``Retry-After`` honoured)."""
+
+    _target_: str = "rag_experiments.retrieval.rerank.HttpReranker"
+    _convert_: str = "all"
+    url: str = "http://127.0.0.1:8080/v1/rerank"
+    model: str | None = None
+    top_n: int | None = None
+    batch_size: int | None = None
+    max_concurrency: int = 4
+    """Requests in flight at once (fewer after HTTP 429/503)."""
+    timeout_s: float = RetryPolicy.timeout_s
+    """Per request, seconds."""
+    max_retries: int = RetryPolicy.max_retries
+    headers: dict[str, str] = field(default_factory=dict)
+    api_key_env: str | None = None
+    """Environment variable holding a key sent as ``Authorization: Bearer`` (prefer it)."""
+    api_key: str | None = None
+    """The key itself (redacted everywhere it would be written): prefer ``api_key_env``."""
+    request: RerankRequestConf = field(default_factory=lambda: RerankRequestConf())
+    response: RerankResponseConf = field(default_factory=lambda: RerankResponseConf())
+
+
 # --- llm / judge -----------------------------------------------------------------------------
 @dataclass
 class GenerationConf(ComponentConf):
@@ -540,6 +610,8 @@ class RootConf:
     chunker: Any = MISSING
     embedder: Any = MISSING
     retriever: Any = MISSING
+    reranker: Any | None = None
+    """The reranker of the baseline (``reranker=http``, ``fake``); null = none."""
     llm: Any = MISSING
     judge: Any = MISSING
     metrics: Any = MISSING
@@ -626,6 +698,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "openai": OpenAIEmbedderConf,
     },
     "retriever": {"retriever": RetrieverConf},
+    "reranker": {"http": HttpRerankerConf, "fake": FakeRerankerConf},
     "llm": CHAT_MODELS,
     "judge": {name: judge_schema(chat) for name, chat in CHAT_MODELS.items()},
     "metrics": {"metrics": MetricsConf},

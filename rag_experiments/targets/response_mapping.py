@@ -21,15 +21,15 @@ only when every context has one.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import jmespath
-from jmespath.exceptions import JMESPathError
 
+from rag_experiments.common.jsonpath import compile_expression
+from rag_experiments.common.jsonpath import peek as _peek
+from rag_experiments.common.jsonpath import quoted_form as quoted_form  # re-exported
 from rag_experiments.errors import ConfigError, TargetError
 
 MAPPED_FIELDS: tuple[str, ...] = ("answer", "contexts", "context_ids", "doc_ids")
@@ -59,60 +59,8 @@ class MappedResponse:
     doc_ids: list[str] | None
 
 
-_BARE_KEY_WITH_DASH = re.compile(r"(?<![\w\"])([A-Za-z_]\w*(?:-[\w-]*)+)")
-"""A bare key holding ``-`` (``source-documents``): JMESPath reads ``-`` as a token, so such a
-key must be a quoted identifier (JMESPath specification, "Identifiers")."""
-
-
-def quoted_form(expr: str) -> str | None:
-    """``expr`` with every bare key that holds a ``-`` double-quoted
-    (``source-documents[*].page-content`` → ``"source-documents"[*]."page-content"``), when
-    that compiles; None when there is nothing to quote, the expression already has quotes, or
-    quoting does not make it valid."""
-    if any(q in expr for q in "\"'`"):
-        return None
-    fixed = _BARE_KEY_WITH_DASH.sub(r'"\1"', expr)
-    if fixed == expr:
-        return None
-    try:
-        jmespath.compile(fixed)
-    except JMESPathError:
-        return None
-    return fixed
-
-
 def _compile(expr: str | None, field: str) -> jmespath.parser.ParsedResult | None:
-    if expr is None or expr == "":
-        return None
-    try:
-        return jmespath.compile(str(expr))
-    except JMESPathError as exc:
-        detail = " ".join(str(exc).split())
-        message = f"target.response.{field}: {expr!r} is not a valid JMESPath expression ({detail})"
-        fixed = quoted_form(str(expr))
-        if fixed is not None:
-            message += (
-                f". A key holding '-' must be double-quoted in JMESPath: {fixed} . In a Hydra "
-                "override the expression goes in single quotes, the whole argument in shell "
-                "double quotes: "
-                + "\"target.response.{}='{}'\"".format(field, fixed.replace('"', '\\"'))
-                + f" ; in a YAML config: {field}: '{fixed}'"
-            )
-        else:
-            message += "; see https://jmespath.org/tutorial.html"
-        raise ConfigError(message) from None
-
-
-def _shape(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _peek(payload: Any) -> str:
-    """A short description of a JSON value for error messages."""
-    if isinstance(payload, dict):
-        return f"an object with keys {sorted(payload)[:12]}"
-    text = json.dumps(payload, ensure_ascii=False, default=str)
-    return f"{_shape(payload)} {text[:120]}"
+    return compile_expression(expr, f"target.response.{field}")
 
 
 def _dedupe(ids: Sequence[str]) -> list[str]:
