@@ -1,5 +1,6 @@
-"""pytest plugin (entry point ``pytest11``: ``rag_experiments``): write the regression gate as a
-test.
+"""pytest plugin: write the regression gate as a test (the ``pytest11`` entry point is the
+small module :mod:`rag_experiments_pytest`, which declares the fixture and imports this module
+only when a test uses it).
 
 * fixture ``rag_eval``: ``rag_eval(*overrides) -> RagRun`` runs ``rag-exp run <overrides>``
   in-process (the config composed from the bundled ``conf/`` by Hydra's compose API, the job run
@@ -22,20 +23,19 @@ Example (``target=recorded`` scores answers your pipeline wrote; the fake models
                         "llm=fake", "judge=fake", "embedder=hash")
         assert_rag(cand, {"false_refusal_rate": {"max_drop": 0.05}}, baseline=base)
 
-pytest loads the plugin in every session of an environment where the package is installed, so
-this module imports only pytest at import time (MLflow, Hydra and the engine load when the
-fixture or ``assert_rag`` is used).
+pytest loads the entry point in every session of an environment where the package is
+installed; importing :mod:`rag_experiments` sets the offline environment variables
+(:mod:`rag_experiments.offline`), which a team's unrelated tests must not inherit, so the entry
+point does not import it until ``rag_eval`` is used.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 RUN_TAG = "rag_eval.marker"
 """Run tag by which the fixture finds the run it just logged."""
@@ -83,9 +83,16 @@ def assert_rag(
         raise AssertionError("\n".join(result.lines()))
 
 
-@pytest.fixture
-def rag_eval(tmp_path: Path) -> Iterator[Callable[..., RagRun]]:
-    """``rag_eval(*overrides) -> RagRun``: one evaluation run in-process (module docstring)."""
+def make_rag_eval(tmp_path: Path) -> Callable[..., RagRun]:
+    """The body of the ``rag_eval`` fixture (declared in :mod:`rag_experiments_pytest`, the
+    entry point, so that pytest sessions that never use it do not import this package).
+
+    Args:
+        tmp_path: Folder of the default sqlite store (``<tmp_path>/mlruns.db``).
+
+    Returns:
+        ``rag_eval(*overrides) -> RagRun`` (module docstring).
+    """
 
     def _run(*overrides: str) -> RagRun:
         from hydra import compose, initialize_config_dir
@@ -114,4 +121,4 @@ def rag_eval(tmp_path: Path) -> Iterator[Callable[..., RagRun]]:
         (run,) = find_runs(client, [experiment.experiment_id], f"tags.`{RUN_TAG}` = '{marker}'")
         return RagRun(run.info.run_id, uri)
 
-    yield _run
+    return _run

@@ -13,7 +13,7 @@ from tests.gate_data import FAKE_RUN, answerable_ids, write_answers
 
 pytest_plugins = ["pytester"]
 
-PLUGIN = "rag_experiments.pytest_plugin"
+PLUGIN = "rag_experiments_pytest"
 
 TEST_FILE = """
 from rag_experiments.pytest_plugin import assert_rag
