@@ -408,6 +408,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
+    for handler in logging.getLogger().handlers:  # DeepEval sets its logger to INFO when its
+        handler.setLevel(logging.ERROR)  # settings load: one line per test case otherwise
     os.chdir(os.path.join(os.path.dirname(__file__), ".."))
     samples, responses, embedder = answers(args.questions)
     print(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import calendar
 import logging
 import re
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -109,3 +111,24 @@ def test_a_first_attempt_that_succeeds_is_counted_once_and_max_retries_0_raises_
     with pytest.raises(httpx.ConnectError):
         RetryPolicy(0, backoff_s=5.0).call(refused, on_attempt=lambda: counted.append(1))
     assert calls == [1] and counted == [1, 1]
+
+
+@pytest.mark.slow
+def test_httpx_is_imported_on_first_use_not_by_the_run_path() -> None:
+    """The engine, the tracker and the HTTP helpers import without httpx (0.2-0.5 s of
+    start-up); it loads with the first client, and its failures are retryable then."""
+    code = (
+        "import sys\n"
+        "import rag_experiments.app, rag_experiments.job, rag_experiments.build\n"
+        "import rag_experiments.tracking.resilience\n"
+        "from rag_experiments.common import http\n"
+        "assert 'httpx' not in sys.modules, 'httpx imported at start-up'\n"
+        "assert not http.is_retryable(ValueError('x'))\n"
+        "import httpx\n"
+        "assert http.RETRYABLE_TRANSPORT == (httpx.TimeoutException, httpx.NetworkError,\n"
+        "                                    httpx.RemoteProtocolError)\n"
+        "assert http.is_retryable(httpx.ConnectError('refused'))\n"
+        "assert not http.is_retryable(httpx.HTTPStatusError('x', request=None, response=None))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -19,17 +19,18 @@ The module knows nothing of models, metrics or targets (it imports only
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
 import ssl
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import httpx
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -42,6 +43,9 @@ from tenacity import (
 
 from rag_experiments.errors import ConfigError, RagExpError
 
+if TYPE_CHECKING:
+    import httpx
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -49,12 +53,27 @@ T = TypeVar("T")
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 """HTTP statuses worth another attempt: rate limited, or a server error that may pass."""
 
-RETRYABLE_TRANSPORT: tuple[type[Exception], ...] = (
-    httpx.TimeoutException,
-    httpx.NetworkError,
-    httpx.RemoteProtocolError,
-)
-"""httpx failures worth another attempt: a timeout, a refused/reset/dropped connection."""
+
+@functools.cache
+def retryable_transport() -> tuple[type[Exception], ...]:
+    """httpx failures worth another attempt: a timeout, a refused/reset/dropped connection
+    (``httpx.TimeoutException``, ``NetworkError``, ``RemoteProtocolError``).
+
+    httpx is imported here, on first use, not with this module: importing it costs 0.2-0.5 s
+    of CPU (it also loads its command line's ``rich``), and a run whose parts use no httpx
+    client (the judge and model servers go through urllib3) does not pay it at start-up.
+    Also readable as the module attribute ``RETRYABLE_TRANSPORT``.
+    """
+    import httpx
+
+    return (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+
+def __getattr__(name: str) -> Any:
+    """``RETRYABLE_TRANSPORT``: :func:`retryable_transport` (httpx imported on first use)."""
+    if name == "RETRYABLE_TRANSPORT":
+        return retryable_transport()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def retry_after_s(headers: Mapping[str, str], now: float | None = None) -> float | None:
@@ -141,7 +160,7 @@ class RetryableStatusError(RagExpError):
 def is_retryable(exc: BaseException) -> bool:
     """True for errors another attempt may cure: a package error that says so
     (:attr:`RagExpError.retryable <rag_experiments.errors.RagExpError.retryable>`: a timeout,
-    no connection, HTTP 429/5xx …) or a retryable httpx failure (:data:`RETRYABLE_TRANSPORT`).
+    no connection, HTTP 429/5xx …) or a retryable httpx failure (:func:`retryable_transport`).
 
     Args:
         exc: The error raised by one attempt.
@@ -151,7 +170,9 @@ def is_retryable(exc: BaseException) -> bool:
     """
     if isinstance(exc, RagExpError):
         return exc.retryable
-    return isinstance(exc, RETRYABLE_TRANSPORT)
+    if "httpx" not in sys.modules:  # no httpx error can exist before httpx is imported
+        return False
+    return isinstance(exc, retryable_transport())
 
 
 class HttpTransport:
@@ -183,6 +204,8 @@ class HttpTransport:
         verify: bool | ssl.SSLContext = True,
         trust_env: bool = False,
     ) -> None:
+        import httpx  # on first use: see retryable_transport
+
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self._client = httpx.Client(
@@ -229,6 +252,8 @@ class HttpTransport:
             httpx.TimeoutException: No complete answer within the limit.
             httpx.TransportError: Connection refused, reset or name not resolved.
         """
+        import httpx
+
         limit = httpx.Timeout(self.timeout_s if timeout_s is None else timeout_s)
         reply = self._client.request(method, url, json=json, params=params, timeout=limit)
         if reply.status_code in retry_statuses:

@@ -28,7 +28,6 @@ from contextlib import contextmanager
 from typing import TypeVar
 from urllib.parse import urlparse
 
-import httpx
 import requests
 from mlflow.exceptions import MlflowException
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential
@@ -82,6 +81,8 @@ def check_server(uri: str, timeout_s: float = PREFLIGHT_TIMEOUT_S, tries: int = 
     Raises:
         TrackingError: The server does not answer (one line naming the fix).
     """
+    import httpx  # only for a tracking server (common/http.retryable_transport says why)
+
     url = f"{uri.rstrip('/')}/health"
     problem = ""
     for attempt in range(tries):
