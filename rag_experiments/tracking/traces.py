@@ -44,18 +44,23 @@ question remains.
 
 **Batching.** MLflow has no bulk call for assessments (``log_feedback`` is one transaction per
 value, ``start_trace`` one per trace). Each question's trace is first built in plain values
-(:func:`_question_parts`). On a database store (``sqlite:///…``, ``postgresql://…``) the
-trace, tag, metadata, assessment and span rows of :data:`TRACES_PER_TRANSACTION` questions
-are made from those values directly (no OpenTelemetry span, no MLflow entity: the span
-content is what MLflow's ``translate_span_when_storing`` gives for our spans, the LLM cost
-looked up only for a model MLflow has a price for) and go in one transaction as multi-row
-INSERTs on MLflow's own tables (:func:`_insert_sql`; ``tests/test_traces.py`` checks both
-paths store the same rows, column for column). On a tracking server (``http://…``) the values
-become MLflow's entities (:func:`_entities`; spans built offline with a private OpenTelemetry
-tracer, never MLflow's global one, so nothing here touches the caller's own tracing): each
-trace with its assessments is one ``StartTraceV3`` request (the server has no batch endpoint
-for assessments), sent :data:`API_CONCURRENCY` at a time, and the spans go in ``log_spans``
-calls (OTLP ``/v1/traces`` requests) of :data:`SPANS_PER_CALL` spans.
+(:func:`_question_parts`). On a database store (``sqlite:///…``, ``postgresql://…``) the trace,
+tag, metadata, assessment and span rows of :data:`TRACES_PER_TRANSACTION` questions are made
+from those values directly (no OpenTelemetry span, no MLflow entity: the span content is what
+MLflow's ``translate_span_when_storing`` gives for our spans, the LLM cost looked up only for a
+model MLflow has a price for) and go in one transaction as multi-row INSERTs on MLflow's own
+tables (:func:`_insert_sql`; ``tests/test_traces.py`` checks both paths store the same rows,
+column for column). On a tracking server that runs our app (``mlflow server --app-name
+rag-experiments``, :mod:`~rag_experiments.tracking.server_app`; asked once per server,
+:func:`_has_batch_endpoint`) the same plain values go as gzip'd JSON,
+:data:`TRACES_PER_TRANSACTION` questions per request, to its batch endpoint
+(:data:`BATCH_PATH`), which runs that INSERT path on the server's own database. On any other
+tracking server (``http://…``) the values become MLflow's entities (:func:`_entities`; spans
+built offline with a private OpenTelemetry tracer, never MLflow's global one, so nothing here
+touches the caller's own tracing): each trace with its assessments is one ``StartTraceV3``
+request (the server has no batch endpoint for assessments), sent :data:`API_CONCURRENCY` at a
+time, and the spans go in ``log_spans`` calls (OTLP ``/v1/traces`` requests) of
+:data:`SPANS_PER_CALL` spans.
 
 Traces need a database-backed store (``sqlite:///…``) or a tracking server; a plain folder
 store keeps no spans.
