@@ -20,6 +20,8 @@ from test_traces import _log, _rows_of, _store
 from rag_experiments.tracking import traces as traces_mod
 from rag_experiments.tracking.server_app import create_app
 
+pytestmark = pytest.mark.slow  # a sqlite store per test: 2-20 s on the shared machine
+
 PLUGIN_URI = "http://plugin.test"
 """A server URL the client believes runs the app (its probe answer cached): no socket."""
 
@@ -49,7 +51,6 @@ def test_the_endpoint_says_it_can_write_a_database_store(app_store: tuple[Any, s
     assert status["protocol"] == traces_mod.BATCH_PROTOCOL and status["writable"] is True
 
 
-@pytest.mark.slow
 def test_batch_requests_store_the_rows_of_the_direct_path_and_a_repeat_replaces_them(
     tmp_path: Path, app_store: tuple[Any, str, str]
 ) -> None:
