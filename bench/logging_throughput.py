@@ -10,19 +10,22 @@ into a new run of each store and times each phase:
   ``average_results.csv``, ``metric_specs.json``, ``judge_audit.jsonl``;
 * ``traces``: one trace per question with its spans and assessments.
 
-Stores: a sqlite file (``sqlite``), an ``mlflow server`` over sqlite (``server-sqlite``) and
-one over PostgreSQL (``server-pg``), both with proxied artifacts on 127.0.0.1, started here
-(PostgreSQL from Debian's binaries, as in ``tests/mlflow_server.py``) with ``--workers 1`` as
-in the tests (``--server-workers``; MLflow's own default is 4). Prints, per phase and store,
-the wall seconds and the CPU seconds of this process plus the store's server and database
-processes (read from ``/proc``: on a shared, loaded machine the CPU ratio is the steadier
-one), each with its ratio to sqlite, then the per-question cost against the first N.
-``--stores … pg`` adds the PostgreSQL database itself as the tracking URI (no server: what
-a client with database access could do; traces then take the multi-row INSERT path).
+Stores: a sqlite file (``sqlite``), an ``mlflow server`` over sqlite (``server-sqlite``), one
+over PostgreSQL (``server-pg``) and ``mlflow server --app-name rag-experiments`` over
+PostgreSQL (``server-pg-app``, "server+plugin over PostgreSQL": traces through our batch
+endpoint, ``rag_experiments/tracking/server_app.py``), all with proxied artifacts on 127.0.0.1,
+started here (PostgreSQL from Debian's binaries, as in ``tests/mlflow_server.py``) with
+``--workers 1`` as in the tests (``--server-workers``; MLflow's own default is 4). Prints, per
+phase and store, the wall seconds and the CPU seconds of this process plus the store's server
+and database processes (read from ``/proc``: on a shared, loaded machine the CPU ratio is the
+steadier one), each with its ratio to sqlite, then the per-question cost against the first N.
+``--stores … pg`` adds the PostgreSQL database itself as the tracking URI (no server: what a
+client with database access could do; traces then take the multi-row INSERT path).
 A benchmark, not a test::
 
     .venv/bin/python bench/logging_throughput.py [--questions 345 2000] [--more 10000]
-        [--stores sqlite server-sqlite server-pg pg] [--no-traces] [--server-workers 4]
+        [--stores sqlite server-sqlite server-pg server-pg-app pg] [--no-traces]
+        [--server-workers 4]
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the server helpers of the tests
 
 PHASES = ("params/metrics", "tables/artifacts", "traces")
-STORES = ("sqlite", "server-sqlite", "server-pg", "pg")
+WARM_UP = 20
+"""Questions of the untimed first logging to every store."""
+STORES = ("sqlite", "server-sqlite", "server-pg", "server-pg-app", "pg")
 
 
 def _dataset(n: int, folder: Path) -> Path:
@@ -228,10 +233,13 @@ def _stores(
             workdir.mkdir()
             backend = None
             database: Callable[[], list[int]] = list
-            if name == "server-pg":
-                backend = new_database("bench")
+            app_name = None
+            if name in ("server-pg", "server-pg-app"):
+                backend = new_database(name.replace("-", "_"))
                 database = _postmaster(backend)
-            server = MlflowServer(workdir, backend, workers=workers)
+            if name == "server-pg-app":
+                app_name = "rag-experiments"
+            server = MlflowServer(workdir, backend, workers=workers, app_name=app_name)
             server.start()
             stack.callback(server.stop)
             pid = server.proc.pid if server.proc else 0
@@ -244,7 +252,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, nargs="+", default=[345, 2000])
     parser.add_argument("--more", type=int, nargs="*", default=[], help="further N (10000…)")
-    parser.add_argument("--stores", nargs="+", default=list(STORES[:3]), choices=STORES)
+    parser.add_argument("--stores", nargs="+", default=list(STORES[:4]), choices=STORES)
     parser.add_argument("--no-traces", action="store_true", help="leave the traces phase out")
     parser.add_argument(
         "--server-workers",
@@ -263,6 +271,11 @@ def main() -> None:
         os.chdir(folder)  # a store without its own artifact root writes ./mlruns here
         with _stores(args.stores, folder, args.server_workers) as stores:
             per_question: dict[str, dict[int, tuple[float, float]]] = {s: {} for s in stores}
+            # warm-up, untimed: lazy imports (trace writer, SQL store, dataset profile) and
+            # each server's first requests would otherwise be paid by the first store timed
+            cfg, exp, result, tags = _evaluate(WARM_UP, folder)
+            for uri, server_cpu in stores.values():
+                _log(uri, server_cpu, "bench-warm-up", cfg, exp, result, tags, not args.no_traces)
             for n in sizes:
                 cfg, exp, result, tags = _evaluate(n, folder)
                 print(

@@ -67,6 +67,8 @@ class MlflowServer:
         port: The port (a free one when None).
         workers: Server worker processes (``mlflow server --workers``; MLflow's own default is
             4, the tests use 1: one process to kill and restart).
+        app_name: ``mlflow server --app-name`` (``rag-experiments``: our app with the trace
+            batch endpoint, :func:`app_env`), or None for MLflow's own server.
     """
 
     def __init__(
@@ -75,9 +77,11 @@ class MlflowServer:
         backend_uri: str | None = None,
         port: int | None = None,
         workers: int = 1,
+        app_name: str | None = None,
     ):
         self.workdir = workdir
         self.workers = workers
+        self.app_name = app_name
         self.backend_uri = backend_uri or f"sqlite:///{workdir / 'db.sqlite'}"
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -95,6 +99,8 @@ class MlflowServer:
             "DO_NOT_TRACK": "true",
             "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
         }
+        if self.app_name is not None:
+            env = app_env(env, self.workdir)
         cmd = [
             sys.executable, "-m", "mlflow", "server",
             "--backend-store-uri", self.backend_uri,
@@ -103,6 +109,7 @@ class MlflowServer:
             "--host", "127.0.0.1",
             "--port", str(self.port),
             "--workers", str(self.workers),
+            *(["--app-name", self.app_name] if self.app_name else []),
         ]  # fmt: skip
         log_path = self.workdir / "server.log"
         with log_path.open("ab") as log_file:
@@ -134,18 +141,51 @@ class MlflowServer:
             self.proc = None
 
 
+APP_NAME = "rag-experiments"
+"""Our ``mlflow.app`` entry point (pyproject.toml), ``mlflow server --app-name rag-experiments``."""
+
+
+def app_env(env: dict[str, str], workdir: Path) -> dict[str, str]:
+    """``env`` for an ``mlflow server --app-name rag-experiments`` process.
+
+    The entry point is registered by installing the package (``pip install -e .``). A checkout
+    installed before the entry point existed (or a worktree sharing another checkout's
+    install) lacks it; then a one-entry ``.dist-info`` folder declaring it is written under
+    ``workdir`` and put first on the server's ``PYTHONPATH``, where ``importlib.metadata``
+    (which MLflow's ``get_entry_points`` reads) finds it. The app's code is the package's.
+    """
+    from importlib.metadata import entry_points
+
+    if any(ep.name == APP_NAME for ep in entry_points(group="mlflow.app")):
+        return env
+    site = workdir / "entry-point"
+    info = site / "rag_experiments_server_app-0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: rag-experiments-server-app\nVersion: 0\n"
+    )
+    (info / "entry_points.txt").write_text(
+        f"[mlflow.app]\n{APP_NAME} = rag_experiments.tracking.server_app:create_app\n"
+    )
+    path = [str(site), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**env, "PYTHONPATH": os.pathsep.join(path)}
+
+
 @contextmanager
-def run_mlflow_server(workdir: Path, backend_uri: str | None = None) -> Iterator[str]:
+def run_mlflow_server(
+    workdir: Path, backend_uri: str | None = None, app_name: str | None = None
+) -> Iterator[str]:
     """Start a server storing everything under ``workdir``; yield its URL; stop it.
 
     Args:
         workdir: Empty folder for ``db.sqlite``, ``art/`` and ``server.log``.
         backend_uri: Backend store URI; ``sqlite:///<workdir>/db.sqlite`` when None.
+        app_name: ``mlflow server --app-name`` (:data:`APP_NAME`), or None.
 
     Yields:
         ``http://127.0.0.1:<port>``.
     """
-    server = MlflowServer(workdir, backend_uri)
+    server = MlflowServer(workdir, backend_uri, app_name=app_name)
     server.start()
     try:
         yield server.url
@@ -328,6 +368,17 @@ def mlflow_pg_server(
     """URL of a real MLflow server over PostgreSQL with proxied artifacts, for the session."""
     workdir = tmp_path_factory.mktemp("mlflow_pg_server")
     with run_mlflow_server(workdir, postgres("mlflow")) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def mlflow_pg_app_server(
+    postgres: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """URL of ``mlflow server --app-name rag-experiments`` (our trace batch endpoint) over its
+    own PostgreSQL database with proxied artifacts, for the session."""
+    workdir = tmp_path_factory.mktemp("mlflow_pg_app_server")
+    with run_mlflow_server(workdir, postgres("mlflow_app"), app_name=APP_NAME) as url:
         yield url
 
 

@@ -34,7 +34,9 @@ from hydra.core.global_hydra import GlobalHydra
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from mlflow_server import (  # noqa: F401  (fixtures)
+    APP_NAME,
     MlflowServer,
+    mlflow_pg_app_server,
     mlflow_pg_server,
     mlflow_server,
     postgres,
@@ -42,6 +44,7 @@ from mlflow_server import (  # noqa: F401  (fixtures)
 
 from rag_experiments.errors import TrackingError
 from rag_experiments.locations import CONF_DIR
+from rag_experiments.tracking import traces
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker
 from rag_experiments.tracking.store import read_table
 
@@ -203,17 +206,22 @@ def test_the_same_run_is_stored_identically_on_sqlite_a_server_and_a_postgres_se
     tmp_path: Path,
     mlflow_server: str,  # noqa: F811
     mlflow_pg_server: str,  # noqa: F811
+    mlflow_pg_app_server: str,  # noqa: F811
 ) -> None:
     stores = {
         "sqlite": f"sqlite:///{tmp_path}/mlruns.db",
         "server-sqlite": mlflow_server,
         "server-postgres": mlflow_pg_server,
+        "server+plugin-postgres": mlflow_pg_app_server,
     }
     seen: dict[str, dict[str, Any]] = {}
     for name, uri in stores.items():
         run_id = _run_in_process(tmp_path / name, uri, "equal")
         (tmp_path / name / "dl").mkdir(parents=True, exist_ok=True)
         seen[name] = _stored(MlflowClient(uri), run_id, tmp_path / name / "dl")
+    # the app's server took the batch endpoint, MLflow's own servers the per-trace API
+    probed = {u: traces._PLUGIN_PROBED.get(u) for u in stores.values() if u.startswith("http")}
+    assert probed == {mlflow_server: False, mlflow_pg_server: False, mlflow_pg_app_server: True}
     ref = seen["sqlite"]
     assert ref["status"] == "FINISHED"
     assert len(ref["table"]) == N_QUESTIONS and len(ref["traces"]) == N_QUESTIONS
@@ -222,7 +230,7 @@ def test_the_same_run_is_stored_identically_on_sqlite_a_server_and_a_postgres_se
     n_assessments = sum(len(t["assessments"]) for t in ref["traces"].values())
     assert n_assessments >= N_QUESTIONS * 5  # a feedback per metric column, and expectations
     problems = []
-    for name in ("server-sqlite", "server-postgres"):
+    for name in ("server-sqlite", "server-postgres", "server+plugin-postgres"):
         got = seen[name]
         for part in ("status", "params", "artifacts", "texts", "table_json", "traces"):
             if got[part] != ref[part]:
@@ -387,6 +395,55 @@ def test_a_server_restarted_during_end_of_run_logging_loses_and_doubles_nothing(
     split = json.loads(_text(client, run_id, "per_query.json", tmp_path))
     assert len(split["data"]) == N_QUESTIONS  # the UI table was not appended twice
     assert len(_trace_view(client, run_id)) == N_QUESTIONS
+
+
+@pytest.fixture
+def own_pg_app_server(
+    postgres: Callable[[str], str],  # noqa: F811
+    tmp_path: Path,
+) -> Iterator[MlflowServer]:
+    """``mlflow server --app-name rag-experiments`` over a fresh PostgreSQL database that the
+    test may kill and restart."""
+    name = f"fault_app_{os.getpid()}_{time.monotonic_ns()}"
+    workdir = tmp_path / "server"
+    workdir.mkdir()
+    server = MlflowServer(workdir, postgres(name), app_name=APP_NAME)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_the_app_server_restarted_during_a_trace_batch_loses_and_doubles_nothing(
+    tmp_path: Path, own_pg_app_server: MlflowServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri = own_pg_app_server.url
+    reference = _run_in_process(tmp_path / "ref", uri, "reference")
+    original = traces._PluginTraceWriter._post
+    posts: list[float] = []
+
+    def post(self: Any, data: bytes) -> dict[str, Any]:
+        posts.append(time.monotonic())
+        if len(posts) == 1:  # the first batch request finds the server gone; back 5 s later
+            own_pg_app_server.kill()
+            threading.Timer(5.0, own_pg_app_server.start).start()
+        return original(self, data)
+
+    monkeypatch.setattr(traces._PluginTraceWriter, "_post", post)
+    run_id = _run_in_process(tmp_path / "faulty", uri, "restarted")
+    assert len(posts) >= 2, "the batch request was not retried"
+    assert posts[-1] - posts[0] >= 4.0  # the retry that succeeded came after the restart
+    client = MlflowClient(uri)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert "traces.error" not in run.data.tags
+    got, ref = _trace_view(client, run_id), _trace_view(client, reference)
+    assert len(got) == len(ref) == N_QUESTIONS  # nothing missing, nothing doubled
+    assert sorted(len(t["assessments"]) for t in got.values()) == sorted(
+        len(t["assessments"]) for t in ref.values()
+    )
+    assert set(_histories(client, run_id).values()) == {1}
 
 
 def test_a_server_left_down_leaves_the_run_resumable_and_resume_asks_no_model(

@@ -44,18 +44,23 @@ question remains.
 
 **Batching.** MLflow has no bulk call for assessments (``log_feedback`` is one transaction per
 value, ``start_trace`` one per trace). Each question's trace is first built in plain values
-(:func:`_question_parts`). On a database store (``sqlite:///…``, ``postgresql://…``) the
-trace, tag, metadata, assessment and span rows of :data:`TRACES_PER_TRANSACTION` questions
-are made from those values directly (no OpenTelemetry span, no MLflow entity: the span
-content is what MLflow's ``translate_span_when_storing`` gives for our spans, the LLM cost
-looked up only for a model MLflow has a price for) and go in one transaction as multi-row
-INSERTs on MLflow's own tables (:func:`_insert_sql`; ``tests/test_traces.py`` checks both
-paths store the same rows, column for column). On a tracking server (``http://…``) the values
-become MLflow's entities (:func:`_entities`; spans built offline with a private OpenTelemetry
-tracer, never MLflow's global one, so nothing here touches the caller's own tracing): each
-trace with its assessments is one ``StartTraceV3`` request (the server has no batch endpoint
-for assessments), sent :data:`API_CONCURRENCY` at a time, and the spans go in ``log_spans``
-calls (OTLP ``/v1/traces`` requests) of :data:`SPANS_PER_CALL` spans.
+(:func:`_question_parts`). On a database store (``sqlite:///…``, ``postgresql://…``) the trace,
+tag, metadata, assessment and span rows of :data:`TRACES_PER_TRANSACTION` questions are made
+from those values directly (no OpenTelemetry span, no MLflow entity: the span content is what
+MLflow's ``translate_span_when_storing`` gives for our spans, the LLM cost looked up only for a
+model MLflow has a price for) and go in one transaction as multi-row INSERTs on MLflow's own
+tables (:func:`_insert_sql`; ``tests/test_traces.py`` checks both paths store the same rows,
+column for column). On a tracking server that runs our app (``mlflow server --app-name
+rag-experiments``, :mod:`~rag_experiments.tracking.server_app`; asked once per server,
+:func:`_has_batch_endpoint`) the same plain values go as gzip'd JSON,
+:data:`TRACES_PER_TRANSACTION` questions per request, to its batch endpoint
+(:data:`BATCH_PATH`), which runs that INSERT path on the server's own database. On any other
+tracking server (``http://…``) the values become MLflow's entities (:func:`_entities`; spans
+built offline with a private OpenTelemetry tracer, never MLflow's global one, so nothing here
+touches the caller's own tracing): each trace with its assessments is one ``StartTraceV3``
+request (the server has no batch endpoint for assessments), sent :data:`API_CONCURRENCY` at a
+time, and the spans go in ``log_spans`` calls (OTLP ``/v1/traces`` requests) of
+:data:`SPANS_PER_CALL` spans.
 
 Traces need a database-backed store (``sqlite:///…``) or a tracking server; a plain folder
 store keeps no spans.
@@ -65,13 +70,14 @@ from __future__ import annotations
 
 import base64
 import functools
+import gzip
 import hashlib
 import json
 import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -733,7 +739,7 @@ def log_traces(
             "(tracking.uri=sqlite:///mlruns.db) or a server, or set tracking.traces=false"
         )
     keys = question_keys(samples)
-    writer = _SqlTraceWriter.open(client, experiment_id) or _ApiTraceWriter(client, experiment_id)
+    writer = _open_writer(tracking_uri, client, experiment_id)
     replaced = writer.delete_existing([trace_id_for(run_id, key) for key in keys])
     now_ns = time.time_ns()
     n_spans = n_assessments = 0
@@ -764,6 +770,7 @@ def log_traces(
             writer.write(chunk)
     finally:
         writer.close()
+    replaced += writer.replaced
     elapsed = time.perf_counter() - started
     log.info(
         "logged %d traces (%d spans, %d assessments%s) in %.1f s",
@@ -786,6 +793,9 @@ class _ApiTraceWriter:
     not know), :data:`API_CONCURRENCY` requests at a time: one ``StartTraceV3`` per trace
     (with its assessments), then the chunk's spans in ``log_spans`` calls (OTLP on a
     server)."""
+
+    replaced = 0
+    """Traces replaced while writing (none: :meth:`delete_existing` replaces them first)."""
 
     def __init__(self, client: TracingClient, experiment_id: str) -> None:
         self.client = client
@@ -821,6 +831,201 @@ class _ApiTraceWriter:
         self.pool.shutdown()
 
 
+BATCH_PATH = "/ajax-api/3.0/rag-exp/traces/batch"
+"""The batch endpoint of ``mlflow server --app-name rag-experiments``
+(:mod:`~rag_experiments.tracking.server_app`): ``GET`` says whether it is there and can write
+(:func:`batch_status`), ``POST`` writes a gzip'd JSON chunk of traces (:func:`write_batch`)."""
+BATCH_PROTOCOL = 1
+"""Version of the batch endpoint's JSON (the client and the server must agree; a server with
+another version is not used: the client falls back to MLflow's own API)."""
+
+_PLUGIN_PROBED: dict[str, bool] = {}
+_PLUGIN_LOCK = threading.Lock()
+
+
+def _open_writer(
+    tracking_uri: str, client: TracingClient, experiment_id: str
+) -> _SqlTraceWriter | _PluginTraceWriter | _ApiTraceWriter:
+    """The fastest writer ``tracking_uri`` allows: multi-row INSERTs into a database store,
+    the batch endpoint of a server running our app (:func:`_has_batch_endpoint`), else MLflow's
+    public per-trace API."""
+    from mlflow.store.tracking.rest_store import RestStore
+
+    store = client.store
+    if isinstance(store, RestStore):
+        if _has_batch_endpoint(store):
+            return _PluginTraceWriter(store, experiment_id)
+        return _ApiTraceWriter(client, experiment_id)
+    return _SqlTraceWriter.open(store, experiment_id) or _ApiTraceWriter(client, experiment_id)
+
+
+def _has_batch_endpoint(store: Any) -> bool:
+    """Whether the server behind ``store`` (a ``RestStore``) runs our app with a store it can
+    write to (``GET`` :data:`BATCH_PATH`); asked once per server URL and process.
+
+    Raises:
+        MlflowException: The server did not answer (a connection error or HTTP 5xx: retried by
+            the caller's :class:`~rag_experiments.tracking.resilience.Outage`).
+    """
+    from mlflow.utils.rest_utils import http_request, verify_rest_response
+
+    creds = store.get_host_creds()
+    with _PLUGIN_LOCK:
+        known = _PLUGIN_PROBED.get(creds.host)
+    if known is not None:
+        return known
+    response = http_request(creds, BATCH_PATH, "GET")
+    if response.status_code >= 500:
+        verify_rest_response(response, BATCH_PATH)  # raises: transient, asked again later
+    found = False
+    if response.status_code == 200:
+        try:
+            body = response.json()
+        except ValueError:
+            body = {}
+        found = body.get("protocol") == BATCH_PROTOCOL and bool(body.get("writable"))
+        if not found:
+            log.info("MLflow server %s: batch endpoint %s not usable here", creds.host, body)
+    with _PLUGIN_LOCK:
+        _PLUGIN_PROBED[creds.host] = found
+    log.info(
+        "MLflow server %s: %s",
+        creds.host,
+        "trace batch endpoint found (mlflow server --app-name rag-experiments)"
+        if found
+        else "no trace batch endpoint; traces go through MLflow's per-trace API (slower)",
+    )
+    return found
+
+
+def parts_to_json(parts: _TraceParts) -> dict[str, Any]:
+    """One question's trace as the batch endpoint's JSON: the fields of :class:`_TraceParts`
+    by name, each span and assessment as the list of its fields in declaration order (a
+    trace carries ~18 assessments: no repeated keys to encode, send and parse)."""
+    out = dict(vars(parts))
+    out["spans"] = [list(vars(span).values()) for span in parts.spans]
+    out["assessments"] = [list(vars(a).values()) for a in parts.assessments]
+    return out
+
+
+def parts_from_json(data: Mapping[str, Any]) -> _TraceParts:
+    """The inverse of :func:`parts_to_json`.
+
+    Raises:
+        TypeError: A field is missing or unknown.
+    """
+    fields = dict(data)
+    fields["spans"] = [_SpanParts(*span) for span in fields["spans"]]
+    fields["assessments"] = [_AssessmentParts(*a) for a in fields["assessments"]]
+    return _TraceParts(**fields)
+
+
+def batch_status(store: Any) -> dict[str, Any]:
+    """What ``GET`` :data:`BATCH_PATH` answers: the protocol, and whether ``store`` (the
+    server's backend store) is a database store the multi-row INSERT path knows."""
+    import mlflow
+
+    return {
+        "protocol": BATCH_PROTOCOL,
+        "writable": _SqlTraceWriter.supports(store),
+        "mlflow": mlflow.__version__,
+    }
+
+
+def write_batch(store: Any, payload: Mapping[str, Any]) -> dict[str, int]:
+    """Write one batch request's traces into ``store`` (the server side of the batch endpoint):
+    the traces of the same ids already stored are deleted first, so a request retried after
+    its answer was lost writes the same rows again, not twice; then all of them go in ONE
+    transaction of multi-row INSERTs (:func:`_insert_sql`, the path of a client logging to
+    the database directly).
+
+    Args:
+        store: The server's backend store (``mlflow.server.handlers._get_tracking_store()``).
+        payload: ``{"protocol": 1, "experiment_id": str, "traces": [parts_to_json(...)]}``.
+
+    Returns:
+        ``{"traces": written, "replaced": deleted first}``.
+
+    Raises:
+        ValueError: Another protocol, or the store is not a database store.
+        TypeError, KeyError: A malformed trace.
+    """
+    if payload.get("protocol") != BATCH_PROTOCOL:
+        raise ValueError(
+            f"batch protocol {payload.get('protocol')!r}, this server speaks {BATCH_PROTOCOL}: "
+            "install the same rag-experiments version on the server and the clients"
+        )
+    writer = _SqlTraceWriter.open(store, str(payload["experiment_id"]))
+    if writer is None:
+        raise ValueError("the server's backend store is not a database store this app can write")
+    chunk = [parts_from_json(t) for t in payload["traces"]]
+    if not chunk:
+        return {"traces": 0, "replaced": 0}
+    replaced = writer.delete_existing([p.trace_id for p in chunk])
+    writer.write(chunk)
+    return {"traces": len(chunk), "replaced": replaced}
+
+
+class _PluginTraceWriter:
+    """Sends chunks of traces to the batch endpoint of a server running our app
+    (:mod:`~rag_experiments.tracking.server_app`): one gzip'd JSON request per chunk, which the
+    server writes in one transaction, while the next chunk is built.
+    Each request replaces the traces of its ids, so :meth:`delete_existing` has nothing to do
+    and a retried request doubles nothing."""
+
+    replaced = 0
+
+    def __init__(self, store: Any, experiment_id: str) -> None:
+        self.store = store
+        self.experiment_id = experiment_id
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="trace-batch")
+        self.pending: Future[dict[str, Any]] | None = None
+
+    def delete_existing(self, trace_ids: Sequence[str]) -> int:
+        """Nothing: each batch request replaces the traces of its own ids."""
+        return 0
+
+    def write(self, chunk: Sequence[_TraceParts]) -> None:
+        """Compress ``chunk`` and send it in the background, once the previous request is
+        answered (so the server writes one chunk while the caller builds the next); a failed
+        previous request raises here."""
+        body = json.dumps(
+            {
+                "protocol": BATCH_PROTOCOL,
+                "experiment_id": str(self.experiment_id),
+                "traces": [parts_to_json(p) for p in chunk],
+            },
+            ensure_ascii=False,
+        ).encode()
+        data = gzip.compress(body, compresslevel=1)
+        self._collect()
+        self.pending = self.pool.submit(self._post, data)
+
+    def _post(self, data: bytes) -> dict[str, Any]:
+        from mlflow.utils.rest_utils import http_request, verify_rest_response
+
+        response = http_request(
+            self.store.get_host_creds(),
+            BATCH_PATH,
+            "POST",
+            data=data,
+            extra_headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+        )
+        return dict(verify_rest_response(response, BATCH_PATH).json())
+
+    def _collect(self) -> None:
+        if self.pending is not None:
+            future, self.pending = self.pending, None
+            self.replaced += int(future.result().get("replaced", 0))
+
+    def close(self) -> None:
+        """Wait for the last request (raising its failure) and stop the thread."""
+        try:
+            self._collect()
+        finally:
+            self.pool.shutdown()
+
+
 def _is_folder_store(store: Any) -> bool:
     """True for MLflow's folder store (``./mlruns``), whose ``log_spans`` is not implemented."""
     try:
@@ -834,11 +1039,13 @@ class _SqlTraceWriter:
     """Multi-row INSERTs of trace infos, tags, metadata and assessments into the tables of
     MLflow's database store (see :func:`_insert_sql`)."""
 
-    def __init__(self, client: TracingClient, experiment: Any, models: Any) -> None:
+    replaced = 0
+    """Traces replaced while writing (none: :meth:`delete_existing` replaces them first)."""
+
+    def __init__(self, store: Any, experiment: Any, models: Any) -> None:
         import sqlalchemy
 
-        self.client = client
-        self.store = client.store
+        self.store = store
         self.experiment = experiment
         self.models = models
         self._sqlalchemy = sqlalchemy
@@ -847,13 +1054,13 @@ class _SqlTraceWriter:
             a.key: a.columns[0].key for a in sqlalchemy.inspect(assessments).column_attrs
         }
 
-    @classmethod
-    def open(cls, client: TracingClient, experiment_id: str) -> _SqlTraceWriter | None:
-        """A writer for ``store``, or None when it is not a database store this code knows
-        (a server, another MLflow layout, trace rollups on): then the API is used."""
+    @staticmethod
+    def _models(store: Any) -> Any:
+        """MLflow's table models when ``store`` is a database store this code knows, else None
+        (a server, another MLflow layout, trace rollups on)."""
         from mlflow.store.tracking.rest_store import RestStore
 
-        if isinstance(client.store, RestStore):  # a server: skip the SQL store's imports
+        if isinstance(store, RestStore):  # a server: skip the SQL store's imports
             return None
         try:
             from mlflow.store.tracking.dbmodels import models
@@ -867,10 +1074,24 @@ class _SqlTraceWriter:
             )
         except ImportError:  # another MLflow layout
             return None
-        store = client.store
         if type(store) is not SqlAlchemyStore or rollups_enabled():
             return None
-        return cls(client, store.get_experiment(experiment_id), models)
+        return models
+
+    @classmethod
+    def supports(cls, store: Any) -> bool:
+        """Whether ``store`` is a database store this writer can write to."""
+        return cls._models(store) is not None
+
+    @classmethod
+    def open(cls, store: Any, experiment_id: str) -> _SqlTraceWriter | None:
+        """A writer for ``store`` (a client's store, or a tracking server's own backend store
+        in :mod:`~rag_experiments.tracking.server_app`), or None when :meth:`supports` says no:
+        then the API is used."""
+        models = cls._models(store)
+        if models is None:
+            return None
+        return cls(store, store.get_experiment(experiment_id), models)
 
     def delete_existing(self, trace_ids: Sequence[str]) -> int:
         """Delete the traces among ``trace_ids`` that the store holds (with MLflow's own
@@ -884,7 +1105,12 @@ class _SqlTraceWriter:
                 )
                 found.extend(row[0] for row in session.execute(query))
         for chunk in _chunks(found, TRACES_PER_TRANSACTION):
-            self.client.delete_traces(self.experiment.experiment_id, trace_ids=list(chunk))
+            self.store.delete_traces(
+                experiment_id=self.experiment.experiment_id,
+                max_timestamp_millis=None,
+                max_traces=None,
+                trace_ids=list(chunk),
+            )
         return len(found)
 
     def write(self, chunk: Sequence[_TraceParts]) -> None:

@@ -1,0 +1,89 @@
+"""The trace batch endpoint of ``mlflow server --app-name rag-experiments``
+(rag_experiments/tracking/server_app.py), in process: the client's batch writer posts through
+Flask's test client into a sqlite backend store, which must then hold the rows the direct
+multi-row INSERT path writes (itself checked against MLflow's own API in test_traces.py).
+The real server over PostgreSQL is in test_server_store.py (slow)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import mlflow.server.handlers as handlers
+import pytest
+from flask import Flask
+from mlflow.tracing.client import TracingClient
+from test_traces import _log, _rows_of, _store
+
+from rag_experiments.tracking import traces as traces_mod
+from rag_experiments.tracking.server_app import create_app
+
+pytestmark = pytest.mark.slow  # a sqlite store per test: 2-20 s on the shared machine
+
+PLUGIN_URI = "http://plugin.test"
+"""A server URL the client believes runs the app (its probe answer cached): no socket."""
+
+
+@pytest.fixture
+def app_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, str, str]:
+    """``(Flask test client of the app, server store URI, experiment id)``: the app over a
+    sqlite backend store, the client's batch requests routed to it."""
+    uri, experiment_id, _ = _store(tmp_path, "server")
+    monkeypatch.setattr(handlers, "_tracking_store", TracingClient(uri).store)
+    flask_client = create_app(Flask("test-app")).test_client()
+    monkeypatch.setitem(traces_mod._PLUGIN_PROBED, PLUGIN_URI, True)
+
+    def post(self: Any, data: bytes) -> dict[str, Any]:
+        headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+        response = flask_client.post(traces_mod.BATCH_PATH, data=data, headers=headers)
+        assert response.status_code == 200, response.get_data(as_text=True)
+        return dict(response.get_json())
+
+    monkeypatch.setattr(traces_mod._PluginTraceWriter, "_post", post)
+    return flask_client, uri, experiment_id
+
+
+def test_the_endpoint_says_it_can_write_a_database_store(app_store: tuple[Any, str, str]) -> None:
+    flask_client, _, _ = app_store
+    status = flask_client.get(traces_mod.BATCH_PATH).get_json()
+    assert status["protocol"] == traces_mod.BATCH_PROTOCOL and status["writable"] is True
+
+
+def test_batch_requests_store_the_rows_of_the_direct_path_and_a_repeat_replaces_them(
+    tmp_path: Path, app_store: tuple[Any, str, str]
+) -> None:
+    _, server_uri, experiment_id = app_store
+    stats = _log(PLUGIN_URI, experiment_id, "run-0")  # through the endpoint
+    assert (stats.traces, stats.spans, stats.assessments, stats.replaced) == (2, 5, 4, 0)
+    direct_uri, direct_experiment, _ = _store(tmp_path, "direct")
+    _log(direct_uri, direct_experiment, "run-0")  # the client's own multi-row INSERTs
+    via_app, direct = _rows_of(server_uri), _rows_of(direct_uri)
+    assert {table: len(rows) for table, rows in via_app.items()} == {
+        "trace_info": 2, "trace_tags": 8, "trace_request_metadata": 6, "assessments": 4,
+        "spans": 5,
+    }  # fmt: skip
+    for table in direct:
+        assert via_app[table] == direct[table], table
+    again = _log(PLUGIN_URI, experiment_id, "run-0")  # a retried request: replaced, not doubled
+    assert again.replaced == 2
+    assert _rows_of(server_uri) == via_app
+
+
+def test_a_request_of_another_protocol_or_not_gzip_is_refused_with_400(
+    app_store: tuple[Any, str, str],
+) -> None:
+    flask_client, server_uri, experiment_id = app_store
+    body = {"protocol": traces_mod.BATCH_PROTOCOL + 1, "experiment_id": experiment_id}
+    headers = {"Content-Encoding": "gzip"}
+    wrong = flask_client.post(
+        traces_mod.BATCH_PATH, data=gzip.compress(json.dumps(body).encode()), headers=headers
+    )
+    assert wrong.status_code == 400
+    assert "install the same rag-experiments version" in wrong.get_json()["message"]
+    garbled = flask_client.post(traces_mod.BATCH_PATH, data=b"not gzip", headers=headers)
+    assert garbled.status_code == 400 and garbled.get_json()["error_code"] == (
+        "INVALID_PARAMETER_VALUE"
+    )
+    assert _rows_of(server_uri)["trace_info"] == []
