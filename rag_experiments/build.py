@@ -236,8 +236,8 @@ class SharedParts:
     ``embedder``).
 
     Attributes:
-        built: Role → part built so far (``generator``, ``embedder``, ``judge``, ``reranker``), in build
-            order: what the job's preflight checks.
+        built: Role → part built so far (``generator``, ``embedder``, ``judge``,
+            ``reranker``), in build order: what the job's preflight checks.
     """
 
     def __init__(self, cfg: DictConfig) -> None:

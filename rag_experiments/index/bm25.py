@@ -129,7 +129,9 @@ class Bm25Store:
         except (OSError, ValueError):
             return False
         if meta.get("key") != key or meta.get("chunk_ids") != chunk_ids:
-            log.warning("Rebuilding BM25 index %s: it was built for other chunks or settings", folder)
+            log.warning(
+                "Rebuilding BM25 index %s: it was built for other chunks or settings", folder
+            )
             return False
         return True
 

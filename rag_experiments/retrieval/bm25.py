@@ -5,7 +5,8 @@ SIGIR 2024): title + text indexed as one field, k1 0.9, b 0.4, Lucene's BM25 var
 stemming, Lucene's English stop words. Lucene's BM25 (Kamphuis et al., ECIR 2020, the variant
 bm25s calls ``lucene``) scores a document ``d`` for a query ``q`` as
 
-    Σ_{t ∈ q ∩ d} ln(1 + (N − df_t + 0.5) / (df_t + 0.5)) · tf / (tf + k1 · (1 − b + b · |d| / avgdl))
+    Σ_{t ∈ q ∩ d} ln(1 + (N − df_t + 0.5) / (df_t + 0.5))
+                  · tf / (tf + k1 · (1 − b + b · |d| / avgdl))
 
 (no ``(k1 + 1)`` factor in the numerator: it does not change the ranking).
 """
@@ -72,9 +73,13 @@ class Bm25Retriever(RetrieverBase):
     ) -> None:
         super().__init__(top_k, depth)
         if method not in METHODS:
-            raise ConfigError(f"retriever.method must be one of {', '.join(METHODS)}, got {method!r}.")
+            raise ConfigError(
+                f"retriever.method must be one of {', '.join(METHODS)}, got {method!r}."
+            )
         if k1 < 0 or not 0 <= b <= 1:
-            raise ConfigError(f"retriever.k1 must be >= 0 and retriever.b in [0, 1], got {k1}, {b}.")
+            raise ConfigError(
+                f"retriever.k1 must be >= 0 and retriever.b in [0, 1], got {k1}, {b}."
+            )
         if stopwords not in (None, "en"):
             raise ConfigError(f"retriever.stopwords must be en or null, got {stopwords!r}.")
         self.params = Bm25Params(k1, b, method, delta, stemmer, stopwords)
@@ -112,7 +117,9 @@ class Bm25Retriever(RetrieverBase):
                 "(BaselineTarget.prepare does this)."
             )
         (tokens,) = self.analyzer.tokens([query])
-        with self._lock:  # bm25s keeps no per-query state, but its caches are not documented thread-safe
+        with (
+            self._lock
+        ):  # bm25s keeps no per-query state, but its caches are not documented thread-safe
             return np.asarray(self.model.get_scores(tokens), dtype=np.float32)
 
     def retrieve(self, query: str) -> RetrievalResult:

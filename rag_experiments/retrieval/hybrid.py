@@ -143,11 +143,15 @@ class HybridRetriever(RetrieverBase):
     ) -> None:
         super().__init__(top_k, depth)
         if fusion not in FUSIONS:
-            raise ConfigError(f"retriever.fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}.")
+            raise ConfigError(
+                f"retriever.fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}."
+            )
         if norm not in NORMS:
             raise ConfigError(f"retriever.norm must be one of {', '.join(NORMS)}, got {norm!r}.")
         if k <= 0 or not 0 <= alpha <= 1:
-            raise ConfigError(f"retriever.k must be > 0 and retriever.alpha in [0, 1], got {k}, {alpha}.")
+            raise ConfigError(
+                f"retriever.k must be > 0 and retriever.alpha in [0, 1], got {k}, {alpha}."
+            )
         self.fusion, self.k, self.alpha, self.norm = fusion, float(k), float(alpha), norm
         self.dense = Retriever(top_k=dense_depth)
         self.bm25 = Bm25Retriever(top_k=bm25_depth, **(bm25 or {}))
@@ -162,8 +166,15 @@ class HybridRetriever(RetrieverBase):
 
     def describe(self) -> dict[str, str]:
         """``retriever`` tag, the fusion and the BM25 parameters."""
-        fusion = f"rrf-k={self.k:g}" if self.fusion == "rrf" else f"convex-{self.norm}-a={self.alpha:g}"
-        return {**super().describe(), "retriever.fusion": fusion, **self.bm25.describe(), "retriever": "dense+bm25"}
+        fusion = (
+            f"rrf-k={self.k:g}" if self.fusion == "rrf" else f"convex-{self.norm}-a={self.alpha:g}"
+        )
+        return {
+            **super().describe(),
+            "retriever.fusion": fusion,
+            **self.bm25.describe(),
+            "retriever": "dense+bm25",
+        }
 
     def retrieve(self, query: str) -> RetrievalResult:
         """Both rankings, fused, cut to ``ranking_depth``.
