@@ -650,6 +650,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "bm25": Bm25RetrieverConf,
         "hybrid": HybridRetrieverConf,
     },
+    "reranker": {},  # reranker=none is null; the served and fake rerankers bring their schemas
     "llm": CHAT_MODELS,
     "judge": {name: judge_schema(chat) for name, chat in CHAT_MODELS.items()},
     "metrics": {"metrics": MetricsConf},
