@@ -10,8 +10,12 @@ Decisions follow what each part *declares* on its protocol (:mod:`rag_experiment
 probing:
 
 - a metric gets the shared parts named in its class's ``requires`` (``judge``, ``embedder``);
-  the retriever returns ``max(top_k, deepest metric depth)`` ranks unless
+  the retriever returns ``max(top_k, deepest metric depth, reranker.candidates)`` ranks unless
   ``retriever.depth`` is set;
+- a retriever (:class:`~rag_experiments.retrieval.base.RetrieverBase`) that declares
+  ``uses_vectors`` (dense, hybrid) gets the job's embedder and the vector index; BM25 gets
+  neither; a reranker (``cfg.reranker``, :class:`~rag_experiments.retrieval.base.RerankerBase`,
+  null = none) is handed to the baseline and checked by the preflight (role ``reranker``);
 - a target whose class declares ``assembled`` (the baseline) is built from the config's
   chunker, embedder, retriever, index and generator; any other from its own node;
 - a chat-model class declares its ``caveat`` (the note of a run that uses it), the keys the
@@ -42,6 +46,7 @@ from rag_experiments.llm.base import ChatModelBase
 from rag_experiments.llm.factory import build_chat, configure_from_config, model_arguments
 from rag_experiments.llm.roles import check_judge_distinct, judge_model_node
 from rag_experiments.protocols import MetricBase, TargetBase
+from rag_experiments.retrieval.base import RerankerBase, RetrieverBase
 
 T = TypeVar("T")
 
@@ -231,8 +236,8 @@ class SharedParts:
     ``embedder``).
 
     Attributes:
-        built: Role → model built so far (``generator``, ``embedder``, ``judge``), in build
-            order: what the job's preflight checks.
+        built: Role → part built so far (``generator``, ``embedder``, ``judge``,
+            ``reranker``), in build order: what the job's preflight checks.
     """
 
     def __init__(self, cfg: DictConfig) -> None:
@@ -287,30 +292,55 @@ def build_metric(node: DictConfig, shared: SharedParts) -> Any:
         return instantiate(node, **extra)
 
 
-def retriever_depth(metrics: list[Any], top_k: int) -> int:
-    """Ranks the retriever returns: ``max(top_k, deepest depth the metrics declare)``."""
-    return max([int(m.depth) for m in metrics] + [int(top_k)])
+def retriever_depth(metrics: list[Any], top_k: int, candidates: int = 0) -> int:
+    """Ranks the retriever returns: ``max(top_k, deepest depth the metrics declare,
+    candidates)`` (``candidates``: what the reranker re-scores, 0 without one)."""
+    return max([int(m.depth) for m in metrics] + [int(top_k), int(candidates)])
+
+
+def build_reranker(cfg: DictConfig) -> RerankerBase | None:
+    """The configured reranker (``cfg.reranker``), None for ``reranker=none`` (null); a served
+    one's ``timeout_s``/``max_retries``/``backoff_s``/``backoff_max_s`` reach it as one
+    :class:`~rag_experiments.common.http.RetryPolicy`, as every HTTP client's do.
+
+    Raises:
+        ConfigError: The node names no :class:`~rag_experiments.retrieval.base.RerankerBase`.
+        RagExpError: The reranker refused its config.
+    """
+    node = cfg.get("reranker")
+    if node is None:
+        return None
+    part_class(node, RerankerBase)
+    data = OmegaConf.to_container(node, resolve=True)
+    with own_errors():
+        return instantiate(nest_retry(data, where="reranker"))
 
 
 def build_baseline(
     cfg: DictConfig, metrics: list[Any], generate: bool, shared: SharedParts | None = None
 ) -> Any:
     """The assembled target (``cfg.target``, the baseline) from the config's chunker,
-    embedder (shared), retriever (its depth from :func:`retriever_depth` unless
-    ``retriever.depth`` is set), ChromaDB index (``paths.chroma_dir``, ``target.hnsw``) and,
-    when answers are generated, the generator ``cfg.llm`` (role ``generator``)."""
+    retriever (its depth from :func:`retriever_depth` unless ``retriever.depth`` is set),
+    embedder (shared) and ChromaDB index (``paths.chroma_dir``, ``target.hnsw``) when the
+    retriever ``uses_vectors``, reranker (``cfg.reranker``, role ``reranker`` of the preflight)
+    and, when answers are generated, the generator ``cfg.llm`` (role ``generator``)."""
     from rag_experiments.index.chroma import ChromaIndex
 
     shared = shared or SharedParts(cfg)
-    embedder = shared.embedder()
+    uses_vectors = part_class(cfg.retriever, RetrieverBase).uses_vectors
+    embedder = shared.embedder() if uses_vectors else None
+    reranker = build_reranker(cfg)
     retriever_cfg = OmegaConf.to_container(cfg.retriever, resolve=True)
     if retriever_cfg.get("depth") is None:
-        retriever_cfg["depth"] = retriever_depth(metrics, int(retriever_cfg["top_k"]))
+        candidates = int(reranker.candidates) if reranker is not None else 0
+        retriever_cfg["depth"] = retriever_depth(metrics, int(retriever_cfg["top_k"]), candidates)
     with own_errors():
-        retriever = instantiate(retriever_cfg)
+        retriever = instantiate(retriever_cfg, _convert_="all")
         generator = build_chat(cfg.llm, "generator") if generate else None
     if generator is not None:
         shared.built["generator"] = generator
+    if reranker is not None:
+        shared.built["reranker"] = reranker
     target_cfg = OmegaConf.to_container(cfg.target, resolve=True)
     hnsw = target_cfg.pop("hnsw", {})
     with own_errors():
@@ -322,6 +352,7 @@ def build_baseline(
             index=ChromaIndex(path=cfg.paths.chroma_dir, **hnsw),
             generator=generator,
             generate=generate,
+            reranker=reranker,
         )
 
 

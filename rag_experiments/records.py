@@ -167,6 +167,10 @@ class RagResponse:
         retrieved_doc_ids: Parent doc ids in rank order (deduplicated, first occurrence
             wins), when known, else None. May be deeper than ``retrieved_contexts`` (the
             retriever keeps a longer ranking for retrieval metrics).
+        retrieved_sources: Per retrieved context, where it came from (the baseline's
+            :meth:`~rag_experiments.retrieval.base.Hit.provenance`: ``{"rank.dense": 3,
+            "rank.bm25": 1, "score": …}``, plus ``retriever_rank`` and ``rerank_score`` when
+            reranked), or None when the target does not say.
         latency_ms: Wall time of the whole answer in milliseconds.
         no_response: True when there is no answer to score though the target did not fail (a
             recorded row without a response): answer metrics are NaN ``no_response``,
@@ -180,6 +184,7 @@ class RagResponse:
     retrieved_contexts: list[str] = field(default_factory=list)
     retrieved_ids: list[str] | None = None
     retrieved_doc_ids: list[str] | None = None
+    retrieved_sources: list[dict[str, Any]] | None = None
     latency_ms: float = 0.0
     no_response: bool = False
     error: str | None = None

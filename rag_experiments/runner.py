@@ -121,6 +121,7 @@ class EvalResult:
                 "retrieved_contexts": r.retrieved_contexts,
                 "retrieved_ids": r.retrieved_ids,
                 "retrieved_doc_ids": r.retrieved_doc_ids,
+                "retrieved_sources": r.retrieved_sources,
                 "reference_doc_ids": s.reference_doc_ids,
                 "reference_contexts": s.reference_contexts,
                 "keywords": s.keywords,

@@ -69,7 +69,9 @@ def test_every_option_composes_and_instantiates(compose_cfg, group, option):
     extra = REQUIRED_BY_OPTION.get(option, extra)
     cfg = compose_cfg(f"{group}={option}", *extra)
     node = cfg[group]
-    if group == "metrics":
+    if node is None:  # reranker=none: no part
+        assert (group, option) == ("reranker", "none")
+    elif group == "metrics":
         built = [instantiate(n) for n in node.suite.values()]
         assert built and all(hasattr(m, "evaluate") and m.specs() for m in built)
     elif group in ("paths",):
@@ -182,8 +184,10 @@ def test_yaml_options_carry_only_what_differs_from_their_schema():
         keys = _keys_equal_to_default(schema, OmegaConf.load(path))
         if keys:
             repeated[where] = keys
-    # no schema: presets (overrides only) and launchers whose plugin is not installed
-    assert all(w.startswith(("experiment/", "hydra/launcher/")) for w in unchecked), unchecked
+    # no schema: presets (overrides only), launchers whose plugin is not installed, and the
+    # null option reranker=none
+    allowed = ("experiment/", "hydra/launcher/", "reranker/none.yaml")
+    assert all(w.startswith(allowed) for w in unchecked), unchecked
     assert repeated == {}, f"YAML keys that repeat their schema's default: {repeated}"
 
 

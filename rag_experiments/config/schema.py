@@ -42,6 +42,7 @@ class PathsConf:
 
     cache_dir: str = ".cache"
     chroma_dir: str = "${paths.cache_dir}/chroma"
+    bm25_dir: str = "${paths.cache_dir}/bm25"
     embedding_cache: str | None = "${paths.cache_dir}/embeddings.sqlite"
     llm_cache: str | None = "${paths.cache_dir}/llm.sqlite"
 
@@ -354,6 +355,48 @@ class RetrieverConf(ComponentConf):
     _target_: str = "rag_experiments.retrieval.retriever.Retriever"
     top_k: int = 5
     depth: int | None = None
+
+
+@dataclass
+class Bm25Conf:
+    """BM25 analysis and scoring (defaults: Pyserini's BEIR "flat" settings)."""
+
+    k1: float = 0.9
+    b: float = 0.4
+    method: str = "lucene"
+    """bm25s variant: lucene | robertson | atire | bm25l | bm25+."""
+    delta: float = 0.5
+    """δ of bm25l and bm25+."""
+    stemmer: str | None = "porter"
+    """PyStemmer algorithm: porter (Lucene's PorterStemFilter), english (Snowball) …, or null."""
+    stopwords: str | None = "en"
+    """en (Lucene's 33 English stop words) or null."""
+    index_title: bool = True
+    """Index ``title + ' ' + text`` (Anserini's BEIR "flat" index)."""
+    index_dir: str = "${paths.bm25_dir}"
+
+
+@dataclass
+class Bm25RetrieverConf(Bm25Conf, RetrieverConf):
+    """BM25 over the chunks (``bm25s``); the index is cached in ``paths.bm25_dir``."""
+
+    _target_: str = "rag_experiments.retrieval.bm25.Bm25Retriever"
+
+
+@dataclass
+class HybridRetrieverConf(RetrieverConf):
+    """Dense and BM25 rankings fused: ``fusion=rrf`` (``Σ 1/(k + rank)``) or ``convex``
+    (``alpha·dense + (1−alpha)·bm25`` of ``norm``-normalised scores)."""
+
+    _target_: str = "rag_experiments.retrieval.hybrid.HybridRetriever"
+    fusion: str = "rrf"
+    k: float = 60.0
+    alpha: float = 0.5
+    norm: str = "minmax"
+    """minmax | zscore."""
+    dense_depth: int = 100
+    bm25_depth: int = 100
+    bm25: Bm25Conf = field(default_factory=lambda: Bm25Conf())
 
 
 # --- reranker --------------------------------------------------------------------------------
@@ -697,8 +740,12 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "ollama": OllamaEmbedderConf,
         "openai": OpenAIEmbedderConf,
     },
-    "retriever": {"retriever": RetrieverConf},
-    "reranker": {"http": HttpRerankerConf, "fake": FakeRerankerConf},
+    "retriever": {
+        "retriever": RetrieverConf,
+        "bm25": Bm25RetrieverConf,
+        "hybrid": HybridRetrieverConf,
+    },
+    "reranker": {"http": HttpRerankerConf, "fake": FakeRerankerConf},  # none = null
     "llm": CHAT_MODELS,
     "judge": {name: judge_schema(chat) for name, chat in CHAT_MODELS.items()},
     "metrics": {"metrics": MetricsConf},

@@ -1,16 +1,226 @@
-"""Bases of the retrieval parts (retrievers, rerankers)."""
+"""What a retriever and a reranker declare, and the ranking they exchange.
+
+A retriever (``retriever=dense|bm25|hybrid``) ranks chunks for a query; a reranker
+(``reranker=http|fake``, ``reranker=none`` for none) re-scores the first ``candidates`` of that
+ranking. Both are swappable parts chosen in ``conf/`` by ``_target_`` and built by the
+composition root (:mod:`rag_experiments.build`), which reads what their classes declare here.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rag_experiments.errors import ConfigError, RagExpError
+
+if TYPE_CHECKING:
+    from rag_experiments.index.chroma import ChromaIndex
+    from rag_experiments.protocols import Embedder
+    from rag_experiments.records import Chunk
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One ranked chunk.
+
+    Attributes:
+        chunk_id: The chunk's id.
+        doc_id: Its parent document's id.
+        text: The chunk text (what the generator and a reranker read).
+        score: The retriever's score (cosine for dense, BM25 for bm25, the fused score for
+            hybrid); higher = more relevant.
+        ranks: Source → 1-based rank of this chunk in that source's ranking: ``{"dense": 3}``,
+            ``{"bm25": 1}``, or both for a fused hit (a source that did not return the chunk
+            within its depth is absent).
+        rerank_score: The reranker's score, None when it was not reranked.
+        retriever_rank: 1-based rank in the retriever's ranking before reranking, None when not
+            reranked.
+    """
+
+    chunk_id: str
+    doc_id: str
+    text: str
+    score: float
+    ranks: dict[str, int] = field(default_factory=dict)
+    rerank_score: float | None = None
+    retriever_rank: int | None = None
+
+    def provenance(self) -> dict[str, Any]:
+        """Where the hit comes from, for the trace and the per-query table:
+        ``{"rank.dense": 3, "rank.bm25": 1, "score": 0.031}`` plus ``retriever_rank`` and
+        ``rerank_score`` when reranked."""
+        out: dict[str, Any] = {f"rank.{src}": r for src, r in self.ranks.items()}
+        out["score"] = float(self.score)
+        if self.rerank_score is not None:
+            out["rerank_score"] = float(self.rerank_score)
+            out["retriever_rank"] = self.retriever_rank
+        return out
+
+
+@dataclass(frozen=True)
+class RetrievalResult:
+    """What one retrieval returned.
+
+    Attributes:
+        contexts: Texts of the ``top_k`` best chunks, best first (what the generator sees).
+        chunk_ids: Ids of those ``top_k`` chunks.
+        doc_ids: Parent document ids of the deep ranking (``max(top_k, depth)`` chunks),
+            deduplicated, first occurrence wins. Since several chunks can come from one
+            document, this list can be shorter than ``depth``: a doc-level Recall@100 over
+            chunked documents sees only as many documents as the 100 chunks cover.
+        ranked_chunk_ids: The deep chunk ranking (``max(top_k, depth)`` ids).
+        scores: Scores of ``ranked_chunk_ids``, same order.
+        hits: The deep ranking itself (:class:`Hit`, with source ranks); empty when the
+            result was built from the lists above.
+    """
+
+    contexts: list[str] = field(default_factory=list)
+    chunk_ids: list[str] = field(default_factory=list)
+    doc_ids: list[str] = field(default_factory=list)
+    ranked_chunk_ids: list[str] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    hits: list[Hit] = field(default_factory=list)
+
+    @classmethod
+    def from_hits(cls, hits: list[Hit], top_k: int) -> RetrievalResult:
+        """The result of a deep ranking ``hits`` (best first) of which ``top_k`` go to the
+        generator."""
+        top = hits[:top_k]
+        return cls(
+            contexts=[h.text for h in top],
+            chunk_ids=[h.chunk_id for h in top],
+            doc_ids=list(dict.fromkeys(h.doc_id for h in hits)),
+            ranked_chunk_ids=[h.chunk_id for h in hits],
+            scores=[h.score for h in hits],
+            hits=list(hits),
+        )
+
+    @property
+    def top_k(self) -> int:
+        """How many contexts go to the generator."""
+        return len(self.contexts)
+
+    def provenance(self) -> list[dict[str, Any]]:
+        """:meth:`Hit.provenance` of each of the ``top_k`` contexts (empty without hits)."""
+        return [h.provenance() for h in self.hits[: self.top_k]]
+
+
+class RetrieverBase:
+    """A retriever: ranks the chunks of a corpus for a query (a swappable part).
+
+    Subclasses declare:
+
+    - ``uses_vectors`` (class attribute): the baseline builds (or reuses) the vector index
+      with the job's embedder and calls :meth:`bind`; False: no embedder is built for it.
+    - ``sources`` (class attribute): the names of the rankings its hits carry ranks from
+      (``("dense",)``, ``("bm25",)``, ``("dense", "bm25")``).
+
+    Args:
+        top_k: Chunks handed to the generator (>= 1).
+        depth: Length of the chunk ranking kept for retrieval metrics (e.g. 100 for
+            Recall@100); the ranking is ``max(top_k, depth)`` deep. None = ``top_k``.
+
+    Raises:
+        ConfigError: ``top_k`` < 1 or ``depth`` < 1.
+    """
+
+    uses_vectors: ClassVar[bool] = False
+    sources: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, top_k: int = 5, depth: int | None = None) -> None:
+        if top_k < 1:
+            raise ConfigError(f"retriever.top_k must be >= 1, got {top_k}.")
+        if depth is not None and depth < 1:
+            raise ConfigError(f"retriever.depth must be >= 1 or null, got {depth}.")
+        self.top_k = top_k
+        self.depth = depth
+
+    @property
+    def ranking_depth(self) -> int:
+        """``max(top_k, depth)``: how many chunks each query ranks."""
+        return max(self.top_k, self.depth or self.top_k)
+
+    def bind(self, index: ChromaIndex, collection: str, embedder: Embedder) -> None:
+        """Point a vector retriever at a built collection (called by the baseline when
+        ``uses_vectors``); nothing to do for the others."""
+
+    def prepare(self, chunks: list[Chunk], corpus_key: str) -> None:
+        """Build or reuse the retriever's own index of ``chunks`` (BM25); nothing to do for a
+        retriever that only reads the vector index.
+
+        Args:
+            chunks: Every chunk of the corpus.
+            corpus_key: Identity of the chunks: ``"<chunker_id>|<corpus_digest>"``.
+        """
+
+    def describe(self) -> dict[str, str]:
+        """Tags naming the retriever (``retriever``: its sources joined by ``+``)."""
+        return {"retriever": "+".join(self.sources)}
+
+    def retrieve(self, query: str) -> RetrievalResult:
+        """Rank chunks for one query: ``ranking_depth`` hits, best first.
+
+        Raises:
+            RagExpError: The retriever is not prepared or its index failed.
+        """
+        raise NotImplementedError
+
 
 class RerankerBase:
-    """A reranker re-scores the first ``candidates`` hits of a ranking for a query."""
+    """A reranker: re-scores the first ``candidates`` hits of a retriever's ranking (a
+    swappable part; ``reranker=http`` serves a cross-encoder, ``reranker=fake`` is
+    deterministic).
+
+    Subclasses declare:
+
+    Attributes:
+        candidates: How many of the retriever's ranking are re-scored (``reranker.candidates``,
+            default 20).
+    """
 
     candidates: int = 20
 
     def rerank(self, query: str, documents: list[str]) -> list[float]:
-        """One score per document, same order, higher = more relevant."""
+        """One score per document, same order, higher = more relevant.
+
+        Raises:
+            RagExpError: The reranker failed (a subclass naming the reason).
+        """
         raise NotImplementedError
 
     def check(self) -> None:
-        """Preflight: raise a one-line error when the reranker cannot work."""
+        """Preflight: raise a one-line :class:`RagExpError` when the reranker cannot be used."""
+        raise NotImplementedError
+
+
+def rerank_result(result: RetrievalResult, reranker: RerankerBase, query: str) -> RetrievalResult:
+    """Reorder the first ``reranker.candidates`` hits of ``result`` by the reranker's scores
+    (highest first; ties keep the retriever's order); the hits beyond them keep their order
+    after them. Each reranked hit records its ``retriever_rank`` and ``rerank_score``; the
+    ``top_k`` contexts are taken from the new order.
+
+    Args:
+        result: A retrieval with :attr:`RetrievalResult.hits`.
+        reranker: The reranker.
+        query: The question.
+
+    Returns:
+        The reranked result (same ``top_k``, same deep ranking length).
+
+    Raises:
+        RagExpError: The reranker failed, or returned a number of scores other than the number
+            of candidates.
+    """
+    n = min(int(reranker.candidates), len(result.hits))
+    head = result.hits[:n]
+    scores = reranker.rerank(query, [h.text for h in head])
+    if len(scores) != n:
+        raise RagExpError(
+            f"the reranker returned {len(scores)} scores for {n} documents; it must return one "
+            "score per document"
+        )
+    order = sorted(range(n), key=lambda i: -float(scores[i]))  # stable: ties keep rank order
+    reranked = [
+        replace(head[i], rerank_score=float(scores[i]), retriever_rank=i + 1) for i in order
+    ]
+    return RetrievalResult.from_hits(reranked + result.hits[n:], result.top_k)

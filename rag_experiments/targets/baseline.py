@@ -1,4 +1,5 @@
-"""The built-in baseline RAG system: chunker → embedder → ChromaDB → top-k → generator."""
+"""The built-in baseline RAG system: chunker → retriever (dense, BM25 or hybrid) → optional
+reranker → top-k → generator."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rag_experiments.index.naming import index_key
 from rag_experiments.llm.context import fit_contexts
 from rag_experiments.protocols import TargetBase
 from rag_experiments.records import RagResponse, Sample
+from rag_experiments.retrieval.base import rerank_result
 from rag_experiments.targets.prompts import ANSWER_PROMPT_VERSION, answer_messages
 
 if TYPE_CHECKING:
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
     from rag_experiments.index.chroma import ChromaIndex
     from rag_experiments.llm.base import ChatModel
     from rag_experiments.protocols import Chunker, Embedder
-    from rag_experiments.retrieval.retriever import Retriever
+    from rag_experiments.retrieval.base import RerankerBase, RetrieverBase
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +31,8 @@ class BaselineTarget(TargetBase):
 
     Args:
         chunker: Splits the corpus into chunks.
-        embedder: Embeds chunks and questions.
+        embedder: Embeds chunks and questions for a retriever that ``uses_vectors`` (dense,
+            hybrid); None for one that does not (BM25).
         retriever: Ranks chunks; ``top_k`` contexts go to the generator.
         index: The persistent ChromaDB index (collections keyed by corpus digest, chunker
             config and embedder id, so every sweep job with the same key reuses one build).
@@ -43,6 +46,9 @@ class BaselineTarget(TargetBase):
             ``contexts_dropped`` and ``context_chars_cut``). ``retrieved_contexts`` keep the
             full retrieval, so retrieval metrics are unaffected. False = such a row fails
             with ``context_overflow``.
+        reranker: Re-scores the first ``reranker.candidates`` hits of each ranking before the
+            ``top_k`` are taken (:func:`~rag_experiments.retrieval.base.rerank_result`); None =
+            the retriever's order.
     """
 
     assembled = True
@@ -51,14 +57,15 @@ class BaselineTarget(TargetBase):
     def __init__(
         self,
         chunker: Chunker,
-        embedder: Embedder,
-        retriever: Retriever,
+        embedder: Embedder | None,
+        retriever: RetrieverBase,
         index: ChromaIndex,
         generator: ChatModel | None = None,
         generate: bool = True,
         embed_title: bool = True,
         system_prompt: str = "",
         truncate_contexts: bool = False,
+        reranker: RerankerBase | None = None,
     ) -> None:
         self.chunker = chunker
         self.embedder = embedder
@@ -68,6 +75,7 @@ class BaselineTarget(TargetBase):
         self.embed_title = embed_title
         self.system_prompt = system_prompt
         self.truncate_contexts = truncate_contexts
+        self.reranker = reranker
         self.collection: str | None = None
 
     @property
@@ -77,20 +85,24 @@ class BaselineTarget(TargetBase):
         return int(self.generator.max_concurrency) if self.generator is not None else 1
 
     def check(self) -> None:
-        """The embedder's check, then the generator's (when answers are generated).
+        """The embedder's check (when the retriever uses vectors), then the generator's (when
+        answers are generated). (The reranker is checked by the job's preflight.)
 
         Raises:
             RagExpError: The embedder or the generator cannot be used.
         """
-        self.embedder.check()
+        if self.embedder is not None:
+            self.embedder.check()
         if self.generator is not None:
             self.generator.check()
 
     def prepare(self, dataset: EvalDataset) -> None:
-        """Chunk the corpus and build (or reuse) its vector index.
+        """Chunk the corpus and build (or reuse) the retriever's indexes: the vector index when
+        the retriever ``uses_vectors``, then its own (:meth:`RetrieverBase.prepare`, BM25).
 
         Raises:
-            RagExpError: The corpus is empty (the baseline has nothing to retrieve from).
+            RagExpError: The corpus is empty (the baseline has nothing to retrieve from), or the
+                retriever uses vectors and no embedder was given.
         """
         if not dataset.corpus:
             raise RagExpError(
@@ -98,7 +110,6 @@ class BaselineTarget(TargetBase):
                 "of .pdf/.docx/.md/.txt files or a corpus .jsonl"
             )
         chunks = [c for doc in dataset.corpus for c in self.chunker.split(doc)]
-        key = index_key(dataset.corpus_digest, self.chunker.config_id, self.embedder.id)
         log.info(
             "Corpus %s: %d documents -> %d chunks (%s)",
             dataset.name,
@@ -114,14 +125,22 @@ class BaselineTarget(TargetBase):
                 len(chunks),
                 len(chunks),
             )
-        self.collection = self.index.ensure(
-            chunks,
-            self.embedder,
-            key,
-            embed_title=self.embed_title,
-            chunker_id=self.chunker.config_id,
-        )
-        self.retriever.bind(self.index, self.collection, self.embedder)
+        if self.retriever.uses_vectors:
+            if self.embedder is None:
+                raise RagExpError(
+                    "the retriever ranks by vectors but the baseline has no embedder; build the "
+                    "baseline with the config's embedder (rag_experiments.build.build_baseline)"
+                )
+            key = index_key(dataset.corpus_digest, self.chunker.config_id, self.embedder.id)
+            self.collection = self.index.ensure(
+                chunks,
+                self.embedder,
+                key,
+                embed_title=self.embed_title,
+                chunker_id=self.chunker.config_id,
+            )
+            self.retriever.bind(self.index, self.collection, self.embedder)
+        self.retriever.prepare(chunks, f"{self.chunker.config_id}|{dataset.corpus_digest}")
 
     def answer(self, sample: Sample) -> RagResponse:
         """Retrieve and (optionally) generate. Errors come back as ``RagResponse.error``."""
@@ -130,10 +149,16 @@ class BaselineTarget(TargetBase):
             hits = self.retriever.retrieve(sample.user_input)
         except RagExpError as exc:
             return RagResponse(error="retrieval_error", error_message=str(exc))
+        if self.reranker is not None:
+            try:
+                hits = rerank_result(hits, self.reranker, sample.user_input)
+            except RagExpError as exc:
+                return RagResponse(error=exc.reason or "rerank_error", error_message=str(exc))
         response = RagResponse(
             retrieved_contexts=list(hits.contexts),
             retrieved_ids=list(hits.chunk_ids),
             retrieved_doc_ids=list(hits.doc_ids),
+            retrieved_sources=hits.provenance() or None,
         )
         if self.generator is not None:
             contexts = list(hits.contexts)
@@ -177,14 +202,18 @@ class BaselineTarget(TargetBase):
         return kept
 
     def describe(self) -> dict[str, str]:
-        """Tags: target kind, chunker, embedder, collection and generator identity."""
+        """Tags: target kind, chunker, retriever, embedder and collection (vector retrievers),
+        reranker and generator identity."""
         tags = {
             "target": "baseline",
             "chunker": self.chunker.config_id,
-            "embedder": self.embedder.id,
-            "index.collection": self.collection or "",
+            **self.retriever.describe(),
             "prompt.answer": ANSWER_PROMPT_VERSION,
         }
+        if self.embedder is not None:
+            tags.update({"embedder": self.embedder.id, "index.collection": self.collection or ""})
+        if self.reranker is not None:
+            tags["reranker.candidates"] = str(self.reranker.candidates)
         if self.generator is not None:
             tags.update({f"llm.{k}": v for k, v in self.generator.describe().items()})
         return tags

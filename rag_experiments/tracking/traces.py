@@ -646,6 +646,7 @@ def _documents(response: RagResponse) -> list[dict[str, Any]]:
     ``to_dict`` gives, built directly: ``asdict`` deep-copies), rank 1 = best."""
     chunk_ids = response.retrieved_ids or []
     doc_ids = response.retrieved_doc_ids or []
+    sources = response.retrieved_sources or []
     docs = []
     for i, text in enumerate(response.retrieved_contexts):
         chunk_id = chunk_ids[i] if i < len(chunk_ids) else None
@@ -656,6 +657,8 @@ def _documents(response: RagResponse) -> list[dict[str, Any]]:
         else:
             doc_id = doc_ids[i] if i < len(doc_ids) else None
         meta = {"rank": i + 1, "chunk_id": chunk_id, "doc_id": doc_id}
+        if i < len(sources):  # which retriever ranked it where (rank.dense, rank.bm25, rerank)
+            meta.update(sources[i])
         metadata = {k: v for k, v in meta.items() if v is not None}
         docs.append({"page_content": text, "metadata": metadata, "id": None})
     return docs
