@@ -184,6 +184,13 @@ def test_combine_row_mean_sample_sd_and_flips_by_hand() -> None:
     assert flipped["a"] is False and flipped["b"] is True  # 0.6/0.9 both pass; 0.4/0.6 flip
     assert math.isnan(values["c"].value) and values["c"].reason == "timeout"  # repeat 0's reason
     assert math.isnan(sd["c"]) and flipped["c"] is None
+    # a raw 1-5 grade's verdict is the upper half of its range (>= 3): 2 and 4 flip, 3 and 5 not
+    grades = [
+        {"g": MetricValue(2.0), "h": MetricValue(3.0)},
+        {"g": MetricValue(4.0), "h": MetricValue(5.0)},
+    ]
+    _, _, flips = combine_row(grades, {"g": 3.0, "h": 3.0})
+    assert flips == {"g": True, "h": False}
 
 
 def test_what_each_vary_choice_changes() -> None:

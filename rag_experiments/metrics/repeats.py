@@ -31,9 +31,10 @@ carry ``r`` in their cache key (:func:`~rag_experiments.llm.cache.request_key`).
   the population formula underestimates by ``sqrt((N-1)/N)`` (18 % at N=3);
 * run metric ``<m>.judge_sd``: the mean of ``<m>.sd`` over the rows that have one;
 * run metric ``<m>.flip_rate``: the share of those rows whose **verdict** differs between
-  repeats, where a value's verdict is ``value >= 0.5`` (:data:`FLIP_THRESHOLD`, pass/fail in
-  the middle of the [0, 1] range). A row whose repeats are 0.6 and 0.9 does not flip (its spread
-  shows in ``<m>.sd``); 0.4 and 0.6 do.
+  repeats, where a value's verdict is ``value >= `` the midpoint of the column's declared range
+  (``(low + high) / 2`` of its :class:`~rag_experiments.records.MetricSpec`: 0.5 for the
+  [0, 1] metrics, :data:`FLIP_THRESHOLD`; 3 for a raw 1–5 grade). A row whose repeats are 0.6
+  and 0.9 does not flip (its spread shows in ``<m>.sd``); 0.4 and 0.6 do.
 
 Sources: the within-item standard deviation of repeated measurements is the usual
 test-retest reliability measure (Bland & Altman, "Measurement error", BMJ 1996).
@@ -45,7 +46,7 @@ import dataclasses
 import math
 import random
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,7 +59,7 @@ VARY_CHOICES = ("seed", "context_order", "temperature")
 """Values of ``judge.vary``."""
 
 FLIP_THRESHOLD = 0.5
-"""A value's verdict is ``value >= FLIP_THRESHOLD`` (see the module docstring)."""
+"""A [0, 1] value's verdict is ``value >= FLIP_THRESHOLD`` (see the module docstring)."""
 
 SD_SUFFIX = ".sd"
 """Per-query column of a row's spread: ``<metric>.sd``."""
@@ -156,17 +157,20 @@ class RepeatSummary:
 
 def combine_row(
     repeats: Sequence[dict[str, MetricValue]],
+    thresholds: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, MetricValue], dict[str, float], dict[str, bool | None]]:
     """One row's value per column from its repeats.
 
     Args:
         repeats: One ``{column: MetricValue}`` per repeat, repeat 0 first.
+        thresholds: Verdict threshold per column (the midpoint of its range); a column not
+            in it uses :data:`FLIP_THRESHOLD`.
 
     Returns:
         ``(values, sd, flipped)``: per column the mean of the valid repeats (NaN with repeat
         0's reason, or the first reason given, when none is valid), their sample SD (NaN with
-        fewer than 2) and whether their verdicts (``>= FLIP_THRESHOLD``) differ (None with
-        fewer than 2).
+        fewer than 2) and whether their verdicts (``>=`` the column's threshold) differ
+        (None with fewer than 2).
     """
     values: dict[str, MetricValue] = {}
     sd: dict[str, float] = {}
@@ -180,7 +184,8 @@ def combine_row(
             values[col] = MetricValue.nan(next((c.reason for c in cells if c.reason), "missing"))
         if len(valid) >= 2:
             sd[col] = statistics.stdev(valid)
-            flipped[col] = len({v >= FLIP_THRESHOLD for v in valid}) > 1
+            cut = (thresholds or {}).get(col, FLIP_THRESHOLD)
+            flipped[col] = len({v >= cut for v in valid}) > 1
         else:
             sd[col], flipped[col] = math.nan, None
     return values, sd, flipped

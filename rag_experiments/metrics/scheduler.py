@@ -306,8 +306,9 @@ class JudgeScheduler:
             return RowResults([v[0] for v in values], [a[0] for a in audit], error)
         summary = RepeatSummary()
         rows, records = [], []
+        cuts = {s.name: (s.low + s.high) / 2 for s in metric.specs()}  # verdict: upper half
         for i, (row_values, row_audit) in enumerate(zip(values, audit, strict=True)):
-            mean, sd, flipped = combine_row(row_values)
+            mean, sd, flipped = combine_row(row_values, cuts)
             rows.append(mean)
             records.append(combine_audit(row_audit, self.repeats.vary, row_values))
             for col in mean:
