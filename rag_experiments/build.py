@@ -45,6 +45,7 @@ from rag_experiments.errors import ConfigError, RagExpError
 from rag_experiments.llm.base import ChatModelBase
 from rag_experiments.llm.factory import build_chat, configure_from_config, model_arguments
 from rag_experiments.llm.roles import check_judge_distinct, judge_model_node
+from rag_experiments.metrics.repeats import JudgeRepeats
 from rag_experiments.protocols import MetricBase, TargetBase
 from rag_experiments.retrieval.base import RerankerBase, RetrieverBase
 
@@ -371,6 +372,8 @@ class Experiment:
     metrics: list[Any]
     generate: bool
     checks: dict[str, Any] = field(default_factory=dict)
+    judge_repeats: JudgeRepeats = field(default_factory=JudgeRepeats)
+    """``judge.repeats`` / ``judge.vary`` (:func:`build_judge_repeats`)."""
 
 
 def build(cfg: DictConfig) -> Experiment:
@@ -393,6 +396,7 @@ def build(cfg: DictConfig) -> Experiment:
             or the dataset could not be loaded.
     """
     check_keys(cfg)
+    judge_repeats = build_judge_repeats(cfg)  # a bad judge.repeats/vary fails before any work
     configure_from_config(cfg)  # LLM response cache + fresh per-role usage meters
     with own_errors():
         shared = SharedParts(cfg)
@@ -405,7 +409,26 @@ def build(cfg: DictConfig) -> Experiment:
         else:
             target = build_target(cfg.target)
             checks["target"] = target
-    return Experiment(dataset, target, metrics, generate, {**shared.built, **checks})
+    return Experiment(dataset, target, metrics, generate, {**shared.built, **checks}, judge_repeats)
+
+
+def build_judge_repeats(cfg: DictConfig) -> JudgeRepeats:
+    """The judge repeats of ``cfg.judge`` (``repeats``, ``vary``, ``vary_temperature``; the
+    base seed is the judge's ``seed``, 0 when its model has none); one judgement when the
+    config has no judge.
+
+    Raises:
+        ConfigError: A value :class:`~rag_experiments.metrics.repeats.JudgeRepeats` refuses.
+    """
+    node = cfg.get("judge")
+    if node is None:
+        return JudgeRepeats()
+    return JudgeRepeats(
+        repeats=int(node.get("repeats", 1)),
+        vary=str(node.get("vary", "seed")),
+        temperature=float(node.get("vary_temperature", 0.7)),
+        base_seed=int(node.get("seed", 0) or 0),
+    )
 
 
 # --- a generation ---------------------------------------------------------------------------

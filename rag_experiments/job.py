@@ -206,6 +206,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
                 progress=bool(cfg.progress),
                 max_concurrency=cfg.get("max_concurrency"),
                 seed=int(cfg.seed),
+                judge_repeats=exp.judge_repeats,
             )
         finally:  # LLM usage per role and model identity, also when the run fails
             gc.unfreeze()

@@ -26,6 +26,7 @@ from rag_experiments.errors import ConfigError, RagExpError, RunFailedError
 from rag_experiments.llm.errors import JUDGE_ERROR_REASONS, SERVICE_ERROR_REASONS
 from rag_experiments.metrics.aggregate import Aggregate, aggregate, percentile, to_metrics
 from rag_experiments.metrics.audit import collect_audit, to_jsonl
+from rag_experiments.metrics.repeats import SD_SUFFIX, JudgeRepeats
 from rag_experiments.metrics.scheduler import JudgedRowMetric, JudgeScheduler, RowResults
 from rag_experiments.protocols import Metric, Target
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
@@ -98,6 +99,9 @@ class EvalResult:
     judge_errors: dict[str, dict[str, int]] = field(default_factory=dict)
     """Cells of judged columns that are NaN because a judge call failed: ``{column: {reason:
     cells}}`` (:func:`judge_error_counts`)."""
+    spread: dict[str, list[float]] = field(default_factory=dict)
+    """With ``judge.repeats > 1``: ``{column: each row's sample SD over the repeats}``, the
+    per-query column ``<column>.sd`` (:mod:`~rag_experiments.metrics.repeats`); else empty."""
 
     def metrics(self) -> dict[str, float]:
         """Flat metric dict for the tracker: aggregates plus counts (no NaN)."""
@@ -108,7 +112,8 @@ class EvalResult:
 
     def rows(self) -> list[dict[str, Any]]:
         """The per-query table: sample fields, response fields, then ``<metric>`` and
-        ``<metric>.reason`` for every metric (full, untruncated text)."""
+        ``<metric>.reason`` for every metric (full, untruncated text), and ``<metric>.sd``
+        for every judged metric with ``judge.repeats > 1``."""
         rows = []
         for s, r, v in zip(self.samples, self.responses, self.values, strict=True):
             row: dict[str, Any] = {
@@ -135,6 +140,8 @@ class EvalResult:
                 mv = v.get(spec.name, MetricValue.nan("missing"))
                 row[spec.name] = mv.value
                 row[f"{spec.name}.reason"] = mv.reason
+                if spec.name in self.spread:
+                    row[spec.name + SD_SUFFIX] = self.spread[spec.name][len(rows)]
             rows.append(row)
         return rows
 
@@ -272,6 +279,7 @@ def evaluate(
     progress: bool = True,
     max_concurrency: int | None = None,
     seed: int = 0,
+    judge_repeats: JudgeRepeats | None = None,
 ) -> EvalResult:
     """Prepare the target, answer every sample, score every metric and aggregate.
 
@@ -290,6 +298,9 @@ def evaluate(
         max_concurrency: Questions answered at once; None = what the target declares
             (``target.max_concurrency``).
         seed: Seed of the bootstrap confidence intervals.
+        judge_repeats: Judgements per (row, judged metric) and what varies between them
+            (default one; with more, the run values ``<m>.judge_sd`` and ``<m>.flip_rate`` and
+            :attr:`EvalResult.spread`, :mod:`~rag_experiments.metrics.repeats`).
 
     Returns:
         The full :class:`EvalResult` (with the judge audit of judged metrics).
@@ -309,7 +320,9 @@ def evaluate(
     judged_metrics = [cast(JudgedRowMetric, m) for m in metrics if m.per_row]
     with (
         _progress_to_log(progress),
-        JudgeScheduler(judged_metrics, len(samples), progress=progress, position=1) as judging,
+        JudgeScheduler(
+            judged_metrics, len(samples), progress=progress, position=1, repeats=judge_repeats
+        ) as judging,
     ):
         responses = _answer_all(
             target,
@@ -323,6 +336,11 @@ def evaluate(
     aggs, counts = summarise(samples, responses, values, specs, seed=seed)
     counts["duration_s"] = time.perf_counter() - started
     audit, run_values = collect_audit(audits, samples)
+    spread: dict[str, list[float]] = {}
+    for result in judged.values():
+        if result.repeats is not None:
+            spread.update(result.repeats.sd)
+            run_values.update(result.repeats.run_values())
     judge_errors = judge_error_counts(metrics, values)
     for by_reason in judge_errors.values():
         for reason, n in by_reason.items():
@@ -344,7 +362,7 @@ def evaluate(
             answer_concurrency,
         )
     return EvalResult(
-        samples, responses, values, specs, aggs, counts, audit, run_values, judge_errors
+        samples, responses, values, specs, aggs, counts, audit, run_values, judge_errors, spread
     )
 
 
@@ -421,6 +439,7 @@ def run_experiment(
     max_failure_rate: float = 0.2,
     progress: bool = True,
     seed: int = 0,
+    judge_repeats: JudgeRepeats | None = None,
 ) -> tuple[str, EvalResult]:
     """Open a run, evaluate and log everything into it (:func:`evaluate_in_run`).
 
@@ -436,6 +455,7 @@ def run_experiment(
         max_failure_rate: Highest acceptable share of samples whose target failed.
         progress: Show progress bars.
         seed: Seed of the bootstrap confidence intervals.
+        judge_repeats: Judge repeats (see :func:`evaluate`).
 
     Returns:
         ``(run_id, result)``.
@@ -454,6 +474,7 @@ def run_experiment(
             max_failure_rate=max_failure_rate,
             progress=progress,
             seed=seed,
+            judge_repeats=judge_repeats,
         )
     return run_id, result
 
@@ -468,6 +489,7 @@ def evaluate_in_run(
     progress: bool = True,
     max_concurrency: int | None = None,
     seed: int = 0,
+    judge_repeats: JudgeRepeats | None = None,
 ) -> EvalResult:
     """Evaluate and log into the tracker's open run (the caller owns the run, e.g. to build the
     target inside it so a build error ends as a FAILED run).
@@ -492,6 +514,7 @@ def evaluate_in_run(
         progress: Show progress bars.
         max_concurrency: Samples answered at once (see :func:`evaluate`).
         seed: Seed of the bootstrap confidence intervals.
+        judge_repeats: Judge repeats (see :func:`evaluate`).
 
     Returns:
         The evaluation's :class:`EvalResult`.
@@ -506,7 +529,13 @@ def evaluate_in_run(
         [s.model_dump(mode="json") for s in dataset.samples],
     )
     result = evaluate(
-        dataset, target, metrics, progress=progress, max_concurrency=max_concurrency, seed=seed
+        dataset,
+        target,
+        metrics,
+        progress=progress,
+        max_concurrency=max_concurrency,
+        seed=seed,
+        judge_repeats=judge_repeats,
     )
     tracker.set_tags(target.describe())
     log_result(result, tracker, dataset)

@@ -525,6 +525,8 @@ class FakeLLMConf(ComponentConf):
     model: str = "fake-chat"
     extractive: bool = False  # answer unscripted question schemas from the prompt's passages
     fit_lengths: bool = False  # cycle/cut scripted lists to the schema's exact length
+    noisy_marker: str | None = None  # prompts holding it get a seeded coin between scripts
+    noisy_responses: dict[str, Any] = field(default_factory=dict)  # the coin's other script
 
 
 @dataclass
@@ -565,11 +567,20 @@ class JudgeRoleConf:
     only warns). ``min_kappa``: below this faithfulness kappa of the judge's latest
     qualification (``rag-exp judge-check``) a run warns; ``require_qualified: true`` refuses a
     run whose judge has no qualification or one below ``min_kappa``
-    (:mod:`rag_experiments.qualify.registry`)."""
+    (:mod:`rag_experiments.qualify.registry`).
+
+    ``repeats``: judge every (row, metric) this many times and keep the mean; ``vary``: what
+    changes between repeats (``seed``, ``context_order`` or ``temperature``, which samples
+    repeats 1.. at ``vary_temperature``); with ``repeats > 1`` a run logs
+    ``<metric>.judge_sd`` and ``<metric>.flip_rate`` and the per-query column ``<metric>.sd``
+    (:mod:`rag_experiments.metrics.repeats`)."""
 
     require_distinct: bool = False
     min_kappa: float = 0.4
     require_qualified: bool = False
+    repeats: int = 1
+    vary: str = "seed"
+    vary_temperature: float = 0.7
 
 
 # --- metrics ---------------------------------------------------------------------------------

@@ -14,12 +14,44 @@ from rag_experiments.common.memo import memo
 from rag_experiments.common.usage import Usage
 from rag_experiments.llm.messages import Message
 
-__all__ = ["LANE", "ChatModel", "ChatModelBase", "Completion", "Message", "Usage", "schema_json"]
+__all__ = [
+    "LANE",
+    "REPEAT",
+    "ChatModel",
+    "RepeatCall",
+    "ChatModelBase",
+    "Completion",
+    "Message",
+    "Usage",
+    "schema_json",
+]
 
 LANE: ContextVar[int | None] = ContextVar("rag_experiments_llm_lane", default=None)
 """The scheduling lane (0 .. slots-1) of the calls made in this context, set by a scheduler
 that keeps one question's calls on one lane; a model with ``slot_affinity`` sends it to the
 server as the slot to use (``id_slot``). None = no lane."""
+
+
+@dataclass(frozen=True)
+class RepeatCall:
+    """The repeat a judge call belongs to (``judge.repeats``, :mod:`rag_experiments.metrics.
+    repeats`).
+
+    Attributes:
+        index: Repeat index, ``1 .. repeats - 1`` (repeat 0 sets no :data:`REPEAT`).
+        options: Call options this repeat varies (``{"seed": base + index}``, a
+            ``temperature``); they override the caller's options.
+    """
+
+    index: int
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+REPEAT: ContextVar[RepeatCall | None] = ContextVar("rag_experiments_llm_repeat", default=None)
+"""The judge repeat of the calls made in this context, set by the judge scheduler around a
+repeat ``>= 1``; the response cache (:class:`~rag_experiments.llm.cache.CachedChat`) merges its
+``options`` into the call and puts its ``index`` in the cache key. None (repeat 0, every other
+role) = the call as asked, under the key it always had."""
 
 
 @memo(maxsize=256)

@@ -29,6 +29,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 from rag_experiments.common.sqlite_store import BUSY_TIMEOUT_S, connect, init_store, is_busy
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import (
+    REPEAT,
     ChatModel,
     ChatModelBase,
     Completion,
@@ -64,6 +65,7 @@ def request_key(
     messages: list[Message],
     schema: type[BaseModel] | None,
     options: dict[str, Any],
+    repeat: int = 0,
 ) -> str:
     """SHA-256 hex digest of one request.
 
@@ -73,6 +75,8 @@ def request_key(
         schema: Output schema class (its JSON schema is hashed, so a changed field changes
             the key), or None.
         options: Per-call options.
+        repeat: Judge repeat index (``judge.repeats``); in the hashed document only when
+            it is not 0, so repeat 0 keeps the key every earlier run stored.
 
     Returns:
         64 hex characters.
@@ -83,6 +87,8 @@ def request_key(
         "schema": schema_json(schema) if schema is not None else None,
         "options": options,
     }
+    if repeat:
+        doc["repeat"] = repeat
     blob = json.dumps(doc, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
@@ -272,6 +278,11 @@ class CachedChat(ChatModelBase):
         saved. If the first caller fails, the waiting ones fail with its error. Models that
         are not ``cacheable`` (the free fake) are called every time.
 
+        **Judge repeats.** Inside a judge repeat ``r >= 1`` (:data:`~rag_experiments.llm.base.
+        REPEAT`, set by the judge scheduler) the repeat's options (its ``seed`` or
+        ``temperature``) override ``options`` and ``r`` is part of the key, so each repeat is
+        stored apart; repeat 0 is the plain call under its old key.
+
         Args:
             messages: Chat messages.
             schema: Optional output schema class.
@@ -285,9 +296,18 @@ class CachedChat(ChatModelBase):
         Raises:
             LLMError: The model call failed (nothing is stored).
         """
+        repeat = REPEAT.get()
+        if repeat is not None:  # a judge repeat >= 1: its options, its own key
+            options = {**options, **repeat.options}
         if not self.inner.cacheable:
             return self._call(messages, schema, options)
-        key = request_key(self.inner.describe(), messages, schema, options)
+        key = request_key(
+            self.inner.describe(),
+            messages,
+            schema,
+            options,
+            repeat=repeat.index if repeat is not None else 0,
+        )
         hit = self._lookup(key, schema)
         if hit is not None:
             self.meter.record(hit)

@@ -18,12 +18,20 @@ words of it ("What does the guidance say about retention, records and archive?")
 with only a ``question`` field (``UnanswerableQuestion``) gets a question that joins the
 passage's words to a topic it does not cover ("Which budget pays for … on overseas
 secondments?"); the judge still decides. Deterministic: the same prompt gives the same reply.
+
+**Noisy rows** (``noisy_marker``, ``noisy_responses``; to show judge noise, ``judge.repeats``):
+a structured call whose messages contain ``noisy_marker`` and whose schema has an entry in
+``noisy_responses`` flips a coin seeded by the call's ``seed`` option (0 when absent):
+``random.Random(seed).random() < 0.5`` answers with ``noisy_responses[schema]``, otherwise
+with the usual script. Every other call is unchanged, so the rows whose text holds the marker
+are the known noisy subset and the coin of each repeat's seed can be computed by hand.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import random
 import re
 import threading
 import time
@@ -65,6 +73,8 @@ class FakeChat(ChatModelBase):
         fit_lengths: Cut or cycle each scripted list to the exact length the schema declares
             (:func:`fit_list_lengths`; ``judge=fake`` sets it, so it gives one verdict per
             context at any ``top_k``); False = the script verbatim (a test's wrong judge).
+        noisy_marker: Text marking the noisy rows (see the module docstring); None = none.
+        noisy_responses: The other side of the noisy rows' coin, keyed like ``responses``.
     """
 
     provider = "fake"
@@ -83,6 +93,8 @@ class FakeChat(ChatModelBase):
         jitter_s: float = 0.0,
         max_concurrency: int = 4,
         fit_lengths: bool = False,
+        noisy_marker: str | None = None,
+        noisy_responses: dict[str, Any] | None = None,
     ) -> None:
         if int(max_concurrency) < 1 or delay_s < 0 or jitter_s < 0:
             raise ConfigError(
@@ -97,6 +109,8 @@ class FakeChat(ChatModelBase):
         self.model = model
         self.extractive = extractive
         self.fit_lengths = bool(fit_lengths)
+        self.noisy_marker = noisy_marker or None
+        self.noisy_responses = dict(noisy_responses or {})
         self.calls = 0
         self._lock = threading.Lock()
 
@@ -125,6 +139,11 @@ class FakeChat(ChatModelBase):
                 text=text, usage=Usage(len(prompt.split()), len(text.split())), model=self.model
             )
         scripted = self.responses.get(schema.__name__)
+        if (
+            self._noisy(messages, schema)
+            and random.Random(int(options.get("seed", 0))).random() < 0.5
+        ):
+            scripted = self.noisy_responses[schema.__name__]
         if scripted is None and self.extractive and "question" in schema.model_fields:
             scripted = _extractive_reply(prompt, "answer" in schema.model_fields)
         if scripted is None:
@@ -141,9 +160,18 @@ class FakeChat(ChatModelBase):
             model=self.model,
         )
 
+    def _noisy(self, messages: list[Message], schema: type[BaseModel]) -> bool:
+        """Whether this call is a noisy row's (its messages hold :attr:`noisy_marker` and the
+        schema has a noisy response)."""
+        if self.noisy_marker is None or schema.__name__ not in self.noisy_responses:
+            return False
+        return any(self.noisy_marker in str(m.get("content", "")) for m in messages)
+
     def describe(self) -> dict[str, str]:
         """Provider, model id and ``digest``: a hash of the script (responses and text)."""
         script_data: dict[str, Any] = {"responses": self.responses, "text": self.text}
+        if self.noisy_marker is not None:  # only then, so other fakes' digests stay as they were
+            script_data["noisy"] = [self.noisy_marker, self.noisy_responses]
         if self.extractive:  # only then, so the digest of a scripted fake stays as it was
             script_data["extractive"] = True
         if self.fit_lengths:  # likewise

@@ -13,7 +13,14 @@ from rag_experiments.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-JUDGE_ONLY_KEYS = ("require_distinct", "min_kappa", "require_qualified")
+JUDGE_ONLY_KEYS = (
+    "require_distinct",
+    "min_kappa",
+    "require_qualified",
+    "repeats",
+    "vary",
+    "vary_temperature",
+)
 """Keys of a ``judge`` config node that configure the judge role, not the chat model."""
 
 IDENTITY_KEYS = ("model_path", "model", "base_url")

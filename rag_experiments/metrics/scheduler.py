@@ -29,6 +29,14 @@ the former one-at-a-time loop: question by question, and within a question the m
 prompt starts with the numbered contexts first (``shows_contexts``), so a llama.cpp judge
 reuses the shared prompt prefix.
 
+**Repeats.** With ``judge.repeats=N`` (:class:`~rag_experiments.metrics.repeats.
+JudgeRepeats`) every (row, metric) is judged N times: N tasks on the same pools (the
+concurrency bound is unchanged, the calls are N times as many), repeat ``r >= 1`` run with
+:data:`~rag_experiments.llm.base.REPEAT` set (its seed or temperature, its cache key) or on the
+permuted contexts. Every repeat's values are stored by (row, repeat), and :meth:`JudgeScheduler.
+finish` combines them in repeat order (:mod:`~rag_experiments.metrics.repeats`), so the mean,
+the spread and the audit are the same at any pool size.
+
 **Failures.** A row whose judge call fails is NaN with the judge's reason (inside
 ``score_row``). A metric that cannot work at all — it raises a
 :class:`~rag_experiments.errors.RagExpError` that is not a model error, e.g. no judge given —
@@ -42,6 +50,7 @@ from __future__ import annotations
 import _thread
 import itertools
 import logging
+import math
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -52,8 +61,9 @@ from typing import Any, ClassVar
 
 from rag_experiments.common.progress import Progress
 from rag_experiments.errors import LLMError, RagExpError
-from rag_experiments.llm.base import LANE, ChatModel
+from rag_experiments.llm.base import LANE, REPEAT, ChatModel
 from rag_experiments.metrics.audit import USAGE_KEYS
+from rag_experiments.metrics.repeats import JudgeRepeats, RepeatSummary, combine_audit, combine_row
 from rag_experiments.protocols import MetricBase
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 
@@ -132,11 +142,15 @@ class RowResults:
         audit: One audit record per row.
         error: The error that stopped the metric (then ``values`` and ``audit`` are
             incomplete and must not be used), else None.
+        repeats: With ``judge.repeats > 1``, each row's spread (``values`` then hold the
+            means over the repeats, ``audit`` every repeat's record).
     """
 
     values: list[dict[str, MetricValue]]
     audit: list[dict[str, Any]]
     error: BaseException | None = None
+    repeats: RepeatSummary | None = None
+    """The spread between judge repeats (``judge.repeats > 1``), else None."""
 
 
 class JudgeScheduler:
@@ -151,6 +165,7 @@ class JudgeScheduler:
         progress: Show a ``judging`` bar and log lines (:class:`~rag_experiments.common.progress.
             Progress`).
         position: Line of the bar (1 when an ``answering`` bar is shown above it).
+        repeats: Judgements per (row, metric) and what varies between them (default one).
     """
 
     def __init__(
@@ -160,9 +175,12 @@ class JudgeScheduler:
         *,
         progress: bool = True,
         position: int | None = None,
+        repeats: JudgeRepeats | None = None,
     ) -> None:
         self.metrics = sorted(metrics, key=lambda m: not m.shows_contexts)
         self.n_rows = n_rows
+        self.repeats = repeats or JudgeRepeats()
+        n_rep = self.repeats.repeats
         self._pools: dict[int, WorkerPool] = {}
         self._labels: dict[int, str] = {}
         self._lanes: set[int] = set()
@@ -185,10 +203,15 @@ class JudgeScheduler:
                 workers = max(1, int(judge.max_concurrency)) if judge is not None else 1
                 self._pools[key] = WorkerPool(workers)
                 self._labels[key] = f"{name}, {workers} at once"
-        self._values: dict[int, list[Any]] = {id(m): [None] * n_rows for m in self.metrics}
-        self._audit: dict[int, list[Any]] = {id(m): [None] * n_rows for m in self.metrics}
+        # by metric, row, repeat
+        self._values: dict[int, list[list[Any]]] = {
+            id(m): [[None] * n_rep for _ in range(n_rows)] for m in self.metrics
+        }
+        self._audit: dict[int, list[list[Any]]] = {
+            id(m): [[None] * n_rep for _ in range(n_rows)] for m in self.metrics
+        }
         self._errors: dict[int, BaseException] = {}
-        self._left = [len(self.metrics)] * n_rows
+        self._left = [len(self.metrics) * n_rep] * n_rows
         self._lock = threading.Lock()
         self._futures: list[Future[None]] = []
         self._progress = Progress(
@@ -196,31 +219,52 @@ class JudgeScheduler:
         )
 
     def describe(self) -> str:
-        """``"openai qwen2.5-7b, 8 at once"`` per judge model, or ``"none"``."""
-        return "; ".join(self._labels.values()) or "none"
+        """``"openai qwen2.5-7b, 8 at once"`` per judge model, or ``"none"`` (with repeats:
+        ``"…; 3 repeats (vary seed)"``)."""
+        text = "; ".join(self._labels.values()) or "none"
+        if self.repeats.repeats > 1 and self._labels:
+            text += f"; {self.repeats.repeats} repeats (vary {self.repeats.vary})"
+        return text
 
     def submit(self, index: int, sample: Sample, resp: RagResponse) -> None:
         """Queue every metric of row ``index`` (call in row order, as answers arrive): one
         task per metric, or, for a judge with ``slot_affinity``, one task running the row's
-        metrics in sequence on one lane."""
+        metrics in sequence on one lane; with repeats, one such task per repeat."""
         for key, metrics in self._by_judge.items():
             pool = self._pools[key]
-            if key in self._lanes:
-                self._futures.append(pool.submit(self._run_lane, metrics, index, sample, resp))
-            else:
-                for m in metrics:
-                    self._futures.append(pool.submit(self._run, m, index, sample, resp))
+            for r in range(self.repeats.repeats):
+                if key in self._lanes:
+                    self._futures.append(
+                        pool.submit(self._run_lane, metrics, index, sample, resp, r)
+                    )
+                else:
+                    for m in metrics:
+                        self._futures.append(pool.submit(self._run, m, index, sample, resp, r))
 
     def _run_lane(
-        self, metrics: list[JudgedRowMetric], index: int, sample: Sample, resp: RagResponse
+        self,
+        metrics: list[JudgedRowMetric],
+        index: int,
+        sample: Sample,
+        resp: RagResponse,
+        repeat: int = 0,
     ) -> None:
         for m in metrics:
-            self._run(m, index, sample, resp)
+            self._run(m, index, sample, resp, repeat)
 
-    def _run(self, metric: JudgedRowMetric, index: int, sample: Sample, resp: RagResponse) -> None:
+    def _run(
+        self,
+        metric: JudgedRowMetric,
+        index: int,
+        sample: Sample,
+        resp: RagResponse,
+        repeat: int = 0,
+    ) -> None:
         if id(metric) not in self._errors:
+            call = self.repeats.call(repeat)
+            token = REPEAT.set(call) if call is not None else None
             try:
-                values, record = metric.score_row(sample, resp)
+                values, record = metric.score_row(sample, self.repeats.view(repeat, sample, resp))
             except RagExpError as exc:
                 if isinstance(exc, LLMError):  # a model error that escaped: this row only
                     values, record = _row_error(metric, sample, exc)
@@ -230,10 +274,13 @@ class JudgeScheduler:
                     values, record = {}, {}
             except Exception as exc:  # noqa: BLE001 - one bad row never costs the others
                 values, record = _row_error(metric, sample, exc)
+            finally:
+                if token is not None:
+                    REPEAT.reset(token)
             for key in USAGE_KEYS:
                 record.setdefault(key, 0)
-            self._values[id(metric)][index] = values
-            self._audit[id(metric)][index] = record
+            self._values[id(metric)][index][repeat] = values
+            self._audit[id(metric)][index][repeat] = record
         with self._lock:
             self._left[index] -= 1
             row_done = self._left[index] == 0
@@ -249,10 +296,25 @@ class JudgeScheduler:
         for future in self._futures:
             future.result()
         self._progress.close()
-        return {
-            id(m): RowResults(self._values[id(m)], self._audit[id(m)], self._errors.get(id(m)))
-            for m in self.metrics
-        }
+        return {id(m): self._result(m) for m in self.metrics}
+
+    def _result(self, metric: JudgedRowMetric) -> RowResults:
+        """One metric's values and audit, its repeats combined in repeat order."""
+        values, audit = self._values[id(metric)], self._audit[id(metric)]
+        error = self._errors.get(id(metric))
+        if self.repeats.repeats == 1 or error is not None:
+            return RowResults([v[0] for v in values], [a[0] for a in audit], error)
+        summary = RepeatSummary()
+        rows, records = [], []
+        cuts = {s.name: (s.low + s.high) / 2 for s in metric.specs()}  # verdict: upper half
+        for i, (row_values, row_audit) in enumerate(zip(values, audit, strict=True)):
+            mean, sd, flipped = combine_row(row_values, cuts)
+            rows.append(mean)
+            records.append(combine_audit(row_audit, self.repeats.vary, row_values))
+            for col in mean:
+                summary.sd.setdefault(col, [math.nan] * len(values))[i] = sd[col]
+                summary.flipped.setdefault(col, [None] * len(values))[i] = flipped[col]
+        return RowResults(rows, records, None, summary)
 
     def close(self, cancel: bool = False) -> None:
         """Stop the worker pools (``cancel``: drop tasks not started)."""

@@ -42,7 +42,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from rag_experiments.errors import ConfigError, LLMError
-from rag_experiments.llm.base import ChatModel
+from rag_experiments.llm.base import REPEAT, ChatModel
 from rag_experiments.metrics.audit import RATIONALE_KEY, USAGE_KEYS
 from rag_experiments.metrics.definitions import spec
 from rag_experiments.metrics.scheduler import JudgedRowMetric
@@ -299,8 +299,10 @@ def _measure_with_timeout(metric: Any, case: Any, timeout_s: float) -> BaseExcep
         None on success, the exception ``measure`` raised, or a :class:`_Timeout`.
     """
     outcome: dict[str, BaseException] = {}
+    repeat = REPEAT.get()  # a judge repeat's options and cache key follow into the thread
 
     def run() -> None:
+        REPEAT.set(repeat)
         try:
             metric.measure(case, _show_indicator=False)
         except BaseException as exc:  # noqa: BLE001 - reported per row
