@@ -41,6 +41,7 @@ from rag_experiments.errors import ConfigError, RagExpError
 from rag_experiments.llm.base import ChatModelBase
 from rag_experiments.llm.factory import build_chat, configure_from_config, model_arguments
 from rag_experiments.llm.roles import check_judge_distinct, judge_model_node
+from rag_experiments.metrics.calibration import CalibrationLabels, load_labels
 from rag_experiments.protocols import MetricBase, TargetBase
 
 T = TypeVar("T")
@@ -340,6 +341,8 @@ class Experiment:
     metrics: list[Any]
     generate: bool
     checks: dict[str, Any] = field(default_factory=dict)
+    calibration: CalibrationLabels | None = None
+    """Human labels of ``calibration.labels`` (checked against the metrics and the samples)."""
 
 
 def build(cfg: DictConfig) -> Experiment:
@@ -374,7 +377,28 @@ def build(cfg: DictConfig) -> Experiment:
         else:
             target = build_target(cfg.target)
             checks["target"] = target
-    return Experiment(dataset, target, metrics, generate, {**shared.built, **checks})
+        calibration = build_calibration(cfg, metrics, dataset)
+    return Experiment(dataset, target, metrics, generate, {**shared.built, **checks}, calibration)
+
+
+def build_calibration(
+    cfg: DictConfig, metrics: list[Any], dataset: EvalDataset
+) -> CalibrationLabels | None:
+    """The human labels of ``calibration.labels`` (None when unset), checked against the run's
+    metric columns and samples before any work (:meth:`CalibrationLabels.check`; a
+    ``max_samples`` subset or a shard may leave labeled ids out).
+
+    Raises:
+        ConfigError: An unreadable or malformed file, an unknown metric or sample id.
+    """
+    node = cfg.get("calibration")
+    if node is None or not node.get("labels"):
+        return None
+    labels = load_labels(str(node.labels), power_tuning=bool(node.get("power_tuning", False)))
+    subset = cfg.get("max_samples") is not None or int(cfg.get("shard", {}).get("count", 1)) > 1
+    columns = [s.name for m in metrics for s in m.specs()]
+    labels.check(columns, (s.id for s in dataset.samples), subset=subset)
+    return labels
 
 
 # --- a generation ---------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from rag_experiments.errors import ConfigError, RagExpError, RunFailedError
 from rag_experiments.llm.errors import JUDGE_ERROR_REASONS, SERVICE_ERROR_REASONS
 from rag_experiments.metrics.aggregate import Aggregate, aggregate, percentile, to_metrics
 from rag_experiments.metrics.audit import collect_audit, to_jsonl
+from rag_experiments.metrics.calibration import CalibrationLabels, calibrated_estimates
 from rag_experiments.metrics.scheduler import JudgedRowMetric, JudgeScheduler, RowResults
 from rag_experiments.protocols import Metric, Target
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
@@ -467,6 +468,7 @@ def evaluate_in_run(
     progress: bool = True,
     max_concurrency: int | None = None,
     seed: int = 0,
+    calibration: CalibrationLabels | None = None,
 ) -> EvalResult:
     """Evaluate and log into the tracker's open run (the caller owns the run, e.g. to build the
     target inside it so a build error ends as a FAILED run).
@@ -491,6 +493,9 @@ def evaluate_in_run(
         progress: Show progress bars.
         max_concurrency: Samples answered at once (see :func:`evaluate`).
         seed: Seed of the bootstrap confidence intervals.
+        calibration: Human labels of some rows: each labeled metric's prediction-powered
+            estimate and its labels-only one join the run values
+            (:func:`~rag_experiments.metrics.calibration.calibrated_estimates`).
 
     Returns:
         The evaluation's :class:`EvalResult`.
@@ -507,6 +512,9 @@ def evaluate_in_run(
     result = evaluate(
         dataset, target, metrics, progress=progress, max_concurrency=max_concurrency, seed=seed
     )
+    if calibration is not None:
+        ids = [s.id for s in result.samples]
+        result.run_values.update(calibrated_estimates(calibration, ids, result.values))
     tracker.set_tags(target.describe())
     log_result(result, tracker, dataset)
     tracker.log_traces(result, metrics, target.describe())  # one MLflow trace per question
