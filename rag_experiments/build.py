@@ -369,35 +369,34 @@ def build(cfg: DictConfig) -> Experiment:
     with own_errors():
         shared = SharedParts(cfg)
         metrics = [build_metric(node, shared) for node in cfg.metrics.suite.values()]
+        calibration = build_calibration(cfg, metrics)
         generate = bool(cfg.metrics.generate)
         dataset = load_dataset(cfg)
+        if calibration is not None:  # a max_samples subset or a shard may leave labels out
+            subset = cfg.get("max_samples") is not None or int(cfg.shard.count) > 1
+            calibration.check_ids((s.id for s in dataset.samples), subset=subset)
         checks: dict[str, Any] = {}
         if is_assembled(cfg.target):
             target = build_baseline(cfg, metrics, generate, shared)
         else:
             target = build_target(cfg.target)
             checks["target"] = target
-        calibration = build_calibration(cfg, metrics, dataset)
     return Experiment(dataset, target, metrics, generate, {**shared.built, **checks}, calibration)
 
 
-def build_calibration(
-    cfg: DictConfig, metrics: list[Any], dataset: EvalDataset
-) -> CalibrationLabels | None:
-    """The human labels of ``calibration.labels`` (None when unset), checked against the run's
-    metric columns and samples before any work (:meth:`CalibrationLabels.check`; a
-    ``max_samples`` subset or a shard may leave labeled ids out).
+def build_calibration(cfg: DictConfig, metrics: list[Any]) -> CalibrationLabels | None:
+    """The human labels of ``calibration.labels`` (None when unset), read and checked against
+    the run's metric columns before the dataset loads
+    (:meth:`~rag_experiments.metrics.calibration.CalibrationLabels.check_metrics`).
 
     Raises:
-        ConfigError: An unreadable or malformed file, an unknown metric or sample id.
+        ConfigError: An unreadable or malformed file, or a metric the run does not compute.
     """
     node = cfg.get("calibration")
     if node is None or not node.get("labels"):
         return None
     labels = load_labels(str(node.labels), power_tuning=bool(node.get("power_tuning", False)))
-    subset = cfg.get("max_samples") is not None or int(cfg.get("shard", {}).get("count", 1)) > 1
-    columns = [s.name for m in metrics for s in m.specs()]
-    labels.check(columns, (s.id for s in dataset.samples), subset=subset)
+    labels.check_metrics([s.name for m in metrics for s in m.specs()])
     return labels
 
 

@@ -44,9 +44,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
-from scipy.stats import norm
 
 from rag_experiments.errors import ConfigError
 from rag_experiments.records import MetricValue
@@ -75,7 +75,7 @@ SUFFIXES = (
 def _z(confidence: float) -> float:
     if not 0.0 < confidence < 1.0:
         raise ConfigError(f"confidence must be in (0, 1), got {confidence}")
-    return float(norm.ppf(1.0 - (1.0 - confidence) / 2.0))
+    return NormalDist().inv_cdf(1.0 - (1.0 - confidence) / 2.0)
 
 
 def power_tuned_lambda(
@@ -196,18 +196,14 @@ class CalibrationLabels:
     power_tuning: bool = False
     confidence: float = CONFIDENCE
 
-    def check(self, columns: Sequence[str], sample_ids: Iterable[str], *, subset: bool) -> None:
-        """Refuse labels a run cannot use, before any work.
+    def check_metrics(self, columns: Sequence[str]) -> None:
+        """Refuse labels of a metric the run does not compute (before the dataset loads).
 
         Args:
             columns: The run's metric columns (canonical names).
-            sample_ids: Ids of the samples the run evaluates.
-            subset: The run evaluates a part of the dataset (``max_samples``, a shard): label
-                ids outside it are ignored, as long as some label is inside it.
 
         Raises:
-            ConfigError: A label names a metric the run does not compute, an id that is not in
-                the dataset (``subset`` False), or no labeled id is evaluated.
+            ConfigError: A label names another metric; the message lists the run's columns.
         """
         unknown = sorted(set(self.by_metric) - set(columns))
         if unknown:
@@ -216,6 +212,19 @@ class CalibrationLabels:
                 f"by this run (its columns: {', '.join(columns)}); fix the file's metric names "
                 "or pick a metrics= suite that has them"
             )
+
+    def check_ids(self, sample_ids: Iterable[str], *, subset: bool) -> None:
+        """Refuse labels of rows the run does not evaluate, before any question is answered.
+
+        Args:
+            sample_ids: Ids of the samples the run evaluates.
+            subset: The run evaluates a part of the dataset (``max_samples``, a shard): label
+                ids outside it are ignored, as long as some label is inside it.
+
+        Raises:
+            ConfigError: An id that is not in the dataset (``subset`` False), or no labeled id
+                is evaluated.
+        """
         ids = set(sample_ids)
         labeled = {i for values in self.by_metric.values() for i in values}
         missing = sorted(labeled - ids)
@@ -360,7 +369,8 @@ def calibrated_estimates(
     rows the PPI values are left out (the labels-only ones stay).
 
     Args:
-        labels: The human labels (checked with :meth:`CalibrationLabels.check`).
+        labels: The human labels (checked with :meth:`CalibrationLabels.check_metrics` and
+            :meth:`CalibrationLabels.check_ids`).
         sample_ids: The evaluated samples' ids, in row order.
         values: One ``{column: MetricValue}`` per row.
 
@@ -402,8 +412,9 @@ def summary_lines(values: Mapping[str, float]) -> list[str]:
     """Console lines of the calibrated estimates in a run's summary values (none without).
 
     Returns:
-        A heading, then one line per labeled metric: ``faithfulness  PPI 0.712 [0.650, 0.774]  labels-only
-        0.700 [0.580, 0.820]  (n=40 labeled, N=460 unlabeled, 0 excluded)``.
+        A heading, then one line per labeled metric (``faithfulness  PPI 0.712 [0.650,
+        0.774]  labels-only 0.700 [0.580, 0.820]  (n=40 labeled, N=460 unlabeled, 0
+        excluded)``); [] without calibrated estimates.
     """
     lines = []
     for key in values:
