@@ -46,6 +46,7 @@ from rag_experiments.llm.base import ChatModelBase
 from rag_experiments.llm.factory import build_chat, configure_from_config, model_arguments
 from rag_experiments.llm.roles import check_judge_distinct, judge_model_node
 from rag_experiments.metrics.repeats import JudgeRepeats
+from rag_experiments.metrics.calibration import CalibrationLabels, load_labels
 from rag_experiments.protocols import MetricBase, TargetBase
 from rag_experiments.retrieval.base import RerankerBase, RetrieverBase
 
@@ -374,6 +375,8 @@ class Experiment:
     checks: dict[str, Any] = field(default_factory=dict)
     judge_repeats: JudgeRepeats = field(default_factory=JudgeRepeats)
     """``judge.repeats`` / ``judge.vary`` (:func:`build_judge_repeats`)."""
+    calibration: CalibrationLabels | None = None
+    """Human labels of ``calibration.labels`` (checked against the metrics and the samples)."""
 
 
 def build(cfg: DictConfig) -> Experiment:
@@ -401,15 +404,21 @@ def build(cfg: DictConfig) -> Experiment:
     with own_errors():
         shared = SharedParts(cfg)
         metrics = [build_metric(node, shared) for node in cfg.metrics.suite.values()]
+        calibration = build_calibration(cfg, metrics)
         generate = bool(cfg.metrics.generate)
         dataset = load_dataset(cfg)
+        if calibration is not None:  # a max_samples subset or a shard may leave labels out
+            subset = cfg.get("max_samples") is not None or int(cfg.shard.count) > 1
+            calibration.check_ids((s.id for s in dataset.samples), subset=subset)
         checks: dict[str, Any] = {}
         if is_assembled(cfg.target):
             target = build_baseline(cfg, metrics, generate, shared)
         else:
             target = build_target(cfg.target)
             checks["target"] = target
-    return Experiment(dataset, target, metrics, generate, {**shared.built, **checks}, judge_repeats)
+    return Experiment(
+        dataset, target, metrics, generate, {**shared.built, **checks}, judge_repeats, calibration
+    )
 
 
 def build_judge_repeats(cfg: DictConfig) -> JudgeRepeats:
@@ -429,6 +438,22 @@ def build_judge_repeats(cfg: DictConfig) -> JudgeRepeats:
         temperature=float(node.get("vary_temperature", 0.7)),
         base_seed=int(node.get("seed", 0) or 0),
     )
+
+
+def build_calibration(cfg: DictConfig, metrics: list[Any]) -> CalibrationLabels | None:
+    """The human labels of ``calibration.labels`` (None when unset), read and checked against
+    the run's metric columns before the dataset loads
+    (:meth:`~rag_experiments.metrics.calibration.CalibrationLabels.check_metrics`).
+
+    Raises:
+        ConfigError: An unreadable or malformed file, or a metric the run does not compute.
+    """
+    node = cfg.get("calibration")
+    if node is None or not node.get("labels"):
+        return None
+    labels = load_labels(str(node.labels), power_tuning=bool(node.get("power_tuning", False)))
+    labels.check_metrics([s.name for m in metrics for s in m.specs()])
+    return labels
 
 
 # --- a generation ---------------------------------------------------------------------------

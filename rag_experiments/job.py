@@ -29,6 +29,7 @@ from rag_experiments.errors import (
     TargetError,
 )
 from rag_experiments.llm.factory import identity_by_role, usage_by_role
+from rag_experiments.metrics.calibration import summary_lines as calibration_lines
 
 log = logging.getLogger("rag_experiments")
 
@@ -207,6 +208,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
                 max_concurrency=cfg.get("max_concurrency"),
                 seed=int(cfg.seed),
                 judge_repeats=exp.judge_repeats,
+                calibration=exp.calibration,
             )
         finally:  # LLM usage per role and model identity, also when the run fails
             gc.unfreeze()
@@ -243,6 +245,8 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
             f"  judge calls per question {summary['judge_calls_per_question']:.2f} "
             f"(max {int(summary['judge_calls_per_question_max'])}), judge tokens {int(tokens)}"
         )
+    for line in calibration_lines(summary):
+        print(line)
     if caveat:
         print(f"  NOTE: {caveat}")
     if gate is not None:

@@ -27,6 +27,7 @@ from rag_experiments.llm.errors import JUDGE_ERROR_REASONS, SERVICE_ERROR_REASON
 from rag_experiments.metrics.aggregate import Aggregate, aggregate, percentile, to_metrics
 from rag_experiments.metrics.audit import collect_audit, to_jsonl
 from rag_experiments.metrics.repeats import SD_SUFFIX, JudgeRepeats
+from rag_experiments.metrics.calibration import CalibrationLabels, calibrated_estimates
 from rag_experiments.metrics.scheduler import JudgedRowMetric, JudgeScheduler, RowResults
 from rag_experiments.protocols import Metric, Target
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
@@ -490,6 +491,7 @@ def evaluate_in_run(
     max_concurrency: int | None = None,
     seed: int = 0,
     judge_repeats: JudgeRepeats | None = None,
+    calibration: CalibrationLabels | None = None,
 ) -> EvalResult:
     """Evaluate and log into the tracker's open run (the caller owns the run, e.g. to build the
     target inside it so a build error ends as a FAILED run).
@@ -515,6 +517,9 @@ def evaluate_in_run(
         max_concurrency: Samples answered at once (see :func:`evaluate`).
         seed: Seed of the bootstrap confidence intervals.
         judge_repeats: Judge repeats (see :func:`evaluate`).
+        calibration: Human labels of some rows: each labeled metric's prediction-powered
+            estimate and its labels-only one join the run values
+            (:func:`~rag_experiments.metrics.calibration.calibrated_estimates`).
 
     Returns:
         The evaluation's :class:`EvalResult`.
@@ -537,6 +542,9 @@ def evaluate_in_run(
         seed=seed,
         judge_repeats=judge_repeats,
     )
+    if calibration is not None:
+        ids = [s.id for s in result.samples]
+        result.run_values.update(calibrated_estimates(calibration, ids, result.values))
     tracker.set_tags(target.describe())
     log_result(result, tracker, dataset)
     tracker.log_traces(result, metrics, target.describe())  # one MLflow trace per question

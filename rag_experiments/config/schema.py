@@ -653,6 +653,19 @@ class ShardConf:
     index: int = 0
 
 
+# --- calibration -----------------------------------------------------------------------------
+@dataclass
+class CalibrationConf:
+    """Human labels that calibrate judged means (:mod:`rag_experiments.metrics.calibration`).
+    ``labels``: a JSONL of ``{"id", "metric", "value"}`` or a filled ``rag-exp grade-sheet``
+    CSV; each labeled metric gets ``<metric>.ppi`` with its CI beside the labels-only one.
+    ``power_tuning: true`` uses PPI++'s data-chosen weight of the judge (never much worse than
+    the labels alone)."""
+
+    labels: str | None = None
+    power_tuning: bool = False
+
+
 # --- root ------------------------------------------------------------------------------------
 @dataclass
 class RootConf:
@@ -689,6 +702,8 @@ class RootConf:
     """Continue an interrupted run: its MLflow run id or its job folder."""
     objective: str | None = None
     """Value returned to a sweeper: a metric (``nDCG@10``) or ``0.7*nDCG@10+0.3*faithfulness``."""
+    calibration: CalibrationConf = field(default_factory=lambda: CalibrationConf())
+    """Human labels for some rows: prediction-powered estimates of judged means."""
 
 
 CHAT_MODELS: dict[str, type] = {
