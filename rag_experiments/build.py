@@ -45,8 +45,8 @@ from rag_experiments.errors import ConfigError, RagExpError
 from rag_experiments.llm.base import ChatModelBase
 from rag_experiments.llm.factory import build_chat, configure_from_config, model_arguments
 from rag_experiments.llm.roles import check_judge_distinct, judge_model_node
-from rag_experiments.metrics.repeats import JudgeRepeats
 from rag_experiments.metrics.calibration import CalibrationLabels, load_labels
+from rag_experiments.metrics.repeats import JudgeRepeats
 from rag_experiments.protocols import MetricBase, TargetBase
 from rag_experiments.retrieval.base import RerankerBase, RetrieverBase
 

@@ -26,8 +26,8 @@ from rag_experiments.errors import ConfigError, RagExpError, RunFailedError
 from rag_experiments.llm.errors import JUDGE_ERROR_REASONS, SERVICE_ERROR_REASONS
 from rag_experiments.metrics.aggregate import Aggregate, aggregate, percentile, to_metrics
 from rag_experiments.metrics.audit import collect_audit, to_jsonl
-from rag_experiments.metrics.repeats import SD_SUFFIX, JudgeRepeats
 from rag_experiments.metrics.calibration import CalibrationLabels, calibrated_estimates
+from rag_experiments.metrics.repeats import SD_SUFFIX, JudgeRepeats
 from rag_experiments.metrics.scheduler import JudgedRowMetric, JudgeScheduler, RowResults
 from rag_experiments.protocols import Metric, Target
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
