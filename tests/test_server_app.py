@@ -13,12 +13,16 @@ from typing import Any
 
 import mlflow.server.handlers as handlers
 import pytest
+import requests
 from flask import Flask
+from mlflow.exceptions import MlflowException
 from mlflow.tracing.client import TracingClient
 from test_traces import _log, _rows_of, _store
 
+from rag_experiments.errors import TrackingError
 from rag_experiments.tracking import traces as traces_mod
-from rag_experiments.tracking.server_app import create_app
+from rag_experiments.tracking.mlflow_tracker import open_client
+from rag_experiments.tracking.server_app import MAX_MB_ENV, create_app
 
 pytestmark = pytest.mark.slow  # a sqlite store per test: 2-20 s on the shared machine
 
@@ -26,20 +30,31 @@ PLUGIN_URI = "http://plugin.test"
 """A server URL the client believes runs the app (its probe answer cached): no socket."""
 
 
+SENT: list[tuple[int, bytes]] = []
+"""``(HTTP status, decompressed body)`` of each batch request the fixture routed."""
+
+
 @pytest.fixture
 def app_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, str, str]:
     """``(Flask test client of the app, server store URI, experiment id)``: the app over a
-    sqlite backend store, the client's batch requests routed to it."""
+    sqlite backend store, the client's batch requests routed to it (recorded in
+    :data:`SENT`)."""
     uri, experiment_id, _ = _store(tmp_path, "server")
     monkeypatch.setattr(handlers, "_tracking_store", TracingClient(uri).store)
     flask_client = create_app(Flask("test-app")).test_client()
     monkeypatch.setitem(traces_mod._PLUGIN_PROBED, PLUGIN_URI, True)
+    SENT.clear()
 
-    def post(self: Any, data: bytes) -> dict[str, Any]:
+    def post(self: Any, data: bytes) -> requests.Response:
         headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
-        response = flask_client.post(traces_mod.BATCH_PATH, data=data, headers=headers)
-        assert response.status_code == 200, response.get_data(as_text=True)
-        return dict(response.get_json())
+        answer = flask_client.post(traces_mod.BATCH_PATH, data=data, headers=headers)
+        SENT.append((answer.status_code, gzip.decompress(data)))
+        response = requests.Response()  # what MLflow's http_request returns
+        response.status_code = answer.status_code
+        response._content = answer.get_data()
+        response.headers["Content-Type"] = answer.content_type
+        response.encoding = "utf-8"
+        return response
 
     monkeypatch.setattr(traces_mod._PluginTraceWriter, "_post", post)
     return flask_client, uri, experiment_id
@@ -87,3 +102,53 @@ def test_a_request_of_another_protocol_or_not_gzip_is_refused_with_400(
         "INVALID_PARAMETER_VALUE"
     )
     assert _rows_of(server_uri)["trace_info"] == []
+
+
+def test_a_body_over_the_cap_is_refused_with_413_and_the_client_halves_its_requests(
+    app_store: tuple[Any, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flask_client, server_uri, experiment_id = app_store
+    _log(PLUGIN_URI, experiment_id, "run-0")  # no cap hit: one request of both traces
+    ((status, body),) = SENT
+    payload = json.loads(body)
+    alone = [  # the body of a request of one trace, as the client encodes it
+        len(json.dumps({**payload, "traces": [t]}, ensure_ascii=False).encode())
+        for t in payload["traces"]
+    ]
+    assert status == 200 and max(alone) < len(body)
+    one_trace = max(alone)  # either trace alone fits, both do not
+    monkeypatch.setenv(MAX_MB_ENV, str(one_trace / 1e6))
+    bomb = gzip.compress(b" " * (one_trace + 1))  # ~0.1% of its decompressed size
+    refused = flask_client.post(
+        traces_mod.BATCH_PATH, data=bomb, headers={"Content-Encoding": "gzip"}
+    )
+    assert refused.status_code == 413
+    message = refused.get_json()["message"]
+    assert MAX_MB_ENV in message and "\n" not in message
+    SENT.clear()
+    again = _log(PLUGIN_URI, experiment_id, "run-0")
+    assert [s for s, _ in SENT] == [413, 200, 200]  # halved once, then one trace a request
+    ids = [[t["trace_id"] for t in json.loads(b)["traces"]] for _, b in SENT]
+    assert ids == [ids[1] + ids[2], ids[1], ids[2]] and len(set(ids[0])) == 2
+    assert (again.traces, again.replaced) == (2, 2)
+    assert len(_rows_of(server_uri)["trace_info"]) == 2
+    monkeypatch.setenv(MAX_MB_ENV, "0.000001")  # 1 byte: even one trace is refused
+    with pytest.raises(TrackingError, match=MAX_MB_ENV):
+        _log(PLUGIN_URI, experiment_id, "run-0")
+
+
+def test_a_trace_id_of_another_experiment_is_refused_with_409_never_overwritten(
+    app_store: tuple[Any, str, str],
+) -> None:
+    _, server_uri, experiment_id = app_store
+    other = open_client(server_uri).create_experiment("other")
+    _log(PLUGIN_URI, experiment_id, "run-0")
+    before = _rows_of(server_uri)
+    SENT.clear()
+    with pytest.raises(MlflowException, match="another experiment") as raised:
+        _log(PLUGIN_URI, other, "run-0")  # the same trace ids, another experiment
+    assert [s for s, _ in SENT] == [409]
+    assert raised.value.error_code == "RESOURCE_ALREADY_EXISTS"
+    with pytest.raises(traces_mod.TraceIdConflictError, match=f"experiment {experiment_id}"):
+        _log(server_uri, other, "run-0")  # the direct path refuses it the same way
+    assert _rows_of(server_uri) == before  # nothing deleted, nothing written

@@ -423,7 +423,7 @@ def test_the_app_server_restarted_during_a_trace_batch_loses_and_doubles_nothing
     original = traces._PluginTraceWriter._post
     posts: list[float] = []
 
-    def post(self: Any, data: bytes) -> dict[str, Any]:
+    def post(self: Any, data: bytes) -> Any:  # a requests.Response
         posts.append(time.monotonic())
         if len(posts) == 1:  # the first batch request finds the server gone; back 5 s later
             own_pg_app_server.kill()

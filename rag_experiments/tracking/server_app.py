@@ -17,7 +17,15 @@ Flask app itself under gunicorn or waitress). Every MLflow route is unchanged.
   :func:`~rag_experiments.tracking.traces.write_batch` into the server's own backend store
   (``mlflow.server.handlers._get_tracking_store()``): clients need no database credentials.
   Answers ``{"traces": n, "replaced": k}``; 400 for a malformed request or another protocol,
-  503 when the database cannot be reached (the client retries it as an outage), 500 otherwise.
+  409 when a trace id of the batch belongs to ANOTHER experiment (never overwritten; a trace
+  of the same experiment is replaced, which makes a retried request idempotent), 413 when
+  the body, decompressed, exceeds :data:`MAX_MB_ENV` MB (the client halves its chunk), 503
+  when the database cannot be reached (the client retries it as an outage), 500 otherwise.
+
+Security: like MLflow's own REST API without ``basic-auth``, the endpoint is
+unauthenticated: anyone who can reach the server can write traces into an experiment, and
+replace the traces of a run there by their ids. Protect the server as you protect MLflow's
+API (an authenticating reverse proxy; see docs/how-to/tracking-server.md).
 
 Install it on the server host with ``pip install rag-experiments[server]`` and start the
 server with ``mlflow server --app-name rag-experiments …``. Clients find the endpoint by
@@ -30,19 +38,88 @@ then fall back to the per-trace API), or sits behind an authenticating proxy.
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import os
+import zlib
 from typing import Any
 
 from flask import Flask, Response, jsonify, request
 
-from rag_experiments.tracking.traces import BATCH_PATH, batch_status, write_batch
+from rag_experiments.tracking.traces import (
+    BATCH_PATH,
+    TraceIdConflictError,
+    batch_status,
+    write_batch,
+)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["create_app"]
+__all__ = ["DEFAULT_MAX_MB", "MAX_MB_ENV", "create_app", "max_body_bytes"]
+
+MAX_MB_ENV = "RAG_EXP_TRACE_BATCH_MAX_MB"
+"""Environment variable of the server: the largest batch body accepted, in MB (10**6 bytes)
+after decompression; a larger one is answered 413 (the client halves its chunk)."""
+DEFAULT_MAX_MB = 256.0
+"""Default of :data:`MAX_MB_ENV`. A client request holds at most 100 traces. Measured: 100
+questions of ``bench/logging_throughput.py`` (fake models, ``metrics=custom``) make 0.75 MB
+of JSON (0.15 MB gzip'd; the biggest trace 8.7 KB); real traces with ten 2,000-character
+contexts, long answers and judged rationales are about 7x that (~60 KB each, ~6 MB a
+request). 256 MB is over 300x the measured request and over 40x the large one, and caps what
+one small gzip'd request (gzip expands up to ~1000x) can make the server hold in memory."""
+
+
+def max_body_bytes() -> int:
+    """The cap on a batch body after decompression, in bytes, from :data:`MAX_MB_ENV`.
+
+    Returns:
+        ``MB * 10**6`` (at least 1 byte); :data:`DEFAULT_MAX_MB` when unset or not a
+        positive number (logged).
+    """
+    raw = os.environ.get(MAX_MB_ENV, "").strip()
+    if raw:
+        try:
+            mb = float(raw)
+            if mb > 0:
+                return max(1, int(mb * 1_000_000))
+        except ValueError:
+            pass
+        log.warning(
+            "%s=%r is not a positive number of MB: using %g", MAX_MB_ENV, raw, DEFAULT_MAX_MB
+        )
+    return int(DEFAULT_MAX_MB * 1_000_000)
+
+
+class _TooLarge(Exception):
+    """The request body exceeds :func:`max_body_bytes`."""
+
+
+def _body(limit: int) -> bytes:
+    """The request's body, gunzipped when ``Content-Encoding: gzip``, at most ``limit`` bytes.
+
+    Raises:
+        _TooLarge: The body (raw or decompressed) is larger than ``limit``.
+        ValueError: A broken gzip stream, or data after it.
+    """
+    if (request.content_length or 0) > limit:
+        raise _TooLarge
+    body = request.get_data()
+    if len(body) > limit:
+        raise _TooLarge
+    if request.headers.get("Content-Encoding", "").lower() != "gzip":
+        return body
+    inflater = zlib.decompressobj(wbits=31)  # 16 + 15: gzip header and trailer
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise ValueError(f"not gzip: {exc}") from exc
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise _TooLarge
+    if not inflater.eof:
+        raise ValueError("truncated gzip stream")
+    if inflater.unused_data:
+        raise ValueError("data after the gzip stream (one gzip member expected)")
+    return out
 
 
 def create_app(app: Flask | None = None) -> Any:
@@ -89,15 +166,21 @@ def _trace_batch() -> Response:
     store = _get_tracking_store()
     if request.method == "GET":
         return jsonify(batch_status(store))
+    limit = max_body_bytes()
     try:
-        body = request.get_data()
-        if request.headers.get("Content-Encoding", "").lower() == "gzip":
-            body = gzip.decompress(body)
-        payload = json.loads(body)
-    except (OSError, ValueError) as exc:
+        payload = json.loads(_body(limit))
+    except _TooLarge:
+        message = (
+            f"trace batch: the request exceeds {limit / 1e6:g} MB decompressed: send fewer "
+            f"traces per request, or raise {MAX_MB_ENV} on the server"
+        )
+        return _error(413, "REQUEST_LIMIT_EXCEEDED", message)
+    except ValueError as exc:
         return _error(400, "INVALID_PARAMETER_VALUE", f"trace batch: not gzip'd JSON: {exc}")
     try:
         return jsonify(write_batch(store, payload))
+    except TraceIdConflictError as exc:
+        return _error(409, "RESOURCE_ALREADY_EXISTS", f"trace batch: {exc}")
     except (ValueError, TypeError, KeyError) as exc:
         return _error(400, "INVALID_PARAMETER_VALUE", f"trace batch: {type(exc).__name__}: {exc}")
     except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as exc:

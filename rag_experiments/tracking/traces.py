@@ -842,6 +842,20 @@ BATCH_PROTOCOL = 1
 """Version of the batch endpoint's JSON (the client and the server must agree; a server with
 another version is not used: the client falls back to MLflow's own API)."""
 
+
+class TraceIdConflictError(TrackingError):
+    """A trace id to write already belongs to another experiment of the store (the batch
+    endpoint answers it with 409); traces are never overwritten across experiments."""
+
+
+def _message(response: Any) -> str:
+    """The ``message`` of an error answer in MLflow's JSON shape, else its text (300 chars)."""
+    try:
+        return str(response.json().get("message", ""))[:300]
+    except (ValueError, AttributeError):
+        return str(response.text)[:300]
+
+
 _PLUGIN_PROBED: dict[str, bool] = {}
 _PLUGIN_LOCK = threading.Lock()
 
@@ -952,6 +966,7 @@ def write_batch(store: Any, payload: Mapping[str, Any]) -> dict[str, int]:
     Raises:
         ValueError: Another protocol, or the store is not a database store.
         TypeError, KeyError: A malformed trace.
+        TraceIdConflictError: A trace id belongs to another experiment (nothing written).
     """
     if payload.get("protocol") != BATCH_PROTOCOL:
         raise ValueError(
@@ -983,38 +998,85 @@ class _PluginTraceWriter:
         self.experiment_id = experiment_id
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="trace-batch")
         self.pending: Future[dict[str, Any]] | None = None
+        self.per_request = TRACES_PER_TRANSACTION
+        """Traces per request: halved each time the server answers 413."""
 
     def delete_existing(self, trace_ids: Sequence[str]) -> int:
         """Nothing: each batch request replaces the traces of its own ids."""
         return 0
 
     def write(self, chunk: Sequence[_TraceParts]) -> None:
-        """Compress ``chunk`` and send it in the background, once the previous request is
-        answered (so the server writes one chunk while the caller builds the next); a failed
-        previous request raises here."""
+        """Send ``chunk`` in the background, once the previous request is answered (so the
+        server writes one chunk while the caller builds the next); a failed previous request
+        raises here."""
+        traces = [parts_to_json(p) for p in chunk]
+        self._collect()
+        self.pending = self.pool.submit(self._send, traces)
+
+    def _send(self, traces: list[dict[str, Any]]) -> dict[str, Any]:
+        """POST ``traces`` in requests of at most :attr:`per_request` traces; a request the
+        server answers 413 (over its ``RAG_EXP_TRACE_BATCH_MAX_MB``) is sent again in halves,
+        and later requests keep the smaller size.
+
+        Returns:
+            ``{"traces": written, "replaced": deleted first}`` summed over the requests.
+
+        Raises:
+            TrackingError: The server refused ONE trace as too large.
+            MlflowException: Any other failed request (5xx and connection errors are retried
+                by the caller as an outage; 409: a trace id of another experiment).
+        """
+        from mlflow.utils.rest_utils import verify_rest_response
+
+        total = {"traces": 0, "replaced": 0}
+        first = 0
+        while first < len(traces):
+            piece = traces[first : first + self.per_request]
+            response = self._post(self._encode(piece))
+            if response.status_code == 413:
+                if len(piece) == 1:
+                    raise TrackingError(
+                        f"the MLflow server at {self.store.get_host_creds().host} refused one "
+                        f"trace as too large ({_message(response)}): raise "
+                        "RAG_EXP_TRACE_BATCH_MAX_MB in the server's environment and restart it"
+                    )
+                self.per_request = max(1, len(piece) // 2)
+                log.info(
+                    "trace batch of %d traces too large for the server (413): sending %d at a time",
+                    len(piece),
+                    self.per_request,
+                )
+                continue
+            answer = verify_rest_response(response, BATCH_PATH).json()
+            total["traces"] += int(answer.get("traces", 0))
+            total["replaced"] += int(answer.get("replaced", 0))
+            first += len(piece)
+        return total
+
+    def _encode(self, traces: list[dict[str, Any]]) -> bytes:
+        """The gzip'd JSON body of one request."""
         body = json.dumps(
             {
                 "protocol": BATCH_PROTOCOL,
                 "experiment_id": str(self.experiment_id),
-                "traces": [parts_to_json(p) for p in chunk],
+                "traces": traces,
             },
             ensure_ascii=False,
         ).encode()
-        data = gzip.compress(body, compresslevel=1)
-        self._collect()
-        self.pending = self.pool.submit(self._post, data)
+        return gzip.compress(body, compresslevel=1)
 
-    def _post(self, data: bytes) -> dict[str, Any]:
-        from mlflow.utils.rest_utils import http_request, verify_rest_response
+    def _post(self, data: bytes) -> Any:
+        """One POST of ``data`` (a ``requests.Response``; MLflow's retries of connection
+        errors and 5xx apply)."""
+        from mlflow.utils.rest_utils import http_request
 
-        response = http_request(
+        return http_request(
             self.store.get_host_creds(),
             BATCH_PATH,
             "POST",
             data=data,
             extra_headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
         )
-        return dict(verify_rest_response(response, BATCH_PATH).json())
 
     def _collect(self) -> None:
         if self.pending is not None:
@@ -1097,16 +1159,35 @@ class _SqlTraceWriter:
         return cls(store, store.get_experiment(experiment_id), models)
 
     def delete_existing(self, trace_ids: Sequence[str]) -> int:
-        """Delete the traces among ``trace_ids`` that the store holds (with MLflow's own
-        ``delete_traces``, which removes their spans and assessments); returns how many."""
+        """Delete the traces among ``trace_ids`` that this writer's experiment holds (with
+        MLflow's own ``delete_traces``, which removes their spans and assessments); returns
+        how many.
+
+        Raises:
+            TraceIdConflictError: One of ``trace_ids`` belongs to another experiment (it is
+                never overwritten; nothing is deleted).
+        """
         table = self.models.SqlTraceInfo.__table__
+        experiment_id = int(self.experiment.experiment_id)
         found: list[str] = []
+        elsewhere: dict[str, int] = {}
         with self.store.ManagedSessionMaker() as session:
             for chunk in _chunks(trace_ids, 500):
-                query = self._sqlalchemy.select(table.c.request_id).where(
+                query = self._sqlalchemy.select(table.c.request_id, table.c.experiment_id).where(
                     table.c.request_id.in_(list(chunk))
                 )
-                found.extend(row[0] for row in session.execute(query))
+                for trace_id, owner in session.execute(query):
+                    if int(owner) == experiment_id:
+                        found.append(trace_id)
+                    else:
+                        elsewhere[trace_id] = int(owner)
+        if elsewhere:
+            trace_id, owner = next(iter(elsewhere.items()))
+            raise TraceIdConflictError(
+                f"{len(elsewhere)} trace id(s) of experiment {experiment_id} already exist in "
+                f"another experiment (e.g. {trace_id} in experiment {owner}); traces are never "
+                "overwritten across experiments: log the run into its own experiment"
+            )
         for chunk in _chunks(found, TRACES_PER_TRANSACTION):
             self.store.delete_traces(
                 experiment_id=self.experiment.experiment_id,
