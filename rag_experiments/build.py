@@ -10,8 +10,8 @@ Decisions follow what each part *declares* on its protocol (:mod:`rag_experiment
 probing:
 
 - a metric gets the shared parts named in its class's ``requires`` (``judge``, ``embedder``);
-  the retriever returns ``max(top_k, deepest metric depth, reranker.candidates)`` ranks unless
-  ``retriever.depth`` is set;
+  the retriever returns ``max(top_k, deepest metric depth, reranker.candidates)`` ranks, or
+  ``max(retriever.depth, reranker.candidates)`` when ``retriever.depth`` is set;
 - a retriever (:class:`~rag_experiments.retrieval.base.RetrieverBase`) that declares
   ``uses_vectors`` (dense, hybrid) gets the job's embedder and the vector index; BM25 gets
   neither; a reranker (``cfg.reranker``, :class:`~rag_experiments.retrieval.base.RerankerBase`,
@@ -43,12 +43,18 @@ from rag_experiments.data.base import EvalDataset
 from rag_experiments.data.shard import select_shard
 from rag_experiments.errors import ConfigError, RagExpError
 from rag_experiments.llm.base import ChatModelBase
-from rag_experiments.llm.factory import build_chat, configure_from_config, model_arguments
+from rag_experiments.llm.factory import (
+    build_chat,
+    configure_from_config,
+    model_arguments,
+    session_cache,
+)
 from rag_experiments.llm.roles import check_judge_distinct, judge_model_node
 from rag_experiments.metrics.calibration import CalibrationLabels, load_labels
 from rag_experiments.metrics.repeats import JudgeRepeats
 from rag_experiments.protocols import MetricBase, TargetBase
 from rag_experiments.retrieval.base import RerankerBase, RetrieverBase
+from rag_experiments.retrieval.rerank import CachedReranker
 
 T = TypeVar("T")
 
@@ -303,7 +309,10 @@ def retriever_depth(metrics: list[Any], top_k: int, candidates: int = 0) -> int:
 def build_reranker(cfg: DictConfig) -> RerankerBase | None:
     """The configured reranker (``cfg.reranker``), None for ``reranker=none`` (null); a served
     one's ``timeout_s``/``max_retries``/``backoff_s``/``backoff_max_s`` reach it as one
-    :class:`~rag_experiments.common.http.RetryPolicy`, as every HTTP client's do.
+    :class:`~rag_experiments.common.http.RetryPolicy`, as every HTTP client's do. It comes
+    behind the LLM response cache (``paths.llm_cache``, ``cache.mode``) and the usage meter of
+    role ``reranker`` (:class:`~rag_experiments.retrieval.rerank.CachedReranker`), so a rerun
+    sends no rerank request and its report counts the reranker's calls.
 
     Raises:
         ConfigError: The node names no :class:`~rag_experiments.retrieval.base.RerankerBase`.
@@ -315,14 +324,17 @@ def build_reranker(cfg: DictConfig) -> RerankerBase | None:
     part_class(node, RerankerBase)
     data = OmegaConf.to_container(node, resolve=True)
     with own_errors():
-        return instantiate(nest_retry(data, where="reranker"))
+        inner = instantiate(nest_retry(data, where="reranker"))
+    cache, mode, meter = session_cache("reranker")
+    return CachedReranker(inner, meter, cache, mode)
 
 
 def build_baseline(
     cfg: DictConfig, metrics: list[Any], generate: bool, shared: SharedParts | None = None
 ) -> Any:
     """The assembled target (``cfg.target``, the baseline) from the config's chunker,
-    retriever (its depth from :func:`retriever_depth` unless ``retriever.depth`` is set),
+    retriever (its depth from :func:`retriever_depth` unless ``retriever.depth`` is set; always
+    at least ``reranker.candidates``),
     embedder (shared) and ChromaDB index (``paths.chroma_dir``, ``target.hnsw``) when the
     retriever ``uses_vectors``, reranker (``cfg.reranker``, role ``reranker`` of the preflight)
     and, when answers are generated, the generator ``cfg.llm`` (role ``generator``)."""
@@ -333,9 +345,11 @@ def build_baseline(
     embedder = shared.embedder() if uses_vectors else None
     reranker = build_reranker(cfg)
     retriever_cfg = OmegaConf.to_container(cfg.retriever, resolve=True)
+    candidates = int(reranker.candidates) if reranker is not None else 0
     if retriever_cfg.get("depth") is None:
-        candidates = int(reranker.candidates) if reranker is not None else 0
         retriever_cfg["depth"] = retriever_depth(metrics, int(retriever_cfg["top_k"]), candidates)
+    else:  # a set depth never cuts what the reranker re-scores
+        retriever_cfg["depth"] = max(int(retriever_cfg["depth"]), candidates)
     with own_errors():
         retriever = instantiate(retriever_cfg, _convert_="all")
         generator = build_chat(cfg.llm, "generator") if generate else None

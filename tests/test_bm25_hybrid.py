@@ -3,6 +3,7 @@ against values computed by hand, RRF and the convex sum against their formulas."
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -226,3 +227,56 @@ def test_composition_builds_each_retriever_and_checks_the_reranker(compose_cfg) 
     assert exp.checks["reranker"] is exp.target.reranker
     with pytest.raises(PreflightError, match="reranker cannot be used"):
         preflight(exp.checks)
+
+
+class LeavesOut(RerankerBase):
+    """A server under ``top_n``: scores only the documents holding the word ``keep`` (by their
+    word count), the others ``-inf`` (left out)."""
+
+    def __init__(self, candidates: int = 4) -> None:
+        self.candidates = candidates
+
+    def rerank(self, query: str, documents: list[str]) -> list[float]:
+        return [float(len(d.split())) if "keep" in d else -math.inf for d in documents]
+
+
+def test_documents_left_out_by_the_reranker_go_last_and_record_null_not_infinity() -> None:
+    texts = ["a", "keep b", "c", "keep d e"]  # scored: 2 (2nd), 3 (4th); left out: 1st, 3rd
+    hits = [Hit(f"c{i}", f"d{i}", t, 4.0 - i, {"bm25": i + 1}) for i, t in enumerate(texts)]
+    out = rerank_result(RetrievalResult.from_hits(hits, top_k=4), LeavesOut(), "q")
+    # scored best first (3 > 2), then the left-out ones in retriever order (1st, 3rd)
+    assert out.ranked_chunk_ids == ["c3", "c1", "c0", "c2"]
+    assert [(h.retriever_rank, h.rerank_score) for h in out.hits] == [
+        (4, 3.0),
+        (2, 2.0),
+        (1, None),
+        (3, None),
+    ]
+    rows = out.provenance()  # the top_k (4) contexts, as the trace and the table get them
+    assert rows[2] == {"rank.bm25": 1, "score": 4.0, "rerank_score": None, "retriever_rank": 1}
+    text = json.dumps(rows, allow_nan=False)  # raises on -inf: strict JSON holds no Infinity
+    assert "Infinity" not in text and text.count('"rerank_score": null') == 2
+
+
+def test_hybrid_sources_rank_at_least_as_deep_as_the_fused_ranking(tmp_path: Path) -> None:
+    deep = HybridRetriever(top_k=2, depth=150, dense_depth=100, bm25_depth=40)
+    assert (deep.dense.ranking_depth, deep.bm25.ranking_depth) == (150, 150)  # max(source, 150)
+    shallow = HybridRetriever(top_k=2, depth=30, dense_depth=100, bm25_depth=40)
+    assert (shallow.dense.ranking_depth, shallow.bm25.ranking_depth) == (100, 40)  # kept
+    cut = HybridRetriever(
+        top_k=1, depth=3, bm25_depth=1, bm25={"stemmer": None, "index_dir": str(tmp_path)}
+    )
+    cut.bm25.prepare(chunks(), "none|toy")
+    # bm25_depth 1 would hand the fusion one hit; raised to the ranking depth 3: all 3 chunks
+    assert len(cut.bm25.retrieve("cat birds").hits) == 3  # d1, d2 hold cat; d3 birds
+
+
+@pytest.mark.slow
+def test_a_set_retriever_depth_never_cuts_the_reranker_candidates(compose_cfg) -> None:
+    common = ("embedder=hash", "metrics=retrieval", "dataset=sample", "retriever=bm25")
+    for depth, candidates, expected in [(10, 20, 20), (30, 20, 30)]:  # max(depth, candidates)
+        cfg = compose_cfg(*common, f"retriever.depth={depth}")
+        with open_dict(cfg):
+            cfg.reranker = {"_target_": f"{__name__}.WordOverlap", "candidates": candidates}
+        retriever = build(cfg).target.retriever
+        assert retriever.ranking_depth == expected

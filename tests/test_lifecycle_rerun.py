@@ -13,9 +13,11 @@ from omegaconf import DictConfig
 
 from rag_experiments.commands.rerun import RERUN_TAG, rerun
 from rag_experiments.errors import ConfigError, DatasetError
+from rag_experiments.fakes.rerank_server import FakeRerankServer
 from rag_experiments.job import run_job
 from rag_experiments.llm.fake import FakeChat
 from rag_experiments.locations import PROJECT_ROOT
+from rag_experiments.retrieval.rerank import CHECK_TEXT
 
 SAMPLE = PROJECT_ROOT / "datasets" / "sample"
 
@@ -78,6 +80,33 @@ def test_rerun_is_identical_with_no_model_call(
     assert new.data.metrics["nDCG_at_10"] == first.data.metrics["nDCG_at_10"]
     assert "identical" in report.format()
     capsys.readouterr()
+
+
+def test_rerun_of_a_reranked_run_sends_no_rerank_request(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path
+) -> None:
+    """Rerank answers live in the LLM cache like chat answers: the rerun sends the rerank
+    server nothing but its preflight check, counts the reranker's calls as cache hits, and
+    every per-query value (the reranked contexts among them) is identical."""
+    with FakeRerankServer() as server:
+        run_id, uri = _first_run(
+            compose_cfg, tmp_path, "reranker=http", f"reranker.url={server.url}"
+        )
+        ranked = [b for b in server.bodies if b["query"] != CHECK_TEXT]
+        assert len(ranked) == 6  # one rerank request per question (6 questions)
+        first = mlflow.MlflowClient(uri).get_run(run_id)
+        assert first.data.metrics["reranker.llm_calls"] == 6
+        assert first.data.metrics["reranker.llm_cache_hits"] == 0
+        before = len(server.bodies)
+
+        report = rerun(run_id, uri)
+
+        after = server.bodies[before:]
+    assert [b["query"] for b in after] == [CHECK_TEXT]  # the preflight check only
+    assert report.model_calls == {"generator": 0.0, "reranker": 0.0}
+    assert report.identical, report.format()
+    new = mlflow.MlflowClient(uri).get_run(report.new_run_id)
+    assert new.data.metrics["reranker.llm_cache_hits"] == 6
 
 
 def test_rerun_refuses_a_changed_dataset(

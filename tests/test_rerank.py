@@ -19,9 +19,12 @@ from rag_experiments.errors import ConfigError, PreflightError
 from rag_experiments.fakes.llama_cpp_server import free_port
 from rag_experiments.fakes.rerank_server import FakeRerankServer
 from rag_experiments.job import preflight
+from rag_experiments.llm.cache import ResponseCache
 from rag_experiments.llm.errors import LLMHTTPError, LLMUnreachableError
+from rag_experiments.llm.usage import UsageMeter
 from rag_experiments.locations import CONF_DIR
 from rag_experiments.retrieval.rerank import (
+    CachedReranker,
     FakeReranker,
     HttpReranker,
     RerankResponseError,
@@ -207,3 +210,70 @@ def test_bad_settings_fail_when_built(overrides, needle):
     with pytest.raises(ConfigError) as caught:
         build(**overrides)
     assert needle in str(caught.value)
+
+
+# --- the response cache (a rerun sends no rerank request) -----------------------------------
+def _cached(server_url: str, cache: ResponseCache | None, mode: str = "read_write", **kw: Any):
+    meter = UsageMeter("reranker")
+    return CachedReranker(build(url=server_url, **kw), meter, cache, mode), meter
+
+
+def test_cached_reranker_answers_a_repeat_from_the_cache_with_no_request(tmp_path):
+    cache = ResponseCache(tmp_path / "llm.sqlite")
+    with FakeRerankServer() as server:
+        first, meter1 = _cached(server.url, cache)
+        assert first.rerank(QUERY, DOCS) == pytest.approx(HAND_SCORES)
+        assert server.requests == 1 and len(cache) == 1
+        again, meter2 = _cached(server.url, cache)  # a rerun: a new reranker, the same file
+        scores = again.rerank(QUERY, DOCS)
+        assert server.requests == 1  # no request: answered from the cache
+        again.rerank(QUERY, DOCS[:3])  # other documents: a miss
+        assert server.requests == 2
+    assert scores == pytest.approx(HAND_SCORES)
+    assert (meter1.calls, meter1.cache_hits) == (1, 0)
+    assert (meter2.calls, meter2.cache_hits) == (2, 1)
+    assert meter2.metrics()["reranker.llm_calls"] - meter2.metrics()["reranker.llm_cache_hits"] == 1
+
+
+def test_cache_key_holds_the_rerankers_identity_and_left_out_documents_come_back_as_inf(tmp_path):
+    cache = ResponseCache(tmp_path / "llm.sqlite")
+    with FakeRerankServer(model="bge") as server:
+        cut, _ = _cached(server.url, cache, top_n=2, model="bge")
+        cut.rerank(QUERY, DOCS)
+        full, _ = _cached(server.url, cache, model="bge")  # no top_n: another identity
+        assert full.rerank(QUERY, DOCS) == pytest.approx(HAND_SCORES)
+        assert server.requests == 2
+        again, _ = _cached(server.url, cache, top_n=2, model="bge")
+        scores = again.rerank(QUERY, DOCS)
+        assert server.requests == 2
+    # top_n=2 keeps the two best by hand (0.8, 0.4); the two left out come back as -inf
+    assert scores[1] == pytest.approx(0.8) and scores[3] == pytest.approx(0.4)
+    assert scores[0] == -math.inf and scores[2] == -math.inf
+
+
+@pytest.mark.parametrize(("mode", "requests", "stored"), [("read_only", 2, 0), ("off", 2, 0)])
+def test_cache_modes_apply_to_the_reranker(tmp_path, mode, requests, stored):
+    cache = ResponseCache(tmp_path / "llm.sqlite")
+    with FakeRerankServer() as server:
+        reranker, meter = _cached(server.url, cache, mode)
+        reranker.rerank(QUERY, DOCS)
+        reranker.rerank(QUERY, DOCS)
+        assert server.requests == requests
+    assert len(cache) == stored and meter.calls == 2 and meter.cache_hits == 0
+
+
+def test_the_fake_reranker_is_metered_but_never_cached(tmp_path):
+    cache = ResponseCache(tmp_path / "llm.sqlite")
+    meter = UsageMeter("reranker")
+    reranker = CachedReranker(FakeReranker(candidates=3), meter, cache)
+    assert reranker.rerank(QUERY, DOCS) == pytest.approx(HAND_SCORES)
+    assert len(cache) == 0 and meter.calls == 1 and reranker.candidates == 3
+
+
+def test_a_failed_rerank_is_counted_and_not_stored(tmp_path):
+    cache = ResponseCache(tmp_path / "llm.sqlite")
+    with FakeRerankServer() as server:
+        reranker, meter = _cached(server.url, cache, request={"documents": "texts"}, max_retries=0)
+        with pytest.raises(RerankResponseError):
+            reranker.rerank(QUERY, DOCS)
+    assert meter.errors == 1 and len(cache) == 0

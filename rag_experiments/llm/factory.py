@@ -130,6 +130,25 @@ def build_chat(
     return model
 
 
+def session_cache(role: str) -> tuple[ResponseCache | None, str, UsageMeter]:
+    """The configured response cache (None when there is none or ``cache.mode=off``), its
+    mode and ``role``'s usage meter: what a part that is not a chat model (the reranker) needs
+    to be cached and metered as :func:`build_chat` does for chat models.
+
+    Raises:
+        ConfigError: The cache file cannot be opened.
+    """
+    with _lock:
+        path, mode = _session.cache_path, _session.cache_mode
+        cache = None
+        if path and mode != "off":
+            cache = _session.caches.get(path)
+            if cache is None:
+                cache = _session.caches[path] = ResponseCache(path)
+        meter = _session.meters.setdefault(role, UsageMeter(role))
+    return cache, (mode if cache is not None else "off"), meter
+
+
 def usage_by_role() -> dict[str, float]:
     """Usage metrics of every role that had a model built since :func:`configure`:
     ``<role>.llm_calls``, ``<role>.llm_cache_hits``, ``<role>.llm_cache_hit_rate``,

@@ -8,6 +8,7 @@ composition root (:mod:`rag_experiments.build`), which reads what their classes 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -32,9 +33,10 @@ class Hit:
         ranks: Source → 1-based rank of this chunk in that source's ranking: ``{"dense": 3}``,
             ``{"bm25": 1}``, or both for a fused hit (a source that did not return the chunk
             within its depth is absent).
-        rerank_score: The reranker's score, None when it was not reranked.
+        rerank_score: The reranker's score; None when it was not reranked, or when the server
+            left it out under ``top_n`` (it then ranks after every scored candidate).
         retriever_rank: 1-based rank in the retriever's ranking before reranking, None when not
-            reranked.
+            reranked (set for every candidate, scored or left out).
     """
 
     chunk_id: str
@@ -48,11 +50,12 @@ class Hit:
     def provenance(self) -> dict[str, Any]:
         """Where the hit comes from, for the trace and the per-query table:
         ``{"rank.dense": 3, "rank.bm25": 1, "score": 0.031}`` plus ``retriever_rank`` and
-        ``rerank_score`` when reranked."""
+        ``rerank_score`` for a reranker's candidate (``rerank_score`` None = left out by the
+        server under ``top_n``: null in JSON, never ``-Infinity``)."""
         out: dict[str, Any] = {f"rank.{src}": r for src, r in self.ranks.items()}
         out["score"] = float(self.score)
-        if self.rerank_score is not None:
-            out["rerank_score"] = float(self.rerank_score)
+        if self.retriever_rank is not None:
+            out["rerank_score"] = None if self.rerank_score is None else float(self.rerank_score)
             out["retriever_rank"] = self.retriever_rank
         return out
 
@@ -176,9 +179,19 @@ class RerankerBase:
     Attributes:
         candidates: How many of the retriever's ranking are re-scored (``reranker.candidates``,
             default 20).
+        cacheable: Whether the composition root puts its answers in the LLM response cache
+            (``paths.llm_cache``; default True: a served model costs calls and may change).
     """
 
     candidates: int = 20
+    cacheable: bool = True
+
+    def describe(self) -> dict[str, str]:
+        """Tags naming the reranker (its identity, part of a cached answer's key)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release connections (nothing by default)."""
 
     def rerank(self, query: str, documents: list[str]) -> list[float]:
         """One score per document, same order, higher = more relevant.
@@ -196,8 +209,10 @@ class RerankerBase:
 def rerank_result(result: RetrievalResult, reranker: RerankerBase, query: str) -> RetrievalResult:
     """Reorder the first ``reranker.candidates`` hits of ``result`` by the reranker's scores
     (highest first; ties keep the retriever's order); the hits beyond them keep their order
-    after them. Each reranked hit records its ``retriever_rank`` and ``rerank_score``; the
-    ``top_k`` contexts are taken from the new order.
+    after them. Each reranked hit records its ``retriever_rank`` and ``rerank_score``; a
+    candidate scored ``-inf`` (left out by the server under ``top_n``) ranks after every scored
+    one, in retriever order, and records ``rerank_score=None``. The ``top_k`` contexts are
+    taken from the new order.
 
     Args:
         result: A retrieval with :attr:`RetrievalResult.hits`.
@@ -221,6 +236,11 @@ def rerank_result(result: RetrievalResult, reranker: RerankerBase, query: str) -
         )
     order = sorted(range(n), key=lambda i: -float(scores[i]))  # stable: ties keep rank order
     reranked = [
-        replace(head[i], rerank_score=float(scores[i]), retriever_rank=i + 1) for i in order
+        replace(
+            head[i],
+            rerank_score=float(scores[i]) if math.isfinite(float(scores[i])) else None,
+            retriever_rank=i + 1,
+        )
+        for i in order
     ]
     return RetrievalResult.from_hits(reranked + result.hits[n:], result.top_k)

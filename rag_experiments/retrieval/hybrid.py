@@ -116,8 +116,10 @@ class HybridRetriever(RetrieverBase):
         k: RRF constant (> 0; 60 as Cormack et al.).
         alpha: Weight of the dense scores in ``convex`` (``1 − alpha`` for BM25), in [0, 1].
         norm: Score normalisation of ``convex``: ``minmax`` or ``zscore``.
-        dense_depth: How deep the dense ranking that is fused goes (>= 1).
-        bm25_depth: How deep the BM25 ranking that is fused goes (>= 1).
+        dense_depth: How deep the dense ranking that is fused goes (>= 1); raised to the fused
+            ranking's depth (``max(top_k, depth)``) when below it, so a deeper ranking (metrics
+            at depth 200, ``reranker.candidates``) is never silently cut by the sources.
+        bm25_depth: How deep the BM25 ranking that is fused goes (>= 1); raised likewise.
         bm25: Keyword arguments of :class:`~rag_experiments.retrieval.bm25.Bm25Retriever`
             (``k1``, ``b``, ``method``, ``stemmer``, ``stopwords``, ``index_title``,
             ``index_dir`` …).
@@ -153,8 +155,10 @@ class HybridRetriever(RetrieverBase):
                 f"retriever.k must be > 0 and retriever.alpha in [0, 1], got {k}, {alpha}."
             )
         self.fusion, self.k, self.alpha, self.norm = fusion, float(k), float(alpha), norm
-        self.dense = Retriever(top_k=dense_depth)
-        self.bm25 = Bm25Retriever(top_k=bm25_depth, **(bm25 or {}))
+        # each source ranks at least as deep as the fused ranking is cut, so a larger
+        # ranking depth (metrics' depth, reranker.candidates) is never silently cut
+        self.dense = Retriever(top_k=max(int(dense_depth), self.ranking_depth))
+        self.bm25 = Bm25Retriever(top_k=max(int(bm25_depth), self.ranking_depth), **(bm25 or {}))
 
     def bind(self, index: ChromaIndex, collection: str, embedder: Embedder) -> None:
         """Bind the dense side to the built collection."""

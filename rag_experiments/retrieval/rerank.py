@@ -42,8 +42,13 @@ that question's row error.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import math
 import re
+import sqlite3
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +67,8 @@ from rag_experiments.common.http import (
 from rag_experiments.common.jsonpath import compile_expression, peek
 from rag_experiments.common.redact import public_url
 from rag_experiments.errors import ConfigError, LLMError
+from rag_experiments.llm.base import Completion
+from rag_experiments.llm.cache import CACHE_MODES, ResponseCache
 from rag_experiments.llm.errors import (
     LLMBadBodyError,
     LLMConnectionDroppedError,
@@ -71,7 +78,10 @@ from rag_experiments.llm.errors import (
 )
 from rag_experiments.llm.gate import EndpointGate
 from rag_experiments.llm.transport import CHECK_TIMEOUT_S
+from rag_experiments.llm.usage import UsageMeter
 from rag_experiments.retrieval.base import RerankerBase
+
+log = logging.getLogger(__name__)
 
 _WORD = re.compile(r"\w+")
 
@@ -465,6 +475,132 @@ class HttpReranker(RerankerBase, TakesRetry):
             ) from None
 
 
+def rerank_key(identity: Mapping[str, str], query: str, documents: Sequence[str]) -> str:
+    """SHA-256 hex digest of one rerank request: the reranker's identity (``describe()``: url,
+    model, candidates, top_n), the question and the documents, as canonical JSON (the document
+    is tagged ``rerank`` so it can never equal a chat request's key).
+
+    Returns:
+        64 hex characters.
+    """
+    doc = {"rerank": {"identity": dict(identity), "query": query, "documents": list(documents)}}
+    blob = json.dumps(doc, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def scores_json(scores: Sequence[float]) -> str:
+    """Scores as a JSON list, ``-inf`` (a document left out under ``top_n``) as null."""
+    return json.dumps([None if math.isinf(s) and s < 0 else float(s) for s in scores])
+
+
+def scores_from_json(text: str) -> list[float]:
+    """The inverse of :func:`scores_json` (null back to ``-inf``).
+
+    Raises:
+        ValueError: Not a JSON list of numbers and nulls.
+    """
+    values = json.loads(text)
+    if not isinstance(values, list):
+        raise ValueError("not a list")
+    return [-math.inf if v is None else float(v) for v in values]
+
+
+class CachedReranker(RerankerBase):
+    """Wraps a reranker with the LLM response cache (``paths.llm_cache``) and the usage meter
+    of role ``reranker``, as :class:`~rag_experiments.llm.cache.CachedChat` wraps a chat model:
+    a rerun answers every rerank from the cache (0 requests, the same scores, so the same
+    contexts) and reports its calls as ``reranker.llm_calls`` / ``reranker.llm_cache_hits``.
+
+    The key is :func:`rerank_key` (the reranker's ``describe()`` + question + documents), so a
+    changed url, model, candidates or ``top_n`` is a miss. The scores are stored as the row's
+    text (:func:`scores_json`; ``provider`` ``reranker``, no tokens). Only answered requests
+    are stored. ``cache.mode``: ``read_write`` looks up and stores, ``read_only`` looks up,
+    ``off`` (or no cache) calls every time; a reranker that declares ``cacheable = False`` (the
+    free fake) is never cached but still metered.
+
+    Args:
+        inner: The reranker.
+        meter: The ``reranker`` role's usage meter.
+        cache: The store, or None for no cache.
+        mode: One of :data:`~rag_experiments.llm.cache.CACHE_MODES`.
+
+    Raises:
+        ConfigError: Unknown ``mode``.
+    """
+
+    def __init__(
+        self,
+        inner: RerankerBase,
+        meter: UsageMeter,
+        cache: ResponseCache | None = None,
+        mode: str = "read_write",
+    ) -> None:
+        if mode not in CACHE_MODES:
+            raise ConfigError(f"cache.mode={mode!r} is not one of {', '.join(CACHE_MODES)}")
+        self.inner = inner
+        self.meter = meter
+        self.mode = mode
+        self.cache = cache if mode != "off" and inner.cacheable else None
+        self.candidates = int(inner.candidates)
+
+    def __repr__(self) -> str:
+        return f"CachedReranker({self.inner!r})"
+
+    def describe(self) -> dict[str, str]:
+        """The inner reranker's tags."""
+        return self.inner.describe()
+
+    def check(self) -> None:
+        """The inner reranker's check."""
+        self.inner.check()
+
+    def close(self) -> None:
+        """Close the inner reranker's connections (when it has any)."""
+        self.inner.close()
+
+    def rerank(self, query: str, documents: list[str]) -> list[float]:
+        """The cached scores of this request, or the inner reranker's (stored in
+        ``read_write``); each call counted on the meter (a hit as a cache hit).
+
+        Returns:
+            One score per document, as the inner reranker's :meth:`rerank`.
+
+        Raises:
+            RagExpError: The inner reranker failed (counted as an error, nothing stored).
+        """
+        identity = self.inner.describe() if self.cache is not None else {}
+        key = rerank_key(identity, query, documents)
+        if self.cache is not None:
+            try:
+                hit = self.cache.get(key)
+                if hit is not None:
+                    scores = scores_from_json(hit.text)
+                    if len(scores) == len(documents):
+                        self.meter.record(hit)
+                        return scores
+            except (sqlite3.Error, ValueError, TypeError) as exc:
+                log.warning("rerank cache entry unusable (%s); calling the reranker", exc)
+        start = time.perf_counter()
+        try:
+            scores = list(self.inner.rerank(query, documents))
+        except Exception:
+            self.meter.record_error()
+            raise
+        done = Completion(
+            text=scores_json(scores),
+            latency_ms=(time.perf_counter() - start) * 1000.0,
+            finish_reason="rerank",
+            model=identity.get("reranker.model", ""),
+        )
+        self.meter.record(done)
+        if self.cache is not None and self.mode == "read_write":
+            try:
+                self.cache.put(key, "reranker", done)
+            except sqlite3.Error as exc:
+                log.warning("cannot store in the LLM cache %s: %s", self.cache.path, exc)
+        return scores
+
+
 class FakeReranker(RerankerBase):
     """A deterministic reranker for tests and dry runs: each document scores the share of the
     question's words it holds (:func:`word_overlap`); no model, no request.
@@ -475,6 +611,9 @@ class FakeReranker(RerankerBase):
     Raises:
         ConfigError: ``candidates`` < 1.
     """
+
+    cacheable = False
+    """Free and deterministic: never cached (its tests count its calls), still metered."""
 
     def __init__(self, candidates: int = 20) -> None:
         if int(candidates) < 1:
