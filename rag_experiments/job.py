@@ -114,6 +114,21 @@ def gate_settings(cfg: DictConfig, in_sweep: bool) -> Any:
     return settings
 
 
+def check_gate(cfg: DictConfig, settings: Any, metrics: list[Any], tracking_uri: str) -> None:
+    """Refuse, before the run opens, a ``gate=`` whose rules name a metric the run does not
+    compute or whose ``gate.baseline`` is neither an alias nor a run of the store.
+
+    Raises:
+        ConfigError: An unknown metric (with the closest name) or baseline.
+    """
+    from rag_experiments.analysis.gate import check_baseline, check_rule_metrics
+
+    check_rule_metrics(settings, [s.name for m in metrics for s in m.specs()])
+    baseline = cfg.gate.get("baseline")
+    if baseline:
+        check_baseline(tracking_uri, str(cfg.tracking.experiment), str(baseline))
+
+
 def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float | None:
     """Open the job's MLflow run, build the parts and evaluate inside it.
 
@@ -171,6 +186,8 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     # outside a sweep the parts are built before the run opens. A sweep's job opens its run
     # first, so the sweep's record shows the refused job as a FAILED child.
     exp = build(cfg) if parent_run_id is None else None
+    if gate is not None and exp is not None:  # a gate is refused in a sweep's job above
+        check_gate(cfg, gate, exp.metrics, tracker.uri)
     # A refused resume (other config or dataset) leaves the run as it was: checked before the
     # run is reopened, since a failure inside it would end the run FAILED.
     job.refuse_mismatch(params, exp.dataset.digest if exp is not None else None)

@@ -5,6 +5,7 @@ and its structure checked, the result logged on the candidate run."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import xml.etree.ElementTree as ET
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import mlflow
 import numpy as np
+import pandas as pd
 import pytest
 
 from rag_experiments.analysis.compare import compare_tables
@@ -23,6 +25,7 @@ from rag_experiments.analysis.gate import (
     evaluate_tables,
     gate_runs,
     judge_noise,
+    noninferiority_p,
     parse_settings,
 )
 from rag_experiments.analysis.runs import MetricInfo
@@ -127,7 +130,11 @@ def test_direction_comes_from_the_declaration_not_the_name(store: str, runs: dic
     )
     lo = next(s for s in cmp.overall() if s.metric == "lo")
     assert verdict["lo"].diff == pytest.approx(np.mean(UP) - np.mean(BASE))
-    assert (verdict["lo"].ci_low, verdict["lo"].p_holm) == (lo.ci_low, lo.p_holm)
+    assert verdict["lo"].ci_low == lo.ci_low
+    # non-inferiority p of lo: every w_i − 0.05 = 0.15 ± 0.02 > 0, so only the identity sign
+    # pattern reaches the observed mean: p = 1/(1 + 999); hi's shifted values are all < 0
+    # (p = 1); Holm over the two: 2 · 0.001
+    assert verdict["lo"].p_holm == pytest.approx(2 / (1 + N_RESAMPLES))
     assert lo.ci_low > 0.05  # the whole CI of the worsening lies beyond the margin
     assert "whole CI" in verdict["lo"].message and "lower is better" in verdict["lo"].message
     assert result.exit_code == 1
@@ -285,3 +292,88 @@ def test_gate_group_composes_and_its_rules_parse(compose_cfg) -> None:
         gate_settings(compose_cfg("gate=default"), in_sweep=False)
     with pytest.raises(ConfigError, match="sweep"):
         gate_settings(cfg, in_sweep=True)
+
+
+def test_noninferiority_p_is_the_exact_sign_flip_p_of_the_shifted_differences() -> None:
+    # 5 pairs: 2⁵ = 32 sign patterns ≤ n_resamples, so the test is exact; enumerate them here
+    w = np.array([0.10, -0.02, 0.07, 0.03, 0.12])
+    x = w - 0.05
+    means = [np.mean(np.array(signs) * x) for signs in itertools.product((1, -1), repeat=5)]
+    by_hand = sum(m >= np.mean(x) - 1e-12 for m in means) / 32
+    assert noninferiority_p(w, 0.05, n_resamples=9999) == pytest.approx(by_hand)
+    assert math.isnan(noninferiority_p([0.3], 0.05))  # one pair: no test
+
+
+def test_a_worsening_at_the_margin_fails_about_alpha_of_the_time() -> None:
+    # The reviewer's simulation, small: true worsening exactly at the margin (H0's boundary),
+    # symmetric noise; the old rule ("p of d != 0 < alpha and observed w > margin") failed about
+    # half such candidates, the non-inferiority test about alpha = 0.05 (binomial SD of the
+    # rate over 300 draws: 0.0126), and a worsening inside the margin less often.
+    sim = np.random.default_rng(11)
+    margin, n, draws = 0.05, 40, 300
+    at = [noninferiority_p(margin + sim.normal(0, 0.2, n), margin, seed=k, n_resamples=199)
+          for k in range(draws)]  # fmt: skip
+    inside = [noninferiority_p(0.04 + sim.normal(0, 0.2, n), margin, seed=k, n_resamples=199)
+              for k in range(draws)]  # fmt: skip
+    rate_at = np.mean(np.array(at) < 0.05)
+    rate_inside = np.mean(np.array(inside) < 0.05)
+    assert 0.01 <= rate_at <= 0.05 + 3 * 0.0126
+    assert rate_inside <= rate_at
+    far = [noninferiority_p(0.2 + sim.normal(0, 0.2, n), margin, seed=k, n_resamples=199)
+           for k in range(50)]  # fmt: skip
+    assert np.mean(np.array(far) < 0.05) > 0.9  # a worsening 3× the margin is caught
+
+
+def test_bounds_do_not_need_the_metric_in_the_baseline() -> None:
+    ids = _ids()
+    cand = pd.DataFrame({"id": ids, "m": UP})
+    base = pd.DataFrame({"id": ids, "other": BASE})
+    settings = _settings({"m": {"min": 0.5, "max_drop": 0.1}})
+    bound, drop = evaluate_tables(cand, base, [MetricInfo("m", True, 0, 2)], settings)
+    assert bound.kind == "min" and bound.status == PASS
+    assert bound.candidate == pytest.approx(float(np.mean(UP)))  # > 0.5: BASE ≥ 0.3, +0.2
+    assert drop.status == UNDECIDED and "missing from the baseline" in drop.message
+
+
+@pytest.mark.parametrize("key", ["alpha", "min_pairs", "seed", "n_resamples"])
+def test_a_non_number_setting_is_a_config_error_naming_the_key(key: str) -> None:
+    with pytest.raises(ConfigError, match=f"{key}='abc' is not"):
+        parse_settings({"rules": {"m": {"min": 0.5}}, key: "abc"})
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, "nan"])
+@pytest.mark.parametrize("key", ["min", "max", "max_drop"])
+def test_a_non_finite_limit_is_refused(key: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=f"rules.m.{key}=.* finite"):
+        parse_settings({"rules": {"m": {key: value}}})
+
+
+def test_gate_metrics_and_baseline_are_checked_before_work(store: str, runs: dict) -> None:
+    from rag_experiments.analysis.gate import check_baseline, check_rule_metrics
+
+    settings = _settings({"nDCG@1O": {"max_drop": 0.02}})  # letter O for zero
+    with pytest.raises(ConfigError, match="did you mean 'nDCG@10'"):
+        check_rule_metrics(settings, ["nDCG@10", "MRR", "Hit@10"])
+    check_rule_metrics(_settings({"MRR": {"min": 0.1}}), ["nDCG@10", "MRR"])  # no error
+    check_baseline(store, "gate-test", runs["base"])  # a run id: no error
+    with pytest.raises(ConfigError, match="neither an alias of experiment 'gate-test'"):
+        check_baseline(store, "gate-test", "prodution")
+
+
+@pytest.mark.slow  # builds the parts of a run (~6 s)
+def test_run_refuses_an_unknown_gate_metric_or_baseline_before_a_run_opens(
+    compose_cfg, tmp_path: Path
+) -> None:
+    from rag_experiments.job import run_job
+
+    small = ["llm=fake", "embedder=hash", "metrics=retrieval"]
+    cfg = compose_cfg(*small, "gate=default", "gate.baseline=production")
+    cfg.gate.rules = {"ndcg@10": {"max_drop": 0.02}}
+    with pytest.raises(ConfigError, match="rules.ndcg@10 .*did you mean 'nDCG@10'"):
+        run_job(cfg)
+    cfg.gate.rules = {"nDCG@10": {"max_drop": 0.02}}
+    with pytest.raises(ConfigError, match="gate.baseline='production' is neither an alias"):
+        run_job(cfg)
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
+    exp = client.get_experiment_by_name("rag-experiments")
+    assert exp is None or client.search_runs([exp.experiment_id]) == []  # no run was opened

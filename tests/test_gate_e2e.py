@@ -121,7 +121,10 @@ def test_ci_files_of_the_docs_run_as_written(
     (tmp_path / "eval").mkdir()
     shutil.copy(CI_DIR / "gate.yaml", tmp_path / "eval" / "gate.yaml")
     write_answers(tmp_path / "baseline-answers.jsonl")
-    write_answers(tmp_path / "eval" / "answers.jsonl", refuse=WRONG)  # a PR that got worse
+    # a PR that got worse: 16 of 60 answerable questions refused (false_refusal_rate 0 -> 0.267);
+    # the docs' gate.yaml gates 4 metrics (Holm × 4), where 8 refusals (0.133) are not shown
+    # to exceed the margin 0.05 (non-inferiority p ≈ 0.035 before Holm)
+    write_answers(tmp_path / "eval" / "answers.jsonl", refuse=answerable_ids()[:16])
     codes = []
     for command in commands:
         argv = [os.path.expandvars(a) for a in shlex.split(command)[1:]]

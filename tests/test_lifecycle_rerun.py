@@ -144,3 +144,33 @@ def test_an_override_that_is_not_key_value_is_refused_before_the_store_is_read(c
     run = {"rerun": rerun_command, "merge": merge_command}[command]
     with pytest.raises(ConfigError, match=r"overrides must be key=value, got \['judge'\]"):
         run(["--tracking-uri", "sqlite:////nonexistent/x.db", "someid", "llm.model=m", "judge"])
+
+
+def test_rerun_of_a_gated_run_reports_identity_without_its_gate(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rag_experiments.cli import main
+    from rag_experiments.errors import GateFailed
+
+    # a floor no run reaches: the original run's gate fails (exit 1) after the run is logged
+    data = tmp_path / "small.jsonl"
+    data.write_text("\n".join((SAMPLE / "eval.jsonl").read_text().splitlines()[:6]) + "\n")
+    cfg = compose_cfg(
+        "dataset=jsonl", f"dataset.path={data}", f"dataset.corpus={SAMPLE / 'docs'}",
+        "dataset.name=small", "embedder=hash", "llm=fake", "metrics=retrieval", "gate=default",
+    )  # fmt: skip
+    cfg.gate.rules = {"MRR@10": {"min": 1.01}}
+    with pytest.raises(GateFailed) as failed:
+        run_job(cfg)
+    assert failed.value.exit_code == 1
+    uri = f"sqlite:///{tmp_path}/mlruns.db"
+    (run,) = _runs(uri)
+    assert run.data.tags["gate.result"] == "fail"
+    capsys.readouterr()
+
+    assert main(["rerun", run.info.run_id, "--tracking-uri", uri]) == 0
+    out = capsys.readouterr().out
+    assert "identical" in out  # the identity report is printed; no gate line
+    assert "gate FAIL" not in out
+    (new,) = [r for r in _runs(uri) if r.data.tags.get(RERUN_TAG) == run.info.run_id]
+    assert "gate.result" not in new.data.tags

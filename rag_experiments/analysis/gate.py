@@ -27,12 +27,19 @@ Rules are given per metric (canonical names, as in the per-query table)::
      worse by more than the margin with 95 % confidence: the non-inferiority test with margin
      δ = ``max_drop`` by a one-sided 97.5 % interval, Wellek, *Testing Statistical Hypotheses of
      Equivalence and Noninferiority*, 2nd ed. 2010, §2; ICH E9 §3.3.2), **or**
-  2. the Holm-adjusted permutation p-value of d is below ``alpha`` **and** the observed w
-     exceeds ``max_drop`` (a significant difference whose size is past the margin; Holm 1979,
-     *Scand. J. Statist.* 6(2), across the ``max_drop`` metrics of the same question group).
+  2. the **non-inferiority test** rejects: the one-sided p-value of H0 "mean w ≤ ``max_drop``"
+     against H1 "mean w > ``max_drop``" — a paired sign-flip permutation test of the
+     differences shifted by the margin, x_i = w_i − ``max_drop`` (:func:`noninferiority_p`;
+     Wellek 2010, §2.1: non-inferiority is a one-sided test of the difference shifted by the
+     margin) — Holm-adjusted across the ``max_drop`` rules of the same question group (Holm
+     1979, *Scand. J. Statist.* 6(2)) is below ``alpha``.
 
-  Otherwise it passes: a drop that is not significant, or significant but within the margin,
-  does not fail.
+  Otherwise it passes: a worsening not shown to exceed the margin does not fail. A candidate
+  whose true worsening equals the margin fails with probability ≈ ``alpha`` (the test's size;
+  rule 1 is a one-sided 2.5 % test, mostly inside rule 2), one inside the margin less often.
+  (The earlier rule 2, "p of d ≠ 0 < alpha and the observed w > margin", failed such a
+  candidate about half the time: it tested "different from 0", not "past the margin".)
+  Holm corrects within one group (``all``, or one question type), not across the types.
 * ``by_type: true`` applies the metric's rules to each question type as well (one line per
   type, Holm within each type's group).
 
@@ -46,23 +53,31 @@ is
 (a row's value is the mean of R verdicts, so its judge SD is sd/√R; the mean of n rows has
 sd/√(nR); the two runs' judges are independent, so the variances add; z = 1.96 at α = 0.05).
 A ``max_drop`` rule whose |d| is below that noise is **not failed**: the line says
-"within judge noise ±…". Per question type the run-level sd is used with the type's n.
+"within judge noise ±…"; every ``max_drop`` line prints the noise next to the CI. Per question
+type the run-level sd is used with the type's n. When the two runs' verdicts are independent
+(fresh judge calls), the paired CI and the test already contain the judge's noise (each d_i
+carries it); the guard matters when they are correlated — cached verdicts replayed for
+unchanged rows, which make d_i = 0 there and the CI narrower than the judge's real noise.
 
 **Undecided** (exit code 2): the runs evaluated different questions (their
 ``dataset.questions_digest`` tags differ — the digest of questions, references and corpus
 without the recorded answers, so two ``target=recorded`` runs of one question set compare —
 or, for runs logged before that tag, their ``dataset.digest`` tags), fewer than ``min_pairs``
-paired rows, or the metric is missing from either run.
+paired rows, or the metric is missing (from the candidate for any rule; from the baseline
+too for ``max_drop``: bounds never read the baseline). A ``gate=`` of ``rag-exp run`` refuses
+an unknown metric or baseline before any work instead (:func:`check_rule_metrics`,
+:func:`check_baseline`).
 
 Exit code: 1 when any rule failed, else 2 when any rule is undecided, else 0.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,8 +89,14 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from scipy import stats
 
-from rag_experiments.analysis.compare import compare_tables
-from rag_experiments.analysis.paired import ALL, CONFIDENCE, N_RESAMPLES, PairedStat
+from rag_experiments.analysis.compare import compare_tables, holm
+from rag_experiments.analysis.paired import (
+    ALL,
+    CONFIDENCE,
+    MIN_PAIRS_CI,
+    N_RESAMPLES,
+    PairedStat,
+)
 from rag_experiments.analysis.runs import MetricInfo, load_specs
 from rag_experiments.common.uri import resolve_tracking_uri
 from rag_experiments.errors import ConfigError, DatasetError, TrackingError
@@ -151,8 +172,9 @@ def parse_settings(raw: Mapping[str, Any], where: str = "gate config") -> GateSe
     by_type}}}`` (other keys, e.g. ``baseline``, ``junit``, are the caller's).
 
     Raises:
-        ConfigError: No rule, an unknown rule key, a non-number bound, a negative
-            ``max_drop``, an ``alpha`` outside (0, 1), ``min_pairs`` < 2.
+        ConfigError: No rule, an unknown rule key, a non-number or non-finite bound, a
+            negative ``max_drop``, a non-number ``alpha``, ``min_pairs``, ``seed`` or
+            ``n_resamples``, an ``alpha`` outside (0, 1), ``min_pairs`` < 2.
     """
     rules_raw = raw.get("rules") or {}
     if not isinstance(rules_raw, Mapping) or not rules_raw:
@@ -180,24 +202,48 @@ def parse_settings(raw: Mapping[str, Any], where: str = "gate config") -> GateSe
                 values[key] = float(v)
             except (TypeError, ValueError):
                 raise ConfigError(f"{where}: rules.{metric}.{key}={v!r} is not a number") from None
+            if not math.isfinite(values[key]):
+                raise ConfigError(f"{where}: rules.{metric}.{key}={v!r} must be a finite number")
         if values["max_drop"] is not None and values["max_drop"] < 0:
             raise ConfigError(f"{where}: rules.{metric}.max_drop must be ≥ 0 (metric units)")
         if all(v is None for v in values.values()):
             raise ConfigError(f"{where}: rules.{metric} sets none of min, max, max_drop")
         rules.append(Rule(str(metric), **values, by_type=bool(spec.get("by_type", False))))
-    alpha = float(raw.get("alpha", 0.05))
+    alpha = _number(raw, "alpha", 0.05, float, where)
     if not 0.0 < alpha < 1.0:
         raise ConfigError(f"{where}: alpha={alpha} must be in (0, 1), e.g. 0.05")
-    min_pairs = int(raw.get("min_pairs", 5))
+    min_pairs = _number(raw, "min_pairs", 5, int, where)
     if min_pairs < 2:
         raise ConfigError(f"{where}: min_pairs={min_pairs} must be at least 2")
+    n_resamples = _number(raw, "n_resamples", N_RESAMPLES, int, where)
+    if n_resamples < 1:
+        raise ConfigError(f"{where}: n_resamples={n_resamples} must be at least 1, e.g. 9999")
     return GateSettings(
-        tuple(rules),
-        alpha,
-        min_pairs,
-        int(raw.get("seed", 0)),
-        int(raw.get("n_resamples", N_RESAMPLES)),
+        tuple(rules), alpha, min_pairs, _number(raw, "seed", 0, int, where), n_resamples
     )
+
+
+def _number(raw: Mapping[str, Any], key: str, default: Any, kind: type, where: str) -> Any:
+    """``raw[key]`` (or ``default``) as ``kind`` (int or float), finite.
+
+    Raises:
+        ConfigError: Not a number of that kind, or NaN/inf; the message names the key.
+    """
+    value = raw.get(key)
+    if value is None:
+        return default
+    try:
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError
+        if kind is int:
+            if number != int(number) or isinstance(value, bool):
+                raise ValueError
+            return int(number)
+        return number
+    except (TypeError, ValueError):
+        what = "an integer" if kind is int else "a finite number"
+        raise ConfigError(f"{where}: {key}={value!r} is not {what}") from None
 
 
 @dataclass(frozen=True)
@@ -217,7 +263,8 @@ class RuleResult:
         diff: candidate − baseline (``max_drop``), NaN otherwise.
         ci_low: Lower 95 % CI bound (of the mean for bounds, of the diff for ``max_drop``).
         ci_high: Upper bound of it.
-        p_holm: Holm-adjusted p of the diff (``max_drop``), else NaN.
+        p_holm: Holm-adjusted one-sided non-inferiority p of H0 "worsening ≤ limit"
+            (``max_drop``, :func:`noninferiority_p`), else NaN.
         judge_noise: The judge noise of the diff when known, else NaN.
     """
 
@@ -412,25 +459,33 @@ def evaluate_tables(
     settings: GateSettings,
     *,
     noise: Mapping[str, tuple[tuple[float, int], tuple[float, int]]] | None = None,
+    baseline_metrics: Collection[str] | None = None,
 ) -> list[RuleResult]:
     """Apply the rules to two per-query tables (the module docstring gives every rule).
 
     Args:
         candidate: The candidate's per-query table (``id``, ``question_type``, metric columns).
         baseline: The baseline's table, or None (``max_drop`` rules are then undecided).
-        specs: Metric columns present in both runs (or in the candidate without a baseline),
-            with their declared direction.
+        specs: The candidate's metric columns with their declared direction (bounds read
+            the candidate only; a ``max_drop`` rule also needs the metric in the baseline).
         settings: The rules.
         noise: ``{metric: ((sd_b, R_b), (sd_c, R_c))}`` for metrics whose judge noise both
             runs logged.
+        baseline_metrics: Metrics the baseline run computed (its ``metric_specs.json``);
+            None = the baseline table's columns.
 
     Returns:
         One result per rule kind and group, in rule order (``all`` first, then the types).
     """
     by_name = {s.name: s for s in specs}
+    in_base = set(
+        baseline_metrics
+        if baseline_metrics is not None
+        else (baseline.columns if baseline is not None else ())
+    ) & set(by_name)
     noise = dict(noise or {})
     types = _types(candidate)
-    drop_rules = [r for r in settings.rules if r.max_drop is not None and r.metric in by_name]
+    drop_rules = [r for r in settings.rules if r.max_drop is not None and r.metric in in_base]
     paired: dict[tuple[str, str], PairedStat] = {}
     if baseline is not None and drop_rules:
         comparison = compare_tables(
@@ -441,6 +496,11 @@ def evaluate_tables(
             n_resamples=settings.n_resamples,
         )
         paired = {(s.metric, s.group): s for s in comparison.stats}
+    p_ni = (
+        _noninferiority_p(candidate, baseline, drop_rules, by_name, settings)
+        if baseline is not None and drop_rules
+        else {}
+    )
     out: list[RuleResult] = []
     for rule in settings.rules:
         groups = [ALL] + (types if rule.by_type else [])
@@ -455,9 +515,20 @@ def evaluate_tables(
                             limit,
                             group,
                             UNDECIDED,
-                            f"metric {rule.metric} is missing from "
-                            + ("a run" if baseline is not None else "the candidate run")
-                            + f"; the runs have {', '.join(sorted(by_name)) or 'none'}",
+                            f"metric {rule.metric} is missing from the candidate run; it has "
+                            f"{', '.join(sorted(by_name)) or 'none'}",
+                        )  # fmt: skip
+                    )
+                elif kind == "max_drop" and baseline is not None and rule.metric not in in_base:
+                    out.append(
+                        RuleResult(
+                            rule.metric,
+                            kind,
+                            limit,
+                            group,
+                            UNDECIDED,
+                            f"metric {rule.metric} is missing from the baseline run; it has "
+                            f"{', '.join(sorted(in_base)) or 'none'}",
                         )  # fmt: skip
                     )
                 elif kind == "max_drop":
@@ -467,6 +538,7 @@ def evaluate_tables(
                             limit,
                             group,
                             paired.get((rule.metric, group)),
+                            p_ni.get((rule.metric, group), math.nan),
                             settings,
                             noise.get(rule.metric),
                             baseline is not None,
@@ -474,6 +546,94 @@ def evaluate_tables(
                     )
                 else:
                     out.append(_bound_rule(spec, kind, limit, group, candidate, settings))
+    return out
+
+
+def noninferiority_p(
+    worsening: Sequence[float], margin: float, *, seed: int = 0, n_resamples: int = N_RESAMPLES
+) -> float:
+    """One-sided p-value of H0 "mean worsening ≤ ``margin``" against H1 "> ``margin``".
+
+    The paired sign-flip permutation test of the shifted differences x_i = w_i − margin
+    (under H0 at its boundary each x_i is symmetric about 0, so its sign is exchangeable;
+    Wellek 2010, §2.1: a non-inferiority hypothesis is tested as a one-sided test of the
+    difference shifted by the margin; Good, *Permutation Tests*, 2000, §3.1):
+    p = (1 + #{sign patterns with mean(±x) ≥ mean(x)}) / (1 + B), or the exact share over all
+    2ⁿ patterns when 2ⁿ ≤ ``n_resamples`` (``scipy.stats.permutation_test``).
+
+    Args:
+        worsening: Per-question worsening w_i (metric units; > 0 = candidate worse), no NaN.
+        margin: The non-inferiority margin δ = ``max_drop`` (≥ 0).
+        seed: Seed of the random sign patterns.
+        n_resamples: Random sign patterns B.
+
+    Returns:
+        p in (0, 1]; NaN for fewer than 2 pairs.
+    """
+    x = np.asarray(worsening, dtype=np.float64) - margin
+    if x.size < MIN_PAIRS_CI:
+        return math.nan
+    test = stats.permutation_test(
+        (x,), _mean, permutation_type="samples", vectorized=True,
+        n_resamples=n_resamples, alternative="greater", rng=seed,
+    )  # fmt: skip
+    return float(test.pvalue)
+
+
+def _mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(x, axis=axis)
+
+
+def _noninferiority_p(
+    candidate: pd.DataFrame,
+    baseline: pd.DataFrame,
+    drop_rules: Sequence[Rule],
+    by_name: Mapping[str, MetricInfo],
+    settings: GateSettings,
+) -> dict[tuple[str, str], float]:
+    """Holm-adjusted :func:`noninferiority_p` of every ``max_drop`` rule, per question group
+    (Holm within a group: ``all`` over every rule, a type over the ``by_type`` rules). Rows
+    are paired by ``id`` and grouped by the baseline's ``question_type``, as
+    :func:`~rag_experiments.analysis.compare.compare_tables` does."""
+    a = baseline.drop_duplicates("id").set_index("id")
+    b = candidate.drop_duplicates("id").set_index("id")
+    common = [i for i in a.index if i in b.index]
+    if not common:
+        return {}
+    a, b = a.loc[common], b.loc[common]
+    types = (
+        a["question_type"].fillna("").astype(str)
+        if "question_type" in a
+        else pd.Series("", index=a.index)
+    )
+    groups = [(ALL, np.ones(len(common), dtype=bool), drop_rules)]
+    groups += [
+        (t, (types == t).to_numpy(), [r for r in drop_rules if r.by_type])
+        for t in sorted(set(types) - {""})
+    ]
+    out: dict[tuple[str, str], float] = {}
+    for group, member, rules in groups:
+        raw = []
+        for rule in rules:
+            spec = by_name[rule.metric]
+            if spec.name not in a.columns or spec.name not in b.columns:
+                raw.append(math.nan)
+                continue
+            va = pd.to_numeric(a[spec.name], errors="coerce").to_numpy(dtype=np.float64)
+            vb = pd.to_numeric(b[spec.name], errors="coerce").to_numpy(dtype=np.float64)
+            keep = member & ~np.isnan(va) & ~np.isnan(vb)
+            d = vb[keep] - va[keep]
+            worse = -d if spec.higher_is_better else d
+            raw.append(
+                noninferiority_p(
+                    worse,
+                    float(rule.max_drop or 0.0),
+                    seed=settings.seed,
+                    n_resamples=settings.n_resamples,
+                )  # fmt: skip
+            )
+        for rule, p in zip(rules, holm(raw), strict=True):
+            out[(rule.metric, group)] = p
     return out
 
 
@@ -518,6 +678,7 @@ def _drop_rule(
     margin: float,
     group: str,
     s: PairedStat | None,
+    p_ni: float,
     settings: GateSettings,
     noise: tuple[tuple[float, int], tuple[float, int]] | None,
     has_baseline: bool,
@@ -535,27 +696,30 @@ def _drop_rule(
     worse = -s.diff if hib else s.diff  # worsening, > 0 = candidate worse
     worse_low = -s.ci_high if hib else s.ci_low  # CI of the worsening
     by_ci = worse_low > margin
-    by_p = s.p_holm < settings.alpha and worse > margin
+    by_p = p_ni < settings.alpha  # NaN (too few pairs) compares False
     direction = "higher is better" if hib else "lower is better"
     facts = (
         f"candidate {s.mean_b:.4f} vs baseline {s.mean_a:.4f}, diff {s.diff:+.4f} "
-        f"({direction}), 95% CI [{s.ci_low:+.4f}, {s.ci_high:+.4f}], p_holm {s.p_holm:.4g}, "
-        f"n {n}"
+        f"({direction}), 95% CI [{s.ci_low:+.4f}, {s.ci_high:+.4f}]"
     )
+    tail = f"p(worsening > {margin:g}) Holm {p_ni:.4g}, n {n}"
     stat = dict(
         n=n, candidate=s.mean_b, baseline=s.mean_a, diff=s.diff, ci_low=s.ci_low,
-        ci_high=s.ci_high, p_holm=s.p_holm,
+        ci_high=s.ci_high, p_holm=p_ni,
     )  # fmt: skip
     noise_value = math.nan
     if noise is not None:
         (sd_b, r_b), (sd_c, r_c) = noise
         noise_value = judge_noise(n, sd_b, r_b, sd_c, r_c, settings.alpha)
         stat["judge_noise"] = noise_value
+        facts += f", judge noise ±{noise_value:.4f}"
+    facts += f", {tail}"
     if (by_ci or by_p) and abs(s.diff) < noise_value:
         return RuleResult(
             name, "max_drop", margin, group, PASS,
             f"not failed: the difference {s.diff:+.4f} is within the judge noise "
-            f"±{noise_value:.4f} (judge_sd and judge.repeats of both runs); {facts}",
+            f"±{noise_value:.4f} (judge_sd and judge.repeats of both runs; the CI holds the "
+            f"judge's noise only when its verdicts are independent between the runs); {facts}",
             **stat,
         )  # fmt: skip
     if by_ci or by_p:
@@ -564,8 +728,8 @@ def _drop_rule(
             why.append(f"the whole CI is worse than the margin {margin:g}")
         if by_p:
             why.append(
-                f"p_holm {s.p_holm:.4g} < alpha {settings.alpha:g} and the drop "
-                f"{worse:.4f} > {margin:g}"
+                f"the worsening {worse:.4f} exceeds {margin:g} significantly "
+                f"(Holm-adjusted non-inferiority p {p_ni:.4g} < alpha {settings.alpha:g})"
             )
         return RuleResult(
             name, "max_drop", margin, group, FAIL,
@@ -573,7 +737,7 @@ def _drop_rule(
         )  # fmt: skip
     return RuleResult(
         name, "max_drop", margin, group, PASS,
-        f"no drop beyond {margin:g} shown; {facts}", **stat,
+        f"no worsening beyond {margin:g} shown; {facts}", **stat,
     )  # fmt: skip
 
 
@@ -642,6 +806,56 @@ def resolve_baseline(client: mlflow.MlflowClient, candidate: Run, ref: str) -> s
             f"set it with `rag-exp promote <run id> --alias {ref}` or pass a run id"
         ) from None
     return ref
+
+
+def check_rule_metrics(settings: GateSettings, columns: Sequence[str]) -> None:
+    """Refuse rules naming a metric the run does not compute (checked before any work).
+
+    Args:
+        settings: The rules.
+        columns: The run's metric columns: every metric's ``specs()`` names (a per-type rule
+            names the plain column; ``by_type`` handles the types).
+
+    Raises:
+        ConfigError: A rule's metric is not among ``columns``; the message suggests the
+            closest name (``difflib.get_close_matches``).
+    """
+    known = sorted(set(columns))
+    folded = {name.casefold(): name for name in known}
+    for rule in settings.rules:
+        if rule.metric in folded.values():
+            continue
+        close = difflib.get_close_matches(rule.metric.casefold(), list(folded), n=1)
+        hint = f"did you mean {folded[close[0]]!r}? " if close else ""
+        shown = ", ".join(known[:20]) + (f", … ({len(known)} in all)" if len(known) > 20 else "")
+        raise ConfigError(
+            f"gate: rules.{rule.metric} names a metric this run does not compute; {hint}"
+            f"the run computes {shown or 'none'}"
+        )
+
+
+def check_baseline(tracking_uri: str, experiment: str, ref: str) -> None:
+    """Refuse a baseline that is neither an alias of ``experiment`` (``rag-exp promote``) nor a
+    run of the store (checked before any work, as :func:`resolve_baseline` reads it after).
+
+    Raises:
+        ConfigError: ``ref`` is no alias of ``experiment`` and no run id at ``tracking_uri``.
+        TrackingError: The store cannot be read.
+    """
+    client = open_store(tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    tags = exp.tags if exp is not None else {}
+    if tags.get(ALIAS_TAG + ref):
+        return
+    try:
+        client.get_run(ref)
+    except MlflowException:
+        aliases = sorted(k.removeprefix(ALIAS_TAG) for k in tags if k.startswith(ALIAS_TAG))
+        raise ConfigError(
+            f"gate.baseline={ref!r} is neither an alias of experiment {experiment!r} "
+            f"(aliases: {', '.join(aliases) or 'none'}) nor a run at {client.tracking_uri}; "
+            f"set it with `rag-exp promote <run id> --alias {ref}` or pass a run id"
+        ) from None
 
 
 def set_alias(tracking_uri: str, run_id: str, alias: str, retry_s: float = 120.0) -> str:
@@ -720,18 +934,18 @@ def gate_runs(
     base_id = result.baseline
     cand_specs = load_specs(client, candidate_id)
     cand_table = read_table(client, candidate_id)
-    base_table, noise = None, {}
-    specs = cand_specs
+    base_table, noise, base_names = None, {}, None
     if base is not None:
         base_names = {s.name for s in load_specs(client, base_id)}
-        specs = [s for s in cand_specs if s.name in base_names]
         base_table = read_table(client, base_id)
         for rule in settings.rules:
             pair = (_judge_sd(base, rule.metric), _judge_sd(cand, rule.metric))
             if pair[0] is not None and pair[1] is not None:
                 noise[rule.metric] = pair
     try:
-        result.results = evaluate_tables(cand_table, base_table, specs, settings, noise=noise)
+        result.results = evaluate_tables(
+            cand_table, base_table, cand_specs, settings, noise=noise, baseline_metrics=base_names
+        )
     except DatasetError as exc:  # no sample id in common
         result.problem = str(exc)
         result.results = [

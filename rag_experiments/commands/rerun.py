@@ -10,6 +10,10 @@ none) and the per-query cells that changed.
 
 Values that change by nature are left out of the diff: durations, latencies and LLM usage
 counters (a rerun's calls are cache hits).
+
+A run made with ``gate=`` is rerun **without its gate**: a rerun's purpose is identity, which the
+report shows; the gate would raise before the report is printed, and its baseline alias may
+point at another run by now. Gate the new run with ``rag-exp gate <new run id> --baseline …``.
 """
 
 from __future__ import annotations
@@ -145,6 +149,9 @@ def rerun(run_id: str, tracking_uri: str, overrides: list[str] | None = None) ->
         raise TrackingError(f"cannot find run {run_id!r} at {uri}: {exc.message}") from exc
     cfg = load_run_config(client, run_id, overrides)
     cfg.tracking.uri = uri
+    if cfg.get("gate"):
+        log.info("rerun: the run's gate= is not applied (gate the new run with rag-exp gate)")
+        cfg.gate = None
     expected = original.data.tags.get("dataset.digest")
     if expected:
         digest = load_dataset(cfg).digest  # the max_samples subset, as the run evaluated
