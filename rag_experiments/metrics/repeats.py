@@ -29,6 +29,8 @@ carry ``r`` in their cache key (:func:`~rag_experiments.llm.cache.request_key`).
   (``ddof=1``; NaN with fewer than 2). Sample, not population: the N repeats are a sample of
   the verdicts the judge could give, and what a reader needs is an estimate of that noise, which
   the population formula underestimates by ``sqrt((N-1)/N)`` (18 % at N=3);
+* per-query column ``<m>.flip``: whether the row's verdict differs between its repeats (empty
+  with fewer than 2 valid repeats); ``rag-exp merge`` recomputes ``<m>.flip_rate`` from it;
 * run metric ``<m>.judge_sd``: the pooled within-row SD over the rows that have an ``<m>.sd``,
   ``sqrt(mean(sd_i²))`` (the root of the mean within-row variance, Bland & Altman 1996: the
   mean of the SDs would underestimate it);
@@ -65,6 +67,8 @@ FLIP_THRESHOLD = 0.5
 
 SD_SUFFIX = ".sd"
 """Per-query column of a row's spread: ``<metric>.sd``."""
+FLIP_SUFFIX = ".flip"
+"""Per-query column of whether a row's verdict flips between repeats: ``<metric>.flip``."""
 JUDGE_SD_SUFFIX = ".judge_sd"
 """Run metric: pooled within-row SD ``sqrt(mean(sd_i²))``, ``<metric>.judge_sd``."""
 FLIP_RATE_SUFFIX = ".flip_rate"
