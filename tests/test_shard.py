@@ -210,12 +210,13 @@ def test_merge_keeps_judge_noise_questions_digest_and_ppi(
     (the unsharded run computes them itself: the reference)."""
     ids = [s.id for s in load_dataset(compose_cfg("max_samples=24")).samples]
     labels = tmp_path / "labels.jsonl"
-    lines = [{"id": i, "metric": "faithfulness", "value": k % 2} for k, i in enumerate(ids)]
+    half = ids[: len(ids) // 2]  # PPI needs labeled and unlabeled rows
+    lines = [{"id": i, "metric": "faithfulness", "value": k % 2} for k, i in enumerate(half)]
     labels.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
-    noisy = "{FaithfulnessOutput:{claims:[{claim:x,context:0},{claim:y,context:0}]}}"
+    noisy = "{claims:[{claim:x,context:0},{claim:y,context:0}]}"
     client, uri, whole, _, _, merged = _whole_and_merged(
         tmp_path, 2, "metrics=custom", "judge=fake", "max_samples=24", "judge.repeats=3",
-        "judge.noisy_marker=password", f"judge.noisy_responses={noisy}",
+        "judge.noisy_marker=password", f"+judge.noisy_responses.FaithfulnessOutput={noisy}",
         f"calibration.labels={labels}",
     )  # fmt: skip
     want, got = whole.data.metrics, merged.data.metrics
