@@ -279,6 +279,7 @@ def _result(
             retrieved_contexts=_json(row.get("retrieved_contexts")) or [],
             retrieved_ids=_json(row.get("retrieved_ids")),
             retrieved_doc_ids=_json(row.get("retrieved_doc_ids")),
+            retrieved_sources=_json(row.get("retrieved_sources")),
             latency_ms=float(row.get("latency_ms") or 0.0),
             no_response=bool(row.get("no_response")),
             error=_text(row.get("error")),
