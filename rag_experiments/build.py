@@ -460,13 +460,14 @@ def build_calibration(cfg: DictConfig, metrics: list[Any]) -> CalibrationLabels 
     (:meth:`~rag_experiments.metrics.calibration.CalibrationLabels.check_metrics`).
 
     Raises:
-        ConfigError: An unreadable or malformed file, or a metric the run does not compute.
+        ConfigError: An unreadable or malformed file, a metric the run does not compute, or a
+            column whose declared range is not [0, 1].
     """
     node = cfg.get("calibration")
     if node is None or not node.get("labels"):
         return None
     labels = load_labels(str(node.labels), power_tuning=bool(node.get("power_tuning", False)))
-    labels.check_metrics([s.name for m in metrics for s in m.specs()])
+    labels.check_metrics([s for m in metrics for s in m.specs()])
     return labels
 
 

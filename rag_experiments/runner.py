@@ -27,7 +27,7 @@ from rag_experiments.llm.errors import JUDGE_ERROR_REASONS, SERVICE_ERROR_REASON
 from rag_experiments.metrics.aggregate import Aggregate, aggregate, percentile, to_metrics
 from rag_experiments.metrics.audit import collect_audit, to_jsonl
 from rag_experiments.metrics.calibration import CalibrationLabels, calibrated_estimates
-from rag_experiments.metrics.repeats import SD_SUFFIX, JudgeRepeats
+from rag_experiments.metrics.repeats import FLIP_SUFFIX, SD_SUFFIX, JudgeRepeats
 from rag_experiments.metrics.scheduler import JudgedRowMetric, JudgeScheduler, RowResults
 from rag_experiments.protocols import Metric, Target
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
@@ -103,6 +103,9 @@ class EvalResult:
     spread: dict[str, list[float]] = field(default_factory=dict)
     """With ``judge.repeats > 1``: ``{column: each row's sample SD over the repeats}``, the
     per-query column ``<column>.sd`` (:mod:`~rag_experiments.metrics.repeats`); else empty."""
+    flips: dict[str, list[bool | None]] = field(default_factory=dict)
+    """With ``judge.repeats > 1``: ``{column: per row, whether its verdict differs between the
+    repeats (None with < 2 valid)}``, the per-query column ``<column>.flip``; else empty."""
 
     def metrics(self) -> dict[str, float]:
         """Flat metric dict for the tracker: aggregates plus counts (no NaN)."""
@@ -113,8 +116,8 @@ class EvalResult:
 
     def rows(self) -> list[dict[str, Any]]:
         """The per-query table: sample fields, response fields, then ``<metric>`` and
-        ``<metric>.reason`` for every metric (full, untruncated text), and ``<metric>.sd``
-        for every judged metric with ``judge.repeats > 1``."""
+        ``<metric>.reason`` for every metric (full, untruncated text), and ``<metric>.sd`` and
+        ``<metric>.flip`` for every judged metric with ``judge.repeats > 1``."""
         rows = []
         for s, r, v in zip(self.samples, self.responses, self.values, strict=True):
             row: dict[str, Any] = {
@@ -143,6 +146,8 @@ class EvalResult:
                 row[f"{spec.name}.reason"] = mv.reason
                 if spec.name in self.spread:
                     row[spec.name + SD_SUFFIX] = self.spread[spec.name][len(rows)]
+                if spec.name in self.flips:
+                    row[spec.name + FLIP_SUFFIX] = self.flips[spec.name][len(rows)]
             rows.append(row)
         return rows
 
@@ -338,9 +343,11 @@ def evaluate(
     counts["duration_s"] = time.perf_counter() - started
     audit, run_values = collect_audit(audits, samples)
     spread: dict[str, list[float]] = {}
+    flips: dict[str, list[bool | None]] = {}
     for result in judged.values():
         if result.repeats is not None:
             spread.update(result.repeats.sd)
+            flips.update(result.repeats.flipped)
             run_values.update(result.repeats.run_values())
     judge_errors = judge_error_counts(metrics, values)
     for by_reason in judge_errors.values():
@@ -363,7 +370,17 @@ def evaluate(
             answer_concurrency,
         )
     return EvalResult(
-        samples, responses, values, specs, aggs, counts, audit, run_values, judge_errors, spread
+        samples,
+        responses,
+        values,
+        specs,
+        aggs,
+        counts,
+        audit,
+        run_values,
+        judge_errors,
+        spread,
+        flips,
     )
 
 

@@ -13,6 +13,7 @@ import pytest
 from mlflow import MlflowClient
 
 from rag_experiments.errors import ConfigError
+from rag_experiments.metrics.answer_judge import AnswerJudge
 from rag_experiments.metrics.calibration import (
     CalibrationLabels,
     calibrated_estimates,
@@ -22,7 +23,7 @@ from rag_experiments.metrics.calibration import (
     ppi_mean_ci,
     summary_lines,
 )
-from rag_experiments.records import MetricValue
+from rag_experiments.records import MetricSpec, MetricValue
 from rag_experiments.tracking.store import read_table
 
 Z95 = 1.959963984540054  # standard normal quantile at 0.975
@@ -203,11 +204,25 @@ def test_a_filled_grade_sheet_gives_values_on_the_metric_scale(tmp_path: Path) -
         load_labels(tmp_path / "other.csv")
 
 
+def test_check_refuses_labels_of_a_column_not_on_0_1() -> None:
+    # the answer judge's raw grade is declared on [1, 5]: [0, 1] labels cannot calibrate it
+    specs = {d.name: d.spec() for d in AnswerJudge.declaration.outputs}
+    raw = specs["answer_judge.accuracy_raw"]
+    assert (raw.low, raw.high) == (1.0, 5.0)
+    labels = CalibrationLabels({"answer_judge.accuracy_raw": {"s1": 1.0}}, "l.jsonl")
+    with pytest.raises(
+        ConfigError, match=r"metric answer_judge.accuracy_raw is declared on \[1, 5\]"
+    ):
+        labels.check_metrics(list(specs.values()))
+    ok = CalibrationLabels({"answer_judge.accuracy": {"s1": 1.0}}, "l.jsonl")
+    ok.check_metrics(list(specs.values()))  # the normalised [0, 1] column is accepted
+
+
 def test_check_refuses_unknown_metrics_and_ids() -> None:
     labels = CalibrationLabels({"faithfulness": {"s1": 1.0, "zz": 0.0}}, "l.jsonl")
     with pytest.raises(ConfigError, match="metric faithfulness is not computed by this run"):
-        labels.check_metrics(["nDCG@10"])
-    labels.check_metrics(["nDCG@10", "faithfulness"])
+        labels.check_metrics([MetricSpec("nDCG@10")])
+    labels.check_metrics([MetricSpec("nDCG@10"), MetricSpec("faithfulness")])
     with pytest.raises(ConfigError, match=r"1 labeled id\(s\) are not in the dataset \(zz\)"):
         labels.check_ids(["s1", "s2"], subset=False)
     labels.check_ids(["s1", "s2"], subset=True)  # a subset may leave ids out

@@ -1,5 +1,5 @@
 """Judge stability (issue 30, part 2): ``judge.repeats=N`` judges every (row, metric) N times;
-the value is the mean, ``<m>.judge_sd`` the mean within-row sample SD, ``<m>.flip_rate`` the
+the value is the mean, ``<m>.judge_sd`` the pooled within-row sample SD, ``<m>.flip_rate`` the
 share of rows whose verdict (value >= 0.5) differs between repeats, ``<m>.sd`` each row's SD.
 The fake judge's noisy rows (``noisy_marker``) flip a coin seeded by the call's seed, so the
 expected numbers are computed here from ``random.Random(seed)`` by hand."""
@@ -116,8 +116,12 @@ def test_three_seeded_repeats_give_the_hand_computed_flip_rate_and_sd(tmp_path: 
         assert row["faithfulness.sd"] == pytest.approx(_sample_sd(expected))
     n = len(rows)
     assert result.run_values["faithfulness.flip_rate"] == pytest.approx(len(NOISY_IDS) / n)
+    # pooled within-row SD (Bland & Altman 1996): root of the mean of the rows' sample
+    # variances; the stable rows have variance 0
+    noisy_mean = sum(noisy) / 3
+    noisy_var = sum((x - noisy_mean) ** 2 for x in noisy) / 2
     assert result.run_values["faithfulness.judge_sd"] == pytest.approx(
-        len(NOISY_IDS) * _sample_sd(noisy) / n
+        math.sqrt(len(NOISY_IDS) * noisy_var / n)
     )
     assert result.run_values["judge_calls"] == 3 * n  # every repeat is a call
     # the audit keeps every repeat with its index; the rationale says the value is a mean

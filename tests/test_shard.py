@@ -4,18 +4,23 @@ the unsharded run's exactly; a missing or unfinished shard makes merge refuse, n
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from omegaconf import DictConfig
 from test_sweep import RUN_TIMEOUT_S
 
 from rag_experiments.analysis.runs import run_values
+from rag_experiments.build import load_dataset
 from rag_experiments.commands.merge import MERGED_FROM_TAG, ShardMergeError, merge
 from rag_experiments.commands.rerun import _VOLATILE_SUFFIXES
 from rag_experiments.data.base import EvalDataset
@@ -193,3 +198,52 @@ def test_merged_judged_shards_equal_the_unsharded_run(tmp_path: Path) -> None:
         path = client.download_artifacts(run.info.run_id, "judge_audit.jsonl")
         audit[run.info.run_id] = Path(path).read_text(encoding="utf-8")
     assert audit[whole.info.run_id] == audit[merged.info.run_id]
+
+
+@pytest.mark.slow
+def test_merge_keeps_judge_noise_questions_digest_and_ppi(
+    tmp_path: Path, compose_cfg: Callable[..., DictConfig]
+) -> None:
+    """With judge.repeats=3 (a fake judge whose faithfulness verdict is a seeded coin on the
+    questions holding a marker) and calibration.labels, the merged run has the unsharded run's
+    per-query <m>.sd/<m>.flip columns, judge_sd, flip_rate, PPI estimates and questions digest
+    (the unsharded run computes them itself: the reference)."""
+    ids = [s.id for s in load_dataset(compose_cfg("max_samples=24")).samples]
+    labels = tmp_path / "labels.jsonl"
+    half = ids[: len(ids) // 2]  # PPI needs labeled and unlabeled rows
+    lines = [{"id": i, "metric": "faithfulness", "value": k % 2} for k, i in enumerate(half)]
+    labels.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    noisy = "{claims:[{claim:x,context:0},{claim:y,context:0}]}"
+    client, uri, whole, _, _, merged = _whole_and_merged(
+        tmp_path, 2, "metrics=custom", "judge=fake", "max_samples=24", "judge.repeats=3",
+        "judge.noisy_marker=password", f"+judge.noisy_responses.FaithfulnessOutput={noisy}",
+        f"calibration.labels={labels}",
+    )  # fmt: skip
+    want, got = whole.data.metrics, merged.data.metrics
+    assert 0 < want["faithfulness.flip_rate"] < 1  # some rows flip, some do not
+    assert want["faithfulness.judge_sd"] > 0
+    for key in ("faithfulness.judge_sd", "faithfulness.flip_rate", "faithfulness.ppi",
+                "faithfulness.ppi_ci_low", "faithfulness.ppi_ci_high", "faithfulness.labels_mean",
+                "faithfulness.ppi_n_labels", "answer_judge.accuracy.flip_rate"):  # fmt: skip
+        assert got[key] == pytest.approx(want[key], rel=1e-12), key
+    assert _comparable(got) == _comparable(want)
+    tag = "dataset.questions_digest"
+    assert merged.data.tags[tag] == whole.data.tags[tag]
+    a = read_table(client, whole.info.run_id)
+    b = read_table(client, merged.info.run_id)
+    for col in ("faithfulness.sd", "faithfulness.flip"):
+        assert a[col].astype(str).tolist() == b[col].astype(str).tolist(), col
+    # the pooled judge_sd of the whole run, by hand from its per-query SDs
+    sds = [s for s in a["faithfulness.sd"] if not math.isnan(s)]
+    assert want["faithfulness.judge_sd"] == pytest.approx(
+        math.sqrt(sum(s * s for s in sds) / len(sds))
+    )
+    flips = [str(f) == "True" for f in a["faithfulness.flip"] if str(f) in ("True", "False")]
+    assert want["faithfulness.flip_rate"] == pytest.approx(sum(flips) / len(flips))
+
+    # without the labels file where merge runs, the merged run has no PPI and says so
+    labels.unlink()
+    parent_id = merged.data.tags["merge.parent_run_id"]
+    again = client.get_run(merge(parent_id, uri))
+    assert "faithfulness.ppi" not in again.data.metrics
+    assert again.data.metrics["faithfulness.flip_rate"] == want["faithfulness.flip_rate"]

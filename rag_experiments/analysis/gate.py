@@ -43,7 +43,7 @@ Rules are given per metric (canonical names, as in the per-query table)::
 * ``by_type: true`` applies the metric's rules to each question type as well (one line per
   type, Holm within each type's group).
 
-**Judge noise.** When both runs logged the metric ``<metric>.judge_sd`` (mean within-row SD of
+**Judge noise.** When both runs logged the metric ``<metric>.judge_sd`` (pooled within-row SD σ of
 the judge over its repeats) and the param ``judge.repeats`` (R, ``judge.repeats=N`` of
 ``rag-exp run``), the judge's own noise on the difference of the two means over n paired rows
 is
@@ -116,7 +116,7 @@ QUESTIONS_DIGEST_TAG = "dataset.questions_digest"
 """Run tag: digest of the questions, references and corpus, without the recorded answers."""
 
 JUDGE_SD = "judge_sd"
-"""Suffix of the run metric ``<metric>.judge_sd`` (mean within-row SD of the judge)."""
+"""Suffix of the run metric ``<metric>.judge_sd`` (pooled within-row SD σ of the judge)."""
 
 JUDGE_REPEATS_PARAM = "judge.repeats"
 """Param holding the number of judge repeats per (row, metric)."""
@@ -426,9 +426,9 @@ def judge_noise(
 
     Args:
         n: Paired rows (≥ 1).
-        sd_b: Baseline's mean within-row SD of the judge over its repeats (metric units, ≥ 0).
+        sd_b: Baseline's pooled within-row SD σ of the judge over its repeats (metric units, ≥ 0).
         repeats_b: Baseline's judge repeats per row (≥ 1).
-        sd_c: Candidate's mean within-row SD.
+        sd_c: Candidate's pooled within-row SD.
         repeats_c: Candidate's judge repeats per row.
         alpha: Two-sided level; z = Φ⁻¹(1 − α/2).
 

@@ -16,10 +16,17 @@ nested) that stands for the unsharded evaluation:
 * the dataset input, ``n_dropped`` and ``dropped_rows.json`` of the whole dataset, which is
   loaded again from the shards' config (it must be readable where merge runs; each shard's
   logged ``dataset.digest`` must match its part of it);
+* with ``judge.repeats`` > 1: the per-query ``<m>.sd`` and ``<m>.flip`` columns joined, and
+  ``<m>.judge_sd`` / ``<m>.flip_rate`` recomputed from them by
+  :func:`~rag_experiments.metrics.repeats.judge_noise` (the runner's function);
+* with ``calibration.labels``: the ``<m>.ppi*`` estimates recomputed over the joined rows by
+  :func:`~rag_experiments.metrics.calibration.calibrated_estimates` when the labels file is
+  readable where merge runs (else a warning says they were not);
 * params: the shards' config with ``shard.count=1`` (the evaluation the run stands for: a
   ``rag-exp rerun`` of it repeats the unsharded run); tags the shards share (target and
   model identity), ``merged_from`` (the shard run ids in shard order), ``shard.count`` and
-  ``merge.parent_run_id``.
+  ``merge.parent_run_id``; ``dataset.questions_digest`` of the whole dataset (what
+  ``rag-exp gate`` compares).
 
 Not merged: durations and latencies are per shard by nature (``shards.duration_s_sum`` /
 ``_max`` are logged instead of ``duration_s``; ``latency_ms_p50``/``p95`` are recomputed from the
@@ -42,8 +49,10 @@ from omegaconf import OmegaConf
 
 from rag_experiments.common.cliargs import add_overrides, add_tracking_uri, parse_store_command
 from rag_experiments.data.shard import select_shard, shard_of
-from rag_experiments.errors import DatasetError, TrackingError
+from rag_experiments.errors import ConfigError, DatasetError, TrackingError
 from rag_experiments.metrics.audit import USAGE_KEYS, collect_audit
+from rag_experiments.metrics.calibration import calibrated_estimates, load_labels
+from rag_experiments.metrics.repeats import FLIP_SUFFIX, SD_SUFFIX, judge_noise
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 from rag_experiments.runner import EvalResult, log_result, summarise
 from rag_experiments.tracking.mlflow_tracker import (
@@ -196,6 +205,7 @@ def merge(parent_id: str, tracking_uri: str, overrides: list[str] | None = None)
     result = _result(dataset.samples, rows, specs, order, audits, seed=int(cfg.seed))
     for key, value in _summed(shards).items():
         result.run_values[key] = value
+    result.run_values.update(_calibrated(cfg, result))
     experiment = client.get_experiment(shards[0].info.experiment_id).name
     name = shards[0].info.run_name or "merged"
     tracker = MlflowTracker(
@@ -206,6 +216,7 @@ def merge(parent_id: str, tracking_uri: str, overrides: list[str] | None = None)
         MERGED_FROM_TAG: ",".join(r.info.run_id for r in shards),
         "shard.count": str(n),
         "merge.parent_run_id": parent_id,
+        "dataset.questions_digest": dataset.questions_digest,  # of the whole dataset, as job.py
     }
     with tracker.start_run(
         params=OmegaConf.to_container(cfg, resolve=True),
@@ -268,6 +279,7 @@ def _result(
             retrieved_contexts=_json(row.get("retrieved_contexts")) or [],
             retrieved_ids=_json(row.get("retrieved_ids")),
             retrieved_doc_ids=_json(row.get("retrieved_doc_ids")),
+            retrieved_sources=_json(row.get("retrieved_sources")),
             latency_ms=float(row.get("latency_ms") or 0.0),
             no_response=bool(row.get("no_response")),
             error=_text(row.get("error")),
@@ -283,6 +295,14 @@ def _result(
     aggs, counts = summarise(samples, responses, values, specs, seed=seed)
     audit: list[dict[str, Any]] = []
     run_values: dict[str, float] = {}
+    repeated = [s.name for s in specs if s.name + SD_SUFFIX in rows[0]]
+    spread = {c: [_number(row.get(c + SD_SUFFIX)) for row in rows] for c in repeated}
+    flips = {c: [_verdict(row.get(c + FLIP_SUFFIX)) for row in rows] for c in repeated}
+    if any(c + FLIP_SUFFIX not in rows[0] for c in repeated):
+        log.warning(
+            "the shards' per-query tables have <metric>.sd but no <metric>.flip column (logged "
+            "before it existed): the merged run has judge_sd but no flip_rate"
+        )
     if any(audits) and not all(audits):
         log.warning(
             "only some shards logged judge_audit.jsonl: the merged run has no judge audit and "
@@ -292,7 +312,27 @@ def _result(
         joined = _interleave(order, audits, samples)  # type: ignore[arg-type]
         names = [k for k in joined[0] if k not in ("id", "question_type", *USAGE_KEYS)]
         audit, run_values = collect_audit({k: [r[k] for r in joined] for k in names}, samples)
-    return EvalResult(samples, responses, values, specs, aggs, counts, audit, run_values)
+    run_values.update(judge_noise(spread, flips))  # the runner's judge_sd and flip_rate
+    return EvalResult(
+        samples, responses, values, specs, aggs, counts, audit, run_values, {}, spread, flips
+    )
+
+
+def _calibrated(cfg: Any, result: EvalResult) -> dict[str, float]:
+    """The ``<m>.ppi*`` run values of the joined rows when the run had ``calibration.labels``
+    and the file is readable here (as the runner computes them); else empty, with a warning
+    when labels were set."""
+    node = cfg.get("calibration")
+    if node is None or not node.get("labels"):
+        return {}
+    try:
+        labels = load_labels(str(node.labels), power_tuning=bool(node.get("power_tuning", False)))
+    except ConfigError as exc:
+        log.warning("PPI was not recomputed for the merged run (the shards' values are not "
+                    "merged either): %s", exc)  # fmt: skip
+        return {}
+    ids = [s.id for s in result.samples]
+    return calibrated_estimates(labels, ids, result.values)
 
 
 def _summed(shards: list[Any]) -> dict[str, float]:
@@ -362,6 +402,19 @@ def _flag(value: Any) -> bool:
     the column): True only for a true value."""
     text = _text(value)
     return text is not None and text.strip().lower() in ("true", "1", "1.0")
+
+
+def _number(value: Any) -> float:
+    """A float CSV cell, NaN for an empty one."""
+    text = _text(value)
+    return math.nan if text is None else float(text)
+
+
+def _verdict(value: Any) -> bool | None:
+    """A ``<m>.flip`` cell: True/False, None for an empty cell (fewer than 2 valid repeats)
+    or a table without the column."""
+    text = _text(value)
+    return None if text is None else _flag(text)
 
 
 def _json(value: Any) -> Any:

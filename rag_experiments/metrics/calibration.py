@@ -49,7 +49,7 @@ from statistics import NormalDist
 import numpy as np
 
 from rag_experiments.errors import ConfigError
-from rag_experiments.records import MetricValue
+from rag_experiments.records import MetricSpec, MetricValue
 
 CONFIDENCE = 0.95
 """Coverage of the PPI and labels-only confidence intervals."""
@@ -196,15 +196,20 @@ class CalibrationLabels:
     power_tuning: bool = False
     confidence: float = CONFIDENCE
 
-    def check_metrics(self, columns: Sequence[str]) -> None:
-        """Refuse labels of a metric the run does not compute (before the dataset loads).
+    def check_metrics(self, specs: Sequence[MetricSpec]) -> None:
+        """Refuse labels the run cannot calibrate (before the dataset loads): of a metric the
+        run does not compute, or of a column whose declared range is not [0, 1] (labels are
+        in [0, 1]; mixing them with a judge on another scale, e.g. a raw 1–5 grade, would make
+        the PPI correction meaningless, so such columns are refused, not rescaled).
 
         Args:
-            columns: The run's metric columns (canonical names).
+            specs: The run's metric columns (canonical names and declared ranges).
 
         Raises:
-            ConfigError: A label names another metric; the message lists the run's columns.
+            ConfigError: A label names another metric (the message lists the run's columns)
+                or a column whose range is not [0, 1] (the message names it and its range).
         """
+        columns = [s.name for s in specs]
         unknown = sorted(set(self.by_metric) - set(columns))
         if unknown:
             raise ConfigError(
@@ -212,6 +217,13 @@ class CalibrationLabels:
                 f"by this run (its columns: {', '.join(columns)}); fix the file's metric names "
                 "or pick a metrics= suite that has them"
             )
+        for spec in specs:
+            if spec.name in self.by_metric and (spec.low, spec.high) != (0.0, 1.0):
+                raise ConfigError(
+                    f"calibration.labels={self.source}: metric {spec.name} is declared on "
+                    f"[{spec.low:g}, {spec.high:g}], labels are in [0, 1]; label a [0, 1] "
+                    "column instead (e.g. the normalised one, not a *_raw grade)"
+                )
 
     def check_ids(self, sample_ids: Iterable[str], *, subset: bool) -> None:
         """Refuse labels of rows the run does not evaluate, before any question is answered.

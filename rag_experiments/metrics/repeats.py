@@ -29,7 +29,11 @@ carry ``r`` in their cache key (:func:`~rag_experiments.llm.cache.request_key`).
   (``ddof=1``; NaN with fewer than 2). Sample, not population: the N repeats are a sample of
   the verdicts the judge could give, and what a reader needs is an estimate of that noise, which
   the population formula underestimates by ``sqrt((N-1)/N)`` (18 % at N=3);
-* run metric ``<m>.judge_sd``: the mean of ``<m>.sd`` over the rows that have one;
+* per-query column ``<m>.flip``: whether the row's verdict differs between its repeats (empty
+  with fewer than 2 valid repeats); ``rag-exp merge`` recomputes ``<m>.flip_rate`` from it;
+* run metric ``<m>.judge_sd``: the pooled within-row SD over the rows that have an ``<m>.sd``,
+  ``sqrt(mean(sd_i²))`` (the root of the mean within-row variance, Bland & Altman 1996: the
+  mean of the SDs would underestimate it);
 * run metric ``<m>.flip_rate``: the share of those rows whose **verdict** differs between
   repeats, where a value's verdict is ``value >= `` the midpoint of the column's declared range
   (``(low + high) / 2`` of its :class:`~rag_experiments.records.MetricSpec`: 0.5 for the
@@ -63,8 +67,10 @@ FLIP_THRESHOLD = 0.5
 
 SD_SUFFIX = ".sd"
 """Per-query column of a row's spread: ``<metric>.sd``."""
+FLIP_SUFFIX = ".flip"
+"""Per-query column of whether a row's verdict flips between repeats: ``<metric>.flip``."""
 JUDGE_SD_SUFFIX = ".judge_sd"
-"""Run metric: mean within-row SD, ``<metric>.judge_sd``."""
+"""Run metric: pooled within-row SD ``sqrt(mean(sd_i²))``, ``<metric>.judge_sd``."""
 FLIP_RATE_SUFFIX = ".flip_rate"
 """Run metric: share of rows whose verdict flips, ``<metric>.flip_rate``."""
 
@@ -144,15 +150,39 @@ class RepeatSummary:
     flipped: dict[str, list[bool | None]] = field(default_factory=dict)
 
     def run_values(self) -> dict[str, float]:
-        """``<column>.judge_sd`` (mean of the rows' SDs) and ``<column>.flip_rate`` (share of
-        the rows that flip) over the rows with >= 2 valid repeats; NaN when there are none."""
-        out: dict[str, float] = {}
-        for col, sds in self.sd.items():
-            valid = [s for s in sds if not math.isnan(s)]
-            flips = [f for f in self.flipped[col] if f is not None]
-            out[col + JUDGE_SD_SUFFIX] = statistics.fmean(valid) if valid else math.nan
-            out[col + FLIP_RATE_SUFFIX] = sum(flips) / len(flips) if flips else math.nan
-        return out
+        """``<column>.judge_sd`` and ``<column>.flip_rate`` over the rows with >= 2 valid
+        repeats; NaN when there are none.
+
+        ``judge_sd`` is the within-subject SD of Bland & Altman ("Measurement error", BMJ
+        1996): ``sqrt(mean_i(s_i²))``, the root of the mean of the rows' sample variances
+        (``ddof=1``), not the mean of their SDs. ``flip_rate`` is the share of rows that flip.
+        """
+        return judge_noise(self.sd, self.flipped)
+
+
+def judge_noise(
+    sd: Mapping[str, Sequence[float]], flipped: Mapping[str, Sequence[bool | None]]
+) -> dict[str, float]:
+    """``<column>.judge_sd`` (pooled within-row SD, ``sqrt(mean(s_i²))`` over the rows with an
+    SD; Bland & Altman, BMJ 1996) and ``<column>.flip_rate`` (share of the rows with a flip
+    verdict that flip) per column; NaN when no row has one.
+
+    Args:
+        sd: ``{column: per row, its sample SD over the repeats (NaN with < 2 valid)}``.
+        flipped: ``{column: per row, whether its verdict flips (None with < 2 valid)}``;
+            must have the columns of ``sd``.
+
+    Returns:
+        ``{"<column>.judge_sd": float >= 0, "<column>.flip_rate": float in [0, 1]}``.
+    """
+    out: dict[str, float] = {}
+    for col, sds in sd.items():
+        valid = [s for s in sds if not math.isnan(s)]
+        flips = [f for f in flipped[col] if f is not None]
+        pooled = math.sqrt(statistics.fmean(s * s for s in valid)) if valid else math.nan
+        out[col + JUDGE_SD_SUFFIX] = pooled
+        out[col + FLIP_RATE_SUFFIX] = sum(flips) / len(flips) if flips else math.nan
+    return out
 
 
 def combine_row(
