@@ -48,6 +48,14 @@ def test_swept_params_are_those_that_differ() -> None:
     assert swept_params(runs) == ["a", "c"]
 
 
+def test_a_swapped_group_shows_as_its_target_only() -> None:
+    # -m retriever=dense,bm25 retriever.top_k=3,5: bm25's own keys came with the choice
+    dense = {"retriever._target_": "Dense", "retriever.top_k": "3", "seed": "0"}
+    bm25 = {"retriever._target_": "Bm25", "retriever.top_k": "5", "retriever.k1": "0.9",
+            "retriever.bm25.b": "0.4", "seed": "0"}  # fmt: skip
+    assert swept_params([dense, bm25]) == ["retriever._target_", "retriever.top_k"]
+
+
 def test_best_reports_a_tie_as_a_tie() -> None:
     def child(run_id: str, size: str, hit: float) -> Child:
         return Child(run_id, "FINISHED", {"chunker.size": size}, {"Hit@5": hit},

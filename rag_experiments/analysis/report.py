@@ -163,6 +163,11 @@ def resolve_parent(client: Any, ref: str) -> Run:
 def swept_params(params: Sequence[dict[str, str]]) -> list[str]:
     """Params whose value differs between runs (a param missing from a run counts as a value).
 
+    A swapped config group (``-m retriever=dense,bm25,hybrid``) shows as its ``<group>._target_``
+    only: the group's keys that some runs lack (``retriever.k1`` of BM25, ``retriever.fusion``
+    of hybrid) came with the choice and are not listed; a group key every run has and that
+    differs (``retriever.top_k`` swept as well) still is.
+
     Args:
         params: Each run's params.
 
@@ -170,7 +175,17 @@ def swept_params(params: Sequence[dict[str, str]]) -> list[str]:
         The swept parameter names, sorted.
     """
     keys = set().union(*params) if params else set()
-    return sorted(k for k in keys if len({p.get(k) for p in params}) > 1)
+    swept = sorted(k for k in keys if len({p.get(k) for p in params}) > 1)
+    swapped = [k.removesuffix("_target_") for k in swept if k.endswith("._target_")]
+
+    def implied(key: str) -> bool:
+        return (
+            not key.endswith("._target_")
+            and any(key.startswith(group) for group in swapped)
+            and any(key not in p for p in params)
+        )
+
+    return [k for k in swept if not implied(k)]
 
 
 def pareto_front(cost: Sequence[float], quality: Sequence[float]) -> list[int]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import tempfile
 from pathlib import Path
 
@@ -54,6 +55,11 @@ def report_command(argv: list[str]) -> int:
         f"sweep {parent}: {len(report.children)} children, swept "
         f"{', '.join(report.swept) or 'nothing'}"
     )
+    done = report.finished()
+    shown = [m for m in report.key if any(math.isfinite(c.mean[m]) for c in done)]
+    for child in done:
+        values = "  ".join(f"{m} {child.mean[m]:.4f}" for m in shown)
+        print(f"  {child.label}: {values}")
     for row in report.best:
         if row["metric"] in report.key:
             tie = f"tie of {row['n_tied']}: " if row["n_tied"] > 1 else ""
