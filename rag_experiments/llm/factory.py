@@ -119,11 +119,7 @@ def build_chat(
     with _lock:
         path = _session.cache_path if cache_path is _UNSET else cache_path
         mode = cache_mode or _session.cache_mode
-        cache = None
-        if path and mode != "off":
-            cache = _session.caches.get(path)
-            if cache is None:
-                cache = _session.caches[path] = ResponseCache(path)
+        cache = _open_cache(path, mode)
         meter = _session.meters.setdefault(role, UsageMeter(role))
         model = CachedChat(inner, meter, cache, mode if path else "off")
         _session.first_models.setdefault(role, model)
@@ -139,14 +135,25 @@ def session_cache(role: str) -> tuple[ResponseCache | None, str, UsageMeter]:
         ConfigError: The cache file cannot be opened.
     """
     with _lock:
-        path, mode = _session.cache_path, _session.cache_mode
-        cache = None
-        if path and mode != "off":
-            cache = _session.caches.get(path)
-            if cache is None:
-                cache = _session.caches[path] = ResponseCache(path)
+        mode = _session.cache_mode
+        cache = _open_cache(_session.cache_path, mode)
         meter = _session.meters.setdefault(role, UsageMeter(role))
     return cache, (mode if cache is not None else "off"), meter
+
+
+def _open_cache(path: str | None, mode: str) -> ResponseCache | None:
+    """The session's response cache at ``path`` (opened once per path), None without a path
+    or with ``mode`` ``off``. The caller holds ``_lock``.
+
+    Raises:
+        ConfigError: The cache file cannot be opened.
+    """
+    if not path or mode == "off":
+        return None
+    cache = _session.caches.get(path)
+    if cache is None:
+        cache = _session.caches[path] = ResponseCache(path)
+    return cache
 
 
 def usage_by_role() -> dict[str, float]:
