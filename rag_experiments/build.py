@@ -232,7 +232,16 @@ def load_dataset(cfg: DictConfig) -> EvalDataset:
         RagExpError: The dataset cannot be loaded.
         InstantiationException: ``cfg.dataset`` does not instantiate.
     """
-    dataset = instantiate(cfg.dataset).load()
+    return select_samples(cfg, instantiate(cfg.dataset).load())
+
+
+def select_samples(cfg: DictConfig, dataset: EvalDataset) -> EvalDataset:
+    """The part of the whole loaded ``dataset`` a job evaluates: the seeded ``max_samples``
+    subset when one is set, then shard ``shard.index`` of ``shard.count``.
+
+    Raises:
+        ConfigError: ``max_samples`` < 1 or a bad shard.
+    """
     if cfg.get("max_samples") is not None:
         dataset = dataset.subset(int(cfg.max_samples), seed=int(cfg.seed))
     return select_shard(dataset, **cfg.get("shard", {}))  # no shard key or count 1: all
@@ -420,10 +429,10 @@ def build(cfg: DictConfig) -> Experiment:
         metrics = [build_metric(node, shared) for node in cfg.metrics.suite.values()]
         calibration = build_calibration(cfg, metrics)
         generate = bool(cfg.metrics.generate)
-        dataset = load_dataset(cfg)
-        if calibration is not None:  # a max_samples subset or a shard may leave labels out
-            subset = cfg.get("max_samples") is not None or int(cfg.shard.count) > 1
-            calibration.check_ids((s.id for s in dataset.samples), subset=subset)
+        whole = instantiate(cfg.dataset).load()
+        dataset = select_samples(cfg, whole)
+        if calibration is not None:  # ids are checked against the whole dataset, not the part
+            calibration.check_ids((s.id for s in whole.samples), (s.id for s in dataset.samples))
         checks: dict[str, Any] = {}
         if is_assembled(cfg.target):
             target = build_baseline(cfg, metrics, generate, shared)

@@ -4,6 +4,7 @@ against values computed by hand, RRF and the convex sum against their formulas."
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -99,6 +100,19 @@ def test_bm25_settings_are_checked() -> None:
         Bm25Retriever(b=1.5)
     with pytest.raises(RagExpError, match="not prepared"):
         Bm25Retriever().retrieve("cat")
+
+
+def test_hybrid_settings_name_the_offending_key(caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(ConfigError, match=r"^retriever.alpha must be in \[0, 1\], got 2.0.$"):
+        HybridRetriever(alpha=2.0)
+    with pytest.raises(ConfigError, match=r"^retriever.k must be > 0, got 0.$"):
+        HybridRetriever(k=0)
+    with caplog.at_level(logging.WARNING, logger="rag_experiments.retrieval.hybrid"):
+        HybridRetriever(fusion="convex", norm="zscore", alpha=0.3)  # used: no warning
+        assert caplog.records == []
+        HybridRetriever(fusion="rrf", norm="zscore")
+    (record,) = caplog.records
+    assert "retriever.norm=zscore apply to retriever.fusion=convex only" in record.getMessage()
 
 
 def hit(cid: str, score: float) -> Hit:

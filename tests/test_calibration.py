@@ -132,7 +132,22 @@ def test_calibrated_estimates_leave_nan_rows_out_and_equal_the_function() -> Non
     })  # fmt: skip
     lines = summary_lines(out)
     assert "faithfulness  PPI 0.767 [0.244, 1.289]  labels-only 0.667" in lines[1]
-    assert "n=3 labeled, N=3 unlabeled, 2 excluded" in lines[1]
+    assert "n=3 labeled, N=3 unlabeled, 2 excluded)" in lines[1]
+
+
+def test_summary_says_why_an_estimate_is_missing() -> None:
+    ids = ["q0", "q1", "q2"]
+    rows = [{"faithfulness": MetricValue(v)} for v in (0.8, 0.4, 0.6)]
+    one = calibrated_estimates(CalibrationLabels({"faithfulness": {"q0": 1.0}}, "x"), ids, rows)
+    (line,) = summary_lines(one)[1:]
+    assert "PPI n/a  labels-only n/a" in line
+    assert "n=1 labeled, N=2 unlabeled, 0 excluded; a CI needs at least 2 labeled rows" in line
+    two = {"q0": 1.0, "q1": 0.0}
+    out = calibrated_estimates(CalibrationLabels({"faithfulness": two}, "x"), ids, rows)
+    (line,) = summary_lines(out)[1:]
+    mean, low, high = classical_mean_ci([1.0, 0.0])
+    assert f"PPI n/a  labels-only {mean:.3f} [{low:.3f}, {high:.3f}]" in line
+    assert "N=1 unlabeled, 0 excluded; PPI needs at least 2 unlabeled rows" in line
 
 
 # --- label files ---------------------------------------------------------------------------------
@@ -224,10 +239,14 @@ def test_check_refuses_unknown_metrics_and_ids() -> None:
         labels.check_metrics([MetricSpec("nDCG@10")])
     labels.check_metrics([MetricSpec("nDCG@10"), MetricSpec("faithfulness")])
     with pytest.raises(ConfigError, match=r"1 labeled id\(s\) are not in the dataset \(zz\)"):
-        labels.check_ids(["s1", "s2"], subset=False)
-    labels.check_ids(["s1", "s2"], subset=True)  # a subset may leave ids out
+        labels.check_ids(["s1", "s2"], ["s1", "s2"])
+    # an unknown id is refused even when the run evaluates a part (max_samples, a shard) ...
+    with pytest.raises(ConfigError, match=r"not in the dataset \(zz\)"):
+        labels.check_ids(["s1", "s2"], ["s1"])
+    # ... while an id of the dataset outside the evaluated part is ignored
+    labels.check_ids(["s1", "s2", "zz"], ["s1", "s2"])
     with pytest.raises(ConfigError, match="none of its 2 labeled ids is among the evaluated"):
-        labels.check_ids(["s2"], subset=True)
+        labels.check_ids(["s1", "s2", "zz"], ["s2"])
 
 
 # --- a run -----------------------------------------------------------------------------------
@@ -272,6 +291,17 @@ def test_a_bad_labels_file_fails_before_the_run_opens(tmp_path: Path, compose_cf
     ):
         cfg.calibration.labels = str(labels)
         with pytest.raises(ConfigError, match=message):
+            run_job(cfg)
+    # under max_samples an id that is not in the dataset at all is refused too (checked
+    # against the whole dataset), with or without good labels beside it
+    cfg.max_samples = 5
+    good = [{"id": f"q{i:02d}", "metric": "faithfulness", "value": 1} for i in range(20)]
+    mixed = _jsonl(
+        tmp_path / "x.jsonl", [*good, {"id": "zzz9", "metric": "faithfulness", "value": 1}]
+    )
+    for labels in (bad_id, mixed):
+        cfg.calibration.labels = str(labels)
+        with pytest.raises(ConfigError, match=r"are not in the dataset \((s001|zzz9)\)"):
             run_job(cfg)
     assert not (tmp_path / "mlruns.db").exists()  # refused before the tracker opened a run
 

@@ -390,10 +390,13 @@ class HybridRetrieverConf(RetrieverConf):
 
     _target_: str = "rag_experiments.retrieval.hybrid.HybridRetriever"
     fusion: str = "rrf"
+    """rrf | convex."""
     k: float = 60.0
+    """RRF constant (> 0); fusion=rrf only."""
     alpha: float = 0.5
+    """Weight of the dense scores, in [0, 1]; fusion=convex only."""
     norm: str = "minmax"
-    """minmax | zscore."""
+    """minmax | zscore; fusion=convex only."""
     dense_depth: int = 100
     bm25_depth: int = 100
     bm25: Bm25Conf = field(default_factory=lambda: Bm25Conf())

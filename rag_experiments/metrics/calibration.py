@@ -225,28 +225,29 @@ class CalibrationLabels:
                     "column instead (e.g. the normalised one, not a *_raw grade)"
                 )
 
-    def check_ids(self, sample_ids: Iterable[str], *, subset: bool) -> None:
+    def check_ids(self, dataset_ids: Iterable[str], evaluated_ids: Iterable[str]) -> None:
         """Refuse labels of rows the run does not evaluate, before any question is answered.
 
         Args:
-            sample_ids: Ids of the samples the run evaluates.
-            subset: The run evaluates a part of the dataset (``max_samples``, a shard): label
-                ids outside it are ignored, as long as some label is inside it.
+            dataset_ids: Ids of the whole loaded dataset (before ``max_samples`` and the shard):
+                a labeled id not among them is an error.
+            evaluated_ids: Ids of the samples the run evaluates (a part of the dataset under
+                ``max_samples`` or a shard): labeled ids outside it are ignored, as long as
+                some labeled id is inside it.
 
         Raises:
-            ConfigError: An id that is not in the dataset (``subset`` False), or no labeled id
-                is evaluated.
+            ConfigError: A labeled id is not in the dataset (the message names up to 5), or
+                no labeled id is evaluated.
         """
-        ids = set(sample_ids)
         labeled = {i for values in self.by_metric.values() for i in values}
-        missing = sorted(labeled - ids)
-        if missing and not subset:
+        missing = sorted(labeled - set(dataset_ids))
+        if missing:
             shown = ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
             raise ConfigError(
                 f"calibration.labels={self.source}: {len(missing)} labeled id(s) are not in the "
                 f"dataset ({shown}); label rows by the dataset's sample ids"
             )
-        if not labeled & ids:
+        if not labeled & set(evaluated_ids):
             raise ConfigError(
                 f"calibration.labels={self.source}: none of its {len(labeled)} labeled ids is "
                 "among the evaluated samples; raise max_samples, drop the shard, or label "
@@ -433,11 +434,16 @@ def summary_lines(values: Mapping[str, float]) -> list[str]:
         if not key.endswith(".ppi_n_labels"):
             continue
         m = key.removesuffix(".ppi_n_labels")
+        n, big_n = int(values[key]), int(values.get(f"{m}.ppi_n_unlabeled", 0))
+        why = ""
+        if n < MIN_ROWS:
+            why = f"; a CI needs at least {MIN_ROWS} labeled rows with a valid judge value"
+        elif big_n < MIN_ROWS:
+            why = f"; PPI needs at least {MIN_ROWS} unlabeled rows with a valid judge value"
         lines.append(
             f"  {m}  PPI {_interval(values, m, 'ppi', 'ppi')}  labels-only "
-            f"{_interval(values, m, 'labels_mean', 'labels')}  (n={int(values[key])} labeled, "
-            f"N={int(values.get(f'{m}.ppi_n_unlabeled', 0))} unlabeled, "
-            f"{int(values.get(f'{m}.ppi_n_excluded', 0))} excluded)"
+            f"{_interval(values, m, 'labels_mean', 'labels')}  (n={n} labeled, "
+            f"N={big_n} unlabeled, {int(values.get(f'{m}.ppi_n_excluded', 0))} excluded{why})"
         )
     return ["  calibrated by human labels (mean [95% CI]):", *lines] if lines else []
 

@@ -18,6 +18,7 @@ ranks (``ranks = {"dense": …, "bm25": …}``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from rag_experiments.index.chroma import ChromaIndex
     from rag_experiments.protocols import Embedder
     from rag_experiments.records import Chunk
+
+log = logging.getLogger(__name__)
 
 FUSIONS = ("rrf", "convex")
 NORMS = ("minmax", "zscore")
@@ -113,9 +116,11 @@ class HybridRetriever(RetrieverBase):
         top_k: Chunks handed to the generator (>= 1).
         depth: Length of the fused ranking kept for retrieval metrics; None = ``top_k``.
         fusion: ``rrf`` or ``convex``.
-        k: RRF constant (> 0; 60 as Cormack et al.).
-        alpha: Weight of the dense scores in ``convex`` (``1 − alpha`` for BM25), in [0, 1].
-        norm: Score normalisation of ``convex``: ``minmax`` or ``zscore``.
+        k: RRF constant (> 0; 60 as Cormack et al.); ``rrf`` only.
+        alpha: Weight of the dense scores in ``convex`` (``1 − alpha`` for BM25), in [0, 1];
+            ``convex`` only (a value other than 0.5 with ``rrf`` logs a warning).
+        norm: Score normalisation of ``convex``: ``minmax`` or ``zscore``; ``convex`` only
+            (``zscore`` with ``rrf`` logs a warning).
         dense_depth: How deep the dense ranking that is fused goes (>= 1); raised to the fused
             ranking's depth (``max(top_k, depth)``) when below it, so a deeper ranking (metrics
             at depth 200, ``reranker.candidates``) is never silently cut by the sources.
@@ -125,7 +130,8 @@ class HybridRetriever(RetrieverBase):
             ``index_dir`` …).
 
     Raises:
-        ConfigError: An unknown fusion or norm, or a value out of range.
+        ConfigError: An unknown fusion or norm, or a value out of range (the message names
+            the key).
     """
 
     uses_vectors: ClassVar[bool] = True
@@ -150,9 +156,16 @@ class HybridRetriever(RetrieverBase):
             )
         if norm not in NORMS:
             raise ConfigError(f"retriever.norm must be one of {', '.join(NORMS)}, got {norm!r}.")
-        if k <= 0 or not 0 <= alpha <= 1:
-            raise ConfigError(
-                f"retriever.k must be > 0 and retriever.alpha in [0, 1], got {k}, {alpha}."
+        if k <= 0:
+            raise ConfigError(f"retriever.k must be > 0, got {k}.")
+        if not 0 <= alpha <= 1:
+            raise ConfigError(f"retriever.alpha must be in [0, 1], got {alpha}.")
+        if fusion == "rrf" and (alpha != 0.5 or norm != "minmax"):
+            log.warning(
+                "retriever.alpha=%g and retriever.norm=%s apply to retriever.fusion=convex only; "
+                "fusion=rrf ignores them",
+                alpha,
+                norm,
             )
         self.fusion, self.k, self.alpha, self.norm = fusion, float(k), float(alpha), norm
         # each source ranks at least as deep as the fused ranking is cut, so a larger
