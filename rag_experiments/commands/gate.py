@@ -59,8 +59,8 @@ def gate_command(argv: list[str]) -> int:
         "candidate's mean; max_drop: paired CI entirely beyond the margin, or Holm p < alpha "
         "and the drop beyond it) to a candidate run against a baseline run or alias. Exit 0 "
         "pass, 1 a rule failed, 2 could not decide (different datasets, too few paired rows, "
-        "a metric missing). The result is logged on the candidate run (tags gate.*, "
-        "artifacts gate/).",
+        "a metric missing) or a wrong input (config file, rules, runs, store). The result "
+        "is logged on the candidate run (tags gate.*, artifacts gate/).",
     )
     parser.add_argument(
         "candidate", help="candidate run id, or `last` (newest finished run of --experiment)"
