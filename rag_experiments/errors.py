@@ -31,7 +31,9 @@ class RagExpError(Exception):
 
 class GateFailed(RagExpError):
     """The regression gate at the end of a run failed a rule or could not decide
-    (:mod:`rag_experiments.analysis.gate`); the run itself is logged and finished.
+    (:mod:`rag_experiments.analysis.gate`); the run itself is logged and finished. ``rag-exp
+    gate`` also raises it (exit code 2) for an error of its input (config file, rules, runs,
+    store), which is no rule's verdict.
 
     Args:
         message: The gate's summary line.

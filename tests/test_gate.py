@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
@@ -377,3 +378,133 @@ def test_run_refuses_an_unknown_gate_metric_or_baseline_before_a_run_opens(
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
     exp = client.get_experiment_by_name("rag-experiments")
     assert exp is None or client.search_runs([exp.experiment_id]) == []  # no run was opened
+
+
+def test_the_p_shown_everywhere_is_the_holm_noninferiority_p_the_rule_decides_on(
+    store: str, runs: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # hi rises by 0.2: every shifted worsening −0.2 − 0.05 < 0, so only the identity sign
+    # pattern is as extreme: the one-sided p of "worsening > 0.05" is 1 (Holm: min(1, 2·1)),
+    # while compare's two-sided p of "no difference" is 2/(1 + 999) (the identity and the
+    # all-flipped pattern; Holm: 4/1000). lo falls by 0.2: its non-inferiority p is 1/1000,
+    # Holm 2/1000.
+    settings = _settings({"hi": {"max_drop": 0.05}, "lo": {"max_drop": 0.05}})
+    decided = {r.metric: r for r in gate_runs(store, runs["cand"], runs["base"], settings).results}
+    assert decided["hi"].p_holm == pytest.approx(1.0)
+    assert decided["lo"].p_holm == pytest.approx(2 / (1 + N_RESAMPLES))
+    client = mlflow.MlflowClient(store)
+    two_sided = {
+        s.metric: s.p_holm
+        for s in compare_tables(
+            read_table(client, runs["base"]),
+            read_table(client, runs["cand"]),
+            [MetricInfo("hi", True, 0, 2), MetricInfo("lo", False, 0, 2)],
+            n_resamples=N_RESAMPLES,
+        ).overall()
+    }
+    assert two_sided["hi"] == pytest.approx(4 / (1 + N_RESAMPLES))  # not what the rule uses
+    cfg = tmp_path / "gate.yaml"
+    cfg.write_text(
+        f"n_resamples: {N_RESAMPLES}\nrules:\n  hi: {{max_drop: 0.05}}\n  lo: {{max_drop: 0.05}}\n"
+    )
+    junit, md = tmp_path / "junit.xml", tmp_path / "summary.md"
+    argv = ["gate", runs["cand"], "--baseline", runs["base"], "--config", str(cfg)]
+    argv += ["--tracking-uri", store, "--junit", str(junit), "--markdown", str(md)]
+    assert main(argv) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "p(worsening > 0.05) Holm 1," in out[0]  # the console line of hi
+    assert "p(worsening > 0.05) Holm 0.002," in out[1]
+    assert "Holm-adjusted non-inferiority p 0.002 < alpha 0.05" in out[1]
+    rows = {line.split("`")[1]: line.split(" | ") for line in md.read_text().splitlines()
+            if line.startswith("| ") and "`" in line}  # fmt: skip
+    assert rows["hi"][9] == "1.0000" and rows["lo"][9] == "0.0020"  # the "p (Holm)" column
+    failure = ET.parse(junit).getroot().find("testsuite/testcase/failure")
+    assert "p(worsening > 0.05) Holm 0.002," in failure.get("message")
+    logged = json.loads(
+        Path(client.download_artifacts(runs["cand"], "gate/gate.json", str(tmp_path))).read_text()
+    )
+    assert {r["metric"]: r["p_holm"] for r in logged["rules"]} == pytest.approx(
+        {"hi": decided["hi"].p_holm, "lo": decided["lo"].p_holm}
+    )
+
+
+def test_a_baseline_that_is_the_candidate_is_warned_about_and_still_decided(
+    store: str, runs: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = ["--tracking-uri", store]
+    assert main(["promote", runs["same"], "--alias", "self", *uri]) == 0
+    cfg = tmp_path / "gate.yaml"
+    cfg.write_text(f"n_resamples: {N_RESAMPLES}\nrules: {{hi: {{max_drop: 0.05}}}}\n")
+    argv = ["gate", runs["same"], "--baseline", "self", "--config", str(cfg), "--no-log", *uri]
+    assert main(argv) == 0  # every difference 0: no worsening beyond the margin
+    captured = capsys.readouterr()
+    (warning,) = [x for x in captured.err.splitlines() if x.startswith("warning:")]
+    assert "the candidate is the baseline" in warning and runs["same"] in warning
+    assert captured.out.splitlines()[-1].startswith("gate PASS")
+    assert main([*argv[:3], runs["base"], *argv[4:]]) == 0
+    assert "the candidate is the baseline" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("config", "phrase"),
+    [
+        (None, "cannot read it"),
+        ("rules: [a, b\n", "not valid YAML"),
+        ("rules:\n  hi: {max_dorp: 0.02}\n", "unknown keys"),
+        ("rules:\n  hi: {max_drop: -0.02}\n", "max_drop must be ≥ 0"),
+    ],
+)
+def test_a_wrong_gate_input_exits_2_not_1(
+    store: str,
+    runs: dict,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    config: str | None,
+    phrase: str,
+) -> None:
+    cfg = tmp_path / "gate.yaml"
+    if config is not None:
+        cfg.write_text(config)
+    argv = ["gate", runs["cand"], "--baseline", runs["base"], "--config", str(cfg)]
+    assert main([*argv, "--no-log", "--tracking-uri", store]) == 2  # 1 would read as a fail
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("rag-exp gate: error: ") and phrase in line
+
+
+def test_gate_last_without_a_finished_run_or_store_exits_2_and_creates_nothing(
+    store: str, runs: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    argv = ["gate", "last", "--experiment", "no-such-experiment", "--tracking-uri", store]
+    assert main(argv) == 2
+    assert "has no finished run" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)  # an empty folder: the default sqlite:///mlruns.db is not here
+    assert main(["gate", "last", "--baseline", "production"]) == 2
+    assert main(["promote", "last"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all("no MLflow store here" in x for x in err)
+    assert "pass --tracking-uri" in err[0] and str(tmp_path / "mlruns.db") in err[0]
+    assert not (tmp_path / "mlruns.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [
+        (["gate", "0" * 32, "--baseline", "production"], 2),
+        (["gate", "last"], 2),
+        (["promote", "last"], 1),
+        (["compare", "a" * 32, "b" * 32], 1),
+    ],
+    ids=["gate-id", "gate-last", "promote-last", "compare"],
+)
+def test_a_dead_tracking_server_fails_a_read_command_in_seconds(
+    argv: list[str], code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mlflow_server import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    assert main([*argv, "--tracking-uri", dead]) == code
+    assert time.monotonic() - started < 10.0  # a refused connection: two tries, 1 s apart
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"the MLflow tracking server {dead} cannot be reached" in line
+    assert "--tracking-uri" in line and "not found" not in line

@@ -76,6 +76,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -1011,7 +1012,8 @@ def run_gate(
     retry_s: float = 120.0,
 ) -> GateResult:
     """Gate ``candidate`` against ``baseline``: print one line per rule and the summary, write
-    the JUnit XML and Markdown files asked for, log the result on the candidate run.
+    the JUnit XML and Markdown files asked for, log the result on the candidate run. A baseline
+    that resolves to the candidate itself gets a warning line on stderr (decided as usual).
 
     Returns:
         The result (``.exit_code`` is the process exit code).
@@ -1021,6 +1023,13 @@ def run_gate(
         ConfigError: Unknown baseline alias, ``max_drop`` rules without a baseline.
     """
     result = gate_runs(tracking_uri, candidate, baseline, settings)
+    if result.baseline == result.candidate:  # e.g. `gate last` right after `promote last`
+        print(
+            f"warning: the candidate is the baseline ({result.baseline_ref} is run "
+            f"{result.candidate}): every max_drop rule compares the run with itself",
+            file=sys.stderr,
+            flush=True,
+        )
     print("\n".join(result.lines()), flush=True)
     # the Markdown is appended: $GITHUB_STEP_SUMMARY is shared by a job's steps
     for path, text, mode in ((junit, result.junit_xml(), "w"), (markdown, result.markdown(), "a")):

@@ -1,7 +1,9 @@
 """``rag-exp gate <candidate> --baseline <run id | alias>`` and ``rag-exp promote <run id>
 --alias <name>``: the regression gate of :mod:`rag_experiments.analysis.gate` as a command (one
 plain line per rule, exit code 0 pass / 1 fail / 2 undecided, JUnit XML, Markdown, the result
-logged on the candidate run), and the baseline alias it resolves."""
+logged on the candidate run), and the baseline alias it resolves. Every error of ``gate`` that
+is not a rule's verdict (its input: the ``--config`` file, the rules, the runs, the store)
+exits 2 as an undecided gate does, so CI never reads it as "a rule failed"."""
 
 from __future__ import annotations
 
@@ -10,16 +12,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+import mlflow
 import yaml
+from sqlalchemy.engine import make_url
 
 from rag_experiments.analysis.gate import (
+    EXIT_CODES,
+    UNDECIDED,
     parse_settings,
     resolve_run,
     run_gate,
     set_alias,
 )
 from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
-from rag_experiments.errors import ConfigError
+from rag_experiments.errors import ConfigError, GateFailed, RagExpError, TrackingError
 from rag_experiments.locations import CONF_DIR
 from rag_experiments.tracking.store import open_store
 
@@ -38,7 +44,8 @@ def read_gate_file(path: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"--config {path}: cannot read it ({exc.strerror})") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--config {path}: not valid YAML ({exc})") from exc
+        where = " ".join(str(exc).split())  # PyYAML's message spans lines: keep ours one line
+        raise ConfigError(f"--config {path}: not valid YAML ({where})") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: must be a mapping with `rules:`")
     return data
@@ -52,8 +59,8 @@ def gate_command(argv: list[str]) -> int:
         "candidate's mean; max_drop: paired CI entirely beyond the margin, or Holm p < alpha "
         "and the drop beyond it) to a candidate run against a baseline run or alias. Exit 0 "
         "pass, 1 a rule failed, 2 could not decide (different datasets, too few paired rows, "
-        "a metric missing). The result is logged on the candidate run (tags gate.*, "
-        "artifacts gate/).",
+        "a metric missing) or a wrong input (config file, rules, runs, store). The result "
+        "is logged on the candidate run (tags gate.*, artifacts gate/).",
     )
     parser.add_argument(
         "candidate", help="candidate run id, or `last` (newest finished run of --experiment)"
@@ -82,19 +89,24 @@ def gate_command(argv: list[str]) -> int:
     _add_experiment(parser)
     add_tracking_uri(parser)
     opts = parse_store_command(parser, argv)
-    candidate = resolve_run(open_store(opts.tracking_uri), opts.candidate, opts.experiment)
-    raw = read_gate_file(opts.config or DEFAULT_RULES)
-    settings = parse_settings(raw, opts.config or str(DEFAULT_RULES))
-    baseline = opts.baseline or raw.get("baseline")
-    result = run_gate(
-        opts.tracking_uri,
-        candidate,
-        baseline,
-        settings,
-        junit=opts.junit,
-        markdown=opts.markdown,
-        log=not opts.no_log,
-    )
+    try:
+        candidate = resolve_run(_open_existing(opts.tracking_uri), opts.candidate, opts.experiment)
+        raw = read_gate_file(opts.config or DEFAULT_RULES)
+        settings = parse_settings(raw, opts.config or str(DEFAULT_RULES))
+        baseline = opts.baseline or raw.get("baseline")
+        result = run_gate(
+            opts.tracking_uri,
+            candidate,
+            baseline,
+            settings,
+            junit=opts.junit,
+            markdown=opts.markdown,
+            log=not opts.no_log,
+        )
+    except GateFailed:
+        raise
+    except RagExpError as exc:  # not a rule's verdict: CI must not read it as "a rule failed"
+        raise GateFailed(str(exc), EXIT_CODES[UNDECIDED]) from exc
     if opts.json:
         print(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
     return result.exit_code
@@ -115,10 +127,30 @@ def promote_command(argv: list[str]) -> int:
     _add_experiment(parser)
     add_tracking_uri(parser)
     opts = parse_store_command(parser, argv)
-    run_id = resolve_run(open_store(opts.tracking_uri), opts.run_id, opts.experiment)
+    run_id = resolve_run(_open_existing(opts.tracking_uri), opts.run_id, opts.experiment)
     experiment = set_alias(opts.tracking_uri, run_id, opts.alias)
     print(f"alias {opts.alias!r} of experiment {experiment!r} -> run {run_id}")
     return 0
+
+
+def _open_existing(uri: str) -> mlflow.MlflowClient:
+    """:func:`~rag_experiments.tracking.store.open_store`, refusing a sqlite file that does not
+    exist (MLflow would create an empty store there, e.g. ``mlruns.db`` in a folder where
+    ``rag-exp gate last`` was typed by mistake).
+
+    Raises:
+        TrackingError: No such sqlite file, or the store cannot be opened.
+    """
+    if uri.startswith("sqlite:"):
+        database = make_url(uri).database or ""
+        path = Path(database).expanduser()
+        if database and database != ":memory:" and not path.exists():
+            raise TrackingError(
+                f"no MLflow store here: {path.absolute()} does not exist; pass --tracking-uri "
+                "(the sqlite:///… file or http://… server the runs were logged to) or run the "
+                "command in the folder of the runs"
+            )
+    return open_store(uri)
 
 
 def _add_experiment(parser: argparse.ArgumentParser) -> None:

@@ -70,13 +70,22 @@ def is_remote(uri: str) -> bool:
     return urlparse(uri).scheme in ("http", "https")
 
 
-def check_server(uri: str, timeout_s: float = PREFLIGHT_TIMEOUT_S, tries: int = 2) -> None:
+def check_server(
+    uri: str,
+    timeout_s: float = PREFLIGHT_TIMEOUT_S,
+    tries: int = 2,
+    *,
+    where: str = "tracking.uri",
+) -> None:
     """Preflight of a tracking server: ``GET <uri>/health`` answers 200.
 
     Args:
         uri: The server's URL (``http://host:port``).
         timeout_s: Timeout of each try, seconds.
         tries: Tries, one second apart.
+        where: What names the store for the caller's user: ``tracking.uri`` (the run's
+            preflight: the message says nothing was run) or ``--tracking-uri`` (a command that
+            reads logged runs, :func:`~rag_experiments.tracking.store.open_store`).
 
     Raises:
         TrackingError: The server does not answer (one line naming the fix).
@@ -96,11 +105,16 @@ def check_server(uri: str, timeout_s: float = PREFLIGHT_TIMEOUT_S, tries: int = 
         if response.status_code == 200:
             return
         problem = f"HTTP {response.status_code}"
+    start = f"start it (e.g. mlflow server --host 127.0.0.1 --port {urlparse(uri).port or 5000})"
+    if where == "tracking.uri":
+        raise TrackingError(
+            f"preflight: the MLflow tracking server {uri} cannot be reached ({problem}), so "
+            f"nothing was run: {start} or point tracking.uri at a running server "
+            "(tracking=local logs to a sqlite file)"
+        )
     raise TrackingError(
-        f"preflight: the MLflow tracking server {uri} cannot be reached ({problem}), so nothing "
-        f"was run: start it (e.g. mlflow server --host 127.0.0.1 --port "
-        f"{urlparse(uri).port or 5000}) or point tracking.uri at a running server "
-        "(tracking=local logs to a sqlite file)"
+        f"the MLflow tracking server {uri} cannot be reached ({problem}): {start} or pass "
+        f"{where} of a running server (or the sqlite:///… file the runs were logged to)"
     )
 
 

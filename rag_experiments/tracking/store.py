@@ -3,8 +3,9 @@ Every command that reads logged runs goes through it (``rerun``, ``merge``, ``ex
 ``compare``, ``report``, ``grade-sheet``/``agreement``) and so do the sweep callback and the
 judge registry; the writing side is :mod:`rag_experiments.tracking.mlflow_tracker`.
 
-It imports nothing of the package but ``errors`` and ``common``, so the analysis modules and
-the sweep callback can both use it without importing each other."""
+It imports nothing of the package but ``errors``, ``common`` and the tracking server's
+preflight (:mod:`rag_experiments.tracking.resilience`, itself on ``errors`` only), so the
+analysis modules and the sweep callback can both use it without importing each other."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from rag_experiments.common.uri import resolve_tracking_uri
 from rag_experiments.errors import TrackingError
 from rag_experiments.metrics.definitions import register_run_metrics
+from rag_experiments.tracking.resilience import check_server, is_remote
 
 
 def open_store(uri: str) -> mlflow.MlflowClient:
@@ -34,9 +36,15 @@ def open_store(uri: str) -> mlflow.MlflowClient:
             as they are.
 
     Raises:
-        TrackingError: An empty or in-memory URI.
+        TrackingError: An empty or in-memory URI, or a tracking server (``http(s)://``) that
+            does not answer ``GET /health`` within seconds
+            (:func:`~rag_experiments.tracking.resilience.check_server`, the run's preflight):
+            without it MLflow's own retries hold the first request for minutes.
     """
-    return mlflow.MlflowClient(tracking_uri=resolve_tracking_uri(uri))
+    resolved = resolve_tracking_uri(uri)
+    if is_remote(resolved):
+        check_server(resolved, where="--tracking-uri")
+    return mlflow.MlflowClient(tracking_uri=resolved)
 
 
 def get_run(client: mlflow.MlflowClient, run_id: str, *, where: str = "--tracking-uri") -> Run:
