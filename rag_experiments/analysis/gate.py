@@ -97,6 +97,7 @@ from rag_experiments.analysis.paired import (
     MIN_PAIRS_CI,
     N_RESAMPLES,
     PairedStat,
+    strict_json,
 )
 from rag_experiments.analysis.runs import MetricInfo, load_specs
 from rag_experiments.common.uri import resolve_tracking_uri
@@ -347,7 +348,7 @@ class GateResult:
 
     def to_json(self) -> dict[str, Any]:
         """The result as JSON-ready data (NaN → null)."""
-        return _finite({
+        return strict_json({
             "candidate": self.candidate, "baseline": self.baseline,
             "baseline_ref": self.baseline_ref, "status": self.status,
             "exit_code": self.exit_code, "alpha": self.alpha, "problem": self.problem,
@@ -1047,13 +1048,3 @@ def _num(x: float, signed: bool = False) -> str:
     if math.isnan(x):
         return ""
     return f"{x:+.4f}" if signed else f"{x:.4f}"
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj

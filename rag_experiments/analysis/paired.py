@@ -162,7 +162,7 @@ class Comparison:
         for s in self.stats:
             if s.group != ALL:
                 by_type.setdefault(s.group, {})[s.metric] = _stat_json(s)
-        return _finite({
+        return strict_json({
             "run_a": self.run_a, "run_b": self.run_b, "dataset_digest": self.dataset_digest,
             "n_common": self.n_common, "seed": self.seed, "n_resamples": self.n_resamples,
             "confidence": CONFIDENCE,
@@ -279,14 +279,14 @@ def _stat_json(s: PairedStat) -> dict[str, Any]:
     }
 
 
-def _finite(obj: Any) -> Any:
+def strict_json(obj: Any) -> Any:
     """NaN and infinities → None, recursively (strict JSON)."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: strict_json(v) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_finite(v) for v in obj]
+        return [strict_json(v) for v in obj]
     return obj
 
 
