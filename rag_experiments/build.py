@@ -54,7 +54,6 @@ from rag_experiments.metrics.calibration import CalibrationLabels, load_labels
 from rag_experiments.metrics.repeats import JudgeRepeats
 from rag_experiments.protocols import MetricBase, TargetBase
 from rag_experiments.retrieval.base import RerankerBase, RetrieverBase
-from rag_experiments.retrieval.rerank import CachedReranker
 
 T = TypeVar("T")
 
@@ -330,6 +329,8 @@ def build_reranker(cfg: DictConfig) -> RerankerBase | None:
     node = cfg.get("reranker")
     if node is None:
         return None
+    from rag_experiments.retrieval.rerank import CachedReranker  # imports httpx: only when used
+
     part_class(node, RerankerBase)
     data = OmegaConf.to_container(node, resolve=True)
     with own_errors():
