@@ -494,12 +494,10 @@ def test_concurrency_keeps_order_and_per_row_latency():
     samples = [_sample(i) for i in range(8)]
     with ScriptedServer(answer, delay_s=lambda body: 0.25) as srv:
         target = HttpTarget(f"{srv.url}/ask", max_concurrency=4)
-        started = time.perf_counter()  # the runner answers target.max_concurrency at once
+        # the runner answers target.max_concurrency at once
         out = evaluate(EvalDataset("t", samples, []), target, [], progress=False).responses
-        wall = time.perf_counter() - started
     assert [r.response for r in out] == [s.user_input.upper() for s in samples]
     assert srv.peak == 4  # four requests in flight at once
-    assert wall < 8 * 0.25  # faster than one at a time
     # each row's latency is its own request (>= the server's 250 ms), not the queue's
     assert all(250 <= r.latency_ms < 1500 for r in out), [r.latency_ms for r in out]
 

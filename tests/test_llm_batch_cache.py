@@ -100,7 +100,10 @@ def test_30_requests_every_third_timing_out_then_cached(server, tmp_path):
     upper = work / CONCURRENCY + (1 - 1 / CONCURRENCY) * p_slow
     lower = N_SLOW * (1 + MAX_RETRIES) * TIMEOUT_S / CONCURRENCY
     assert upper == pytest.approx(8.3)
-    assert lower <= elapsed <= upper, elapsed
+    assert lower <= elapsed, elapsed  # no request gave up before its timeouts
+    # Greedy scheduling finishes by `upper` on an idle machine; on a loaded CI machine only
+    # "well under one at a time" (work = 26 s) is a safe check that the 4 workers overlapped.
+    assert elapsed < work, (elapsed, upper)
 
     assert len(first) == N
     for i, out in enumerate(first):
@@ -284,20 +287,38 @@ def test_main_job_with_ollama_logs_usage_identity_and_reruns_from_cache(compose_
 
 @pytest.mark.slow
 def test_runner_answers_concurrently_with_the_same_results(compose_cfg):
+    """max_concurrency=4 answers several questions at once (the peak number of answer calls
+    in flight is observed, not timed: wall-clock on a loaded CI machine is noise) and gives
+    the same answers, retrievals and metrics as one at a time."""
+    import threading
+
     cfg = compose_cfg("embedder=hash", "llm=fake", "judge=fake", "llm.delay_s=0.02")
     exp = build(cfg)
-    started = time.perf_counter()
+    answer = exp.target.answer
+    lock = threading.Lock()
+    state = {"now": 0, "peak": 0}
+
+    def counted(sample):
+        with lock:
+            state["now"] += 1
+            state["peak"] = max(state["peak"], state["now"])
+        try:
+            return answer(sample)
+        finally:
+            with lock:
+                state["now"] -= 1
+
+    exp.target.answer = counted
     one = evaluate(exp.dataset, exp.target, exp.metrics, progress=False, max_concurrency=1)
-    t_one = time.perf_counter() - started
-    started = time.perf_counter()
+    assert state["peak"] == 1
+    state["peak"] = 0
     four = evaluate(exp.dataset, exp.target, exp.metrics, progress=False, max_concurrency=4)
-    t_four = time.perf_counter() - started
+    assert 2 <= state["peak"] <= 4  # answered at once, never above the bound
     assert [r.response for r in four.responses] == [r.response for r in one.responses]
     assert [r.retrieved_ids for r in four.responses] == [r.retrieved_ids for r in one.responses]
     timing = ("duration_s", "latency_ms_p50", "latency_ms_p95")
     same = {k: v for k, v in one.metrics().items() if k not in timing}
     assert {k: v for k, v in four.metrics().items() if k not in timing} == pytest.approx(same)
-    assert t_four < t_one
 
 
 def test_cache_kept_open_connections_serve_concurrent_threads_and_other_instances(tmp_path):
