@@ -6,6 +6,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import subprocess
+import sys
+from dataclasses import fields
+from inspect import signature
 from pathlib import Path
 
 import pytest
@@ -13,9 +17,11 @@ from omegaconf import open_dict
 
 from rag_experiments.build import build
 from rag_experiments.chunking.none import NoChunker
+from rag_experiments.config.schema import Bm25Conf
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError, PreflightError, RagExpError
 from rag_experiments.index.bm25 import Analyzer, Bm25Params
+from rag_experiments.index.bm25_params import INDEX_TITLE
 from rag_experiments.job import preflight
 from rag_experiments.records import Chunk, Document, Sample
 from rag_experiments.retrieval.base import Hit, RerankerBase, RetrievalResult, rerank_result
@@ -294,3 +300,27 @@ def test_a_set_retriever_depth_never_cuts_the_reranker_candidates(compose_cfg) -
             cfg.reranker = {"_target_": f"{__name__}.WordOverlap", "candidates": candidates}
         retriever = build(cfg).target.retriever
         assert retriever.ranking_depth == expected
+
+
+def test_bm25_defaults_come_from_one_place() -> None:
+    """Pyserini's BEIR "flat" settings, by hand, in Bm25Params; the config schema and the
+    retriever take each default from there (none written twice)."""
+    assert Bm25Params() == Bm25Params(0.9, 0.4, "lucene", 0.5, "porter", "en", lower=True)
+    assert INDEX_TITLE is True
+    conf, taken = Bm25Conf(), signature(Bm25Retriever).parameters
+    for name in [f.name for f in fields(Bm25Params) if f.name != "lower"] + ["index_title"]:
+        default = INDEX_TITLE if name == "index_title" else getattr(Bm25Params, name)
+        assert getattr(conf, name) == default and taken[name].default == default, name
+
+
+@pytest.mark.slow
+def test_the_schema_reads_the_bm25_defaults_without_loading_the_index_code() -> None:
+    code = (
+        "import sys\n"
+        "import rag_experiments.config.schema\n"
+        "loaded = [m for m in ('rag_experiments.index.chroma', 'rag_experiments.index.bm25',"
+        " 'filelock') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
