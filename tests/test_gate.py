@@ -280,6 +280,21 @@ def test_promote_sets_an_alias_the_gate_resolves(
     assert "aliases: production" in out and "rag-exp promote <run id> --alias staging" in out
 
 
+def test_promote_exits_2_on_a_wrong_input_and_sets_nothing(
+    store: str, runs: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unknown run or a bad alias name is an input error: exit 2 (as gate's), one line,
+    and the experiment gets no alias tag."""
+    uri = ["--tracking-uri", store]
+    assert main(["promote", "f" * 32, "--alias", "ghost", *uri]) == 2
+    assert main(["promote", runs["base"], "--alias", "bad alias!", *uri]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and all(x.startswith("rag-exp promote: error: ") for x in lines)
+    assert "'bad alias!': use letters, digits" in lines[1]
+    tags = mlflow.MlflowClient(store).get_experiment_by_name("gate-test").tags
+    assert "rag_exp.alias.ghost" not in tags and "rag_exp.alias.bad alias!" not in tags
+
+
 def test_gate_group_composes_and_its_rules_parse(compose_cfg) -> None:
     from omegaconf import OmegaConf
 
@@ -484,7 +499,7 @@ def test_gate_last_without_a_finished_run_or_store_exits_2_and_creates_nothing(
     assert "has no finished run" in capsys.readouterr().err
     monkeypatch.chdir(tmp_path)  # an empty folder: the default sqlite:///mlruns.db is not here
     assert main(["gate", "last", "--baseline", "production"]) == 2
-    assert main(["promote", "last"]) == 1
+    assert main(["promote", "last"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and all("no MLflow store here" in x for x in err)
     assert "pass --tracking-uri" in err[0] and str(tmp_path / "mlruns.db") in err[0]
@@ -496,7 +511,7 @@ def test_gate_last_without_a_finished_run_or_store_exits_2_and_creates_nothing(
     [
         (["gate", "0" * 32, "--baseline", "production"], 2),
         (["gate", "last"], 2),
-        (["promote", "last"], 1),
+        (["promote", "last"], 2),
         (["compare", "a" * 32, "b" * 32], 1),
     ],
     ids=["gate-id", "gate-last", "promote-last", "compare"],
