@@ -71,8 +71,9 @@ from rag_experiments.locations import (  # ./conf of this folder, if any
 
 
 def _run(argv: list[str]) -> int:
-    from rag_experiments.app import hydra_main
+    from rag_experiments.app import hydra_main, refuse_gated_sweep
 
+    refuse_gated_sweep(argv)  # before Hydra makes the sweep's folder and parent run
     sys.argv = ["rag-exp run", *with_user_conf(argv)]
     hydra_main()
     return 0

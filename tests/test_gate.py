@@ -314,6 +314,34 @@ def test_gate_group_composes_and_its_rules_parse(compose_cfg) -> None:
         gate_settings(cfg, in_sweep=True)
 
 
+@pytest.mark.parametrize(
+    ("args", "refused"),
+    [
+        (["-m", "gate=default", "retriever.top_k=1,2"], True),  # every job's gate
+        (["--multirun", "+gate=default", "gate.baseline=production"], True),
+        (["-m", "gate=null,default"], True),  # the gate swept
+        (["-m", "gate.baseline=a,b"], True),  # a gate key swept
+        (["hydra.mode=MULTIRUN", "gate=default"], True),
+        (["-m", "gate=null", "retriever.top_k=1,2"], False),  # no gate
+        (["-m", "~gate", "retriever.top_k=1,2"], False),
+        (["-m", "gateway.url=x", "retriever.top_k=1,2"], False),  # another key
+        (["gate=default", "gate.baseline=production"], False),  # one run: gated at its end
+        (["-m", "gate=[unclosed"], False),  # Hydra's own error, later
+    ],
+)
+def test_a_sweep_with_a_gate_is_refused_from_its_arguments(args: list[str], refused: bool) -> None:
+    from rag_experiments.app import refuse_gated_sweep
+    from rag_experiments.errors import UsageError
+    from rag_experiments.job import GATE_IN_SWEEP
+
+    if refused:
+        with pytest.raises(UsageError) as error:
+            refuse_gated_sweep(args)
+        assert str(error.value) == GATE_IN_SWEEP and error.value.exit_code == 2
+    else:
+        refuse_gated_sweep(args)
+
+
 def test_noninferiority_p_is_the_exact_sign_flip_p_of_the_shifted_differences() -> None:
     # 5 pairs: 2⁵ = 32 sign patterns ≤ n_resamples, so the test is exact; enumerate them here
     w = np.array([0.10, -0.02, 0.07, 0.03, 0.12])
