@@ -86,7 +86,14 @@ def log_dropped(dataset: EvalDataset, tracker: Any) -> None:
 
 
 def _default_run_name(cfg: DictConfig, dataset_name: str) -> str:
-    return f"{dataset_name}-{cfg.chunker._target_.rsplit('.', 1)[-1]}-{cfg.metrics.name}"
+    """``<dataset>-<chunker class>-<metrics>``, then the retriever and reranker when they are
+    not the default dense retriever and none (:func:`~rag_experiments.config.resolvers.
+    retrieval_suffix`): ``sample-SemanticChunker-retrieval-bm25``."""
+    from rag_experiments.config.resolvers import retrieval_suffix
+
+    chunker = cfg.chunker._target_.rsplit(".", 1)[-1]
+    suffix = retrieval_suffix(cfg.get("retriever"), cfg.get("reranker"))
+    return f"{dataset_name}-{chunker}-{cfg.metrics.name}{suffix}"
 
 
 GATE_IN_SWEEP = (

@@ -693,6 +693,8 @@ class RootConf:
     """The end-of-run regression gate (:class:`GateConf`), ``gate=default``; null = none."""
     seed: int = 0
     run_name: str | None = None
+    """MLflow run name; null = ``<dataset>-<chunker>-<metrics>``, plus ``-<retriever>`` unless
+    dense and ``-rerank-<reranker>`` unless none (a sweep's child: its swept values)."""
     max_failure_rate: float = 0.2
     progress: bool = True
     max_samples: int | None = None
