@@ -45,9 +45,9 @@ Errors are handled in one place, :func:`main`, for every command: our own errors
 ``rag-exp <command>: error: <message>`` (an unknown config key first says which keys the
 schema has, e.g. "did you mean retriever.top_k"), with exit code 1 (a run whose end-of-run gate,
 ``gate=``, failed: 1; could not decide: 2; every error of ``rag-exp gate`` and ``promote``
-itself, and a sweep given ``gate=``: 2, so that 1 always means a rule failed) and no stack trace; any other
-exception is a bug and shows its stack trace. Hydra's own reporting is turned off for the
-command (``HYDRA_FULL_ERROR=1`` while it runs), so its errors reach :func:`main` too.
+itself, and a sweep given ``gate=``: 2, so that 1 always means a rule failed) and no stack
+trace; any other exception is a bug and shows its stack trace. Hydra's own reporting is turned
+off for the command (``HYDRA_FULL_ERROR=1`` while it runs), so its errors reach :func:`main` too.
 ``rag-exp --verbose <command> …`` (or ``HYDRA_FULL_ERROR=1``) shows the stack trace of every
 error. SIGINT (Ctrl-C) and SIGTERM stop a command the same way
 (:mod:`rag_experiments.common.interrupt`): its MLflow runs end KILLED with tag ``error``
