@@ -49,9 +49,10 @@ tag, metadata, assessment and span rows of :data:`TRACES_PER_TRANSACTION` questi
 from those values directly (no OpenTelemetry span, no MLflow entity: the span content is what
 MLflow's ``translate_span_when_storing`` gives for our spans, the LLM cost looked up only for a
 model MLflow has a price for) and go in one transaction as multi-row INSERTs on MLflow's own
-tables (:func:`_insert_sql`; ``tests/test_traces.py`` checks both paths store the same rows,
-column for column). On a tracking server that runs our app (``mlflow server --app-name
-rag-experiments``, :mod:`~rag_experiments.tracking.server_app`; asked once per server,
+tables (:func:`_insert_sql`; one ``COPY`` per table on PostgreSQL, :func:`_insert_rows`;
+``tests/test_traces.py`` checks both paths store the same rows, column for column). On a
+tracking server that runs our app (``mlflow server --app-name rag-experiments``,
+:mod:`~rag_experiments.tracking.server_app`; asked once per server,
 :func:`_has_batch_endpoint`) the same plain values go as gzip'd JSON,
 :data:`TRACES_PER_TRANSACTION` questions per request, to its batch endpoint
 (:data:`BATCH_PATH`), which runs that INSERT path on the server's own database. On any other
