@@ -231,11 +231,13 @@ def deepeval_evaluate(
     llm: Any,
     include_reason: bool,
     max_concurrent: int | None = None,
+    ignore_errors: bool = False,
 ) -> Any:
     """DeepEval's own ``evaluate()`` on the four core metrics, quiet, no cache
-    (``max_concurrent``: its ``AsyncConfig`` bound, None = its default)."""
+    (``max_concurrent``: its ``AsyncConfig`` bound, None = its default; ``ignore_errors``: its
+    ``ErrorConfig``, a metric that fails is left without a score instead of ending the run)."""
     from deepeval import evaluate as de_evaluate
-    from deepeval.evaluate import AsyncConfig, CacheConfig, DisplayConfig
+    from deepeval.evaluate import AsyncConfig, CacheConfig, DisplayConfig, ErrorConfig
     from deepeval.metrics import (
         AnswerRelevancyMetric,
         ContextualPrecisionMetric,
@@ -271,6 +273,7 @@ def deepeval_evaluate(
         ),
         display_config=DisplayConfig(show_indicator=False, print_results=False),
         cache_config=CacheConfig(write_cache=False, use_cache=False),
+        error_config=ErrorConfig(ignore_errors=ignore_errors),
     )
 
 
