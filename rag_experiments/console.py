@@ -13,7 +13,9 @@ one-line legend.
 A metric with no valid value shows ``—``, ``n = 0`` and its most frequent NaN reason (all
 reasons per question: ``per_query_results.csv``). A metric whose range is not [0, 1] (the raw
 1–5 grades of ``answer_judge``) carries its range after its name, so a raw ``1.0`` (the worst
-grade) does not read as a perfect score.
+grade) does not read as a perfect score. With ``judge.repeats`` > 1 a judged metric's row ends
+with its judge noise, ``judge sd`` (pooled within-question SD) and ``flips`` (share of
+questions whose verdict changed between repeats), from :mod:`~rag_experiments.metrics.repeats`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Collection, Mapping, Sequence
 from rag_experiments.metrics.aggregate import CONFIDENCE, Aggregate
 from rag_experiments.metrics.definitions import DEFINITIONS
 from rag_experiments.metrics.keys import KEY_METRICS
+from rag_experiments.metrics.repeats import FLIP_RATE_SUFFIX, JUDGE_SD_SUFFIX
 from rag_experiments.records import MetricSpec, MetricValue
 
 LEGEND = (
@@ -44,6 +47,7 @@ def summary_table(
     aggregates: Sequence[Aggregate],
     key_metrics: Collection[str] = KEY_METRICS,
     values: Sequence[Mapping[str, MetricValue]] = (),
+    run_metrics: Mapping[str, float] = {},  # noqa: B006 - read only
 ) -> list[str]:
     """The run's metric table as lines (rules in the module docstring).
 
@@ -53,6 +57,8 @@ def summary_table(
         key_metrics: The key metrics.
         values: The run's per-row values (``EvalResult.values``): the NaN reason shown for a
             metric without a valid value is their most frequent one (none shown when empty).
+        run_metrics: The run's logged metrics (``EvalResult.metrics()``): a metric's
+            ``<m>.judge_sd`` and ``<m>.flip_rate``, when there, end its row.
 
     Returns:
         Lines without trailing newlines: a header, the retrieval block, the answer block and
@@ -72,7 +78,9 @@ def summary_table(
         if not block:
             continue
         lines.append(f"  {title}")
-        lines.extend(_row(overall[n], labels[n], width, values) for n in block)
+        lines.extend(
+            _row(overall[n], labels[n], width, values) + _noise(n, run_metrics) for n in block
+        )
         if title == "retrieval" and hidden:
             lines.append(
                 f"    (+ {hidden} more retrieval metrics, every cutoff and level: "
@@ -87,6 +95,15 @@ def _label(spec: MetricSpec) -> str:
     if (spec.low, spec.high) == (0.0, 1.0):
         return spec.name
     return f"{spec.name} ({spec.low:g}–{spec.high:g})"
+
+
+def _noise(name: str, run_metrics: Mapping[str, float]) -> str:
+    """``"  judge sd 0.167, flips 33%"`` for a metric judged more than once, else ``""``."""
+    sd = run_metrics.get(name + JUDGE_SD_SUFFIX)
+    flips = run_metrics.get(name + FLIP_RATE_SUFFIX)
+    if sd is None or flips is None or math.isnan(sd) or math.isnan(flips):
+        return ""
+    return f"  judge sd {sd:.3f}, flips {flips:.0%}"
 
 
 def _row(a: Aggregate, label: str, width: int, values: Sequence[Mapping[str, MetricValue]]) -> str:

@@ -83,3 +83,15 @@ def test_console_table_says_why_a_metric_has_no_value_and_shows_a_range_other_th
     ]
     assert raw.split() == ["answer_judge.accuracy_raw", "(1–5)", "1.0000", "[1.000,", "1.000]", "3"]
     assert faith.index("—") + 1 == raw.index("1.0000") + 6  # the mean column stays aligned
+
+
+def test_console_table_ends_a_repeated_metric_row_with_its_judge_noise() -> None:
+    specs = [MetricSpec("faithfulness"), MetricSpec("context_recall")]
+    aggs = [
+        Aggregate("faithfulness", "all", 0.4444, 12, 0, 0.403, 0.486),
+        Aggregate("context_recall", "all", 0.5, 10, 2, 0.4, 0.6),
+    ]
+    run = {"faithfulness.judge_sd": 1 / 6, "faithfulness.flip_rate": 1 / 3}
+    lines = summary_table(specs, aggs, run_metrics=run)
+    assert lines[2].endswith("  12  judge sd 0.167, flips 33%")
+    assert lines[3].endswith("  10")  # judged once: no noise to show
