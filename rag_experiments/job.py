@@ -95,11 +95,12 @@ def gate_settings(cfg: DictConfig, in_sweep: bool) -> Any:
         ConfigError: A gate in a sweep's job (gate its runs with ``rag-exp gate``), or bad
             rules (:func:`~rag_experiments.analysis.gate.parse_settings`).
     """
-    from rag_experiments.analysis.gate import parse_settings
-
     gate = cfg.get("gate")
     if not gate:
         return None
+    # imported only for a gate: it imports scipy.stats and pandas (~2 CPU s of start-up)
+    from rag_experiments.analysis.gate import parse_settings
+
     if in_sweep:
         raise ConfigError(
             "gate= gates one run; a sweep's jobs cannot each set the exit code: drop gate= and "
