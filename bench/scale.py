@@ -138,13 +138,15 @@ def _child(out: str, profile: str | None, overrides: list[str]) -> None:
     atexit.register(write)
     sys.argv = ["rag-exp", *overrides]
     from rag_experiments.app import hydra_main
+    from rag_experiments.config.compose import compose_once
 
-    if profile:
-        import cProfile
+    with compose_once():  # as `rag-exp run` (rag_experiments.cli)
+        if profile:
+            import cProfile
 
-        cProfile.runctx("hydra_main()", globals(), {"hydra_main": hydra_main}, profile)
-    else:
-        hydra_main()
+            cProfile.runctx("hydra_main()", globals(), {"hydra_main": hydra_main}, profile)
+        else:
+            hydra_main()
 
 
 # --- the parent ------------------------------------------------------------------------------

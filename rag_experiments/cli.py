@@ -72,9 +72,11 @@ from rag_experiments.locations import (  # ./conf of this folder, if any
 
 def _run(argv: list[str]) -> int:
     from rag_experiments.app import hydra_main
+    from rag_experiments.config.compose import compose_once
 
     sys.argv = ["rag-exp run", *with_user_conf(argv)]
-    hydra_main()
+    with compose_once():  # Hydra composes the config once, not twice
+        hydra_main()
     return 0
 
 
