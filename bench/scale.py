@@ -84,7 +84,8 @@ def make_dataset(n: int, path: Path) -> None:
 
 
 def _child(out: str, profile: str | None, overrides: list[str]) -> None:
-    """Run ``rag-exp run <overrides>`` with phase timers; write them to ``out`` (JSON)."""
+    """Run ``rag-exp run <overrides>`` (:func:`rag_experiments.cli.main`, exit included) with
+    phase timers; write them to ``out`` (JSON)."""
     durations: dict[str, float] = defaultdict(float)
     cpu: dict[str, float] = defaultdict(float)
     first_start: dict[str, float] = {}
@@ -136,17 +137,16 @@ def _child(out: str, profile: str | None, overrides: list[str]) -> None:
     import atexit
 
     atexit.register(write)
-    sys.argv = ["rag-exp", *overrides]
-    from rag_experiments.app import hydra_main
-    from rag_experiments.config.compose import compose_once
+    from rag_experiments.cli import main  # the `rag-exp` command itself
 
-    with compose_once():  # as `rag-exp run` (rag_experiments.cli)
-        if profile:
-            import cProfile
+    argv = ["run", *overrides]
+    if profile:
+        import cProfile
 
-            cProfile.runctx("hydra_main()", globals(), {"hydra_main": hydra_main}, profile)
-        else:
-            hydra_main()
+        code = cProfile.runctx("main(argv)", globals(), {"main": main, "argv": argv}, profile)
+    else:
+        code = main(argv)
+    raise SystemExit(code)
 
 
 # --- the parent ------------------------------------------------------------------------------

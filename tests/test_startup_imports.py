@@ -1,10 +1,11 @@
-"""What a ``rag-exp run`` imports at start-up: heavy modules the chosen config does not use stay
-unloaded (bench/scale.py times the start-up; this pins the imports that made it slow)."""
+"""What a ``rag-exp run`` imports at start-up (heavy modules the chosen config does not use stay
+unloaded) and how the command exits (bench/scale.py times both; these pin what made them slow)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -27,3 +28,24 @@ def test_a_run_without_a_gate_does_not_import_scipy_stats() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_the_command_exits_without_a_full_collection_of_its_heap() -> None:
+    """After the command, an exit handler freezes the heap (``gc.freeze``), so the shutdown's
+    collections skip it; it runs after the handlers registered during the command, once."""
+    sample = Path(__file__).resolve().parents[1] / "datasets" / "sample" / "eval.jsonl"
+    code = (
+        "import atexit, gc\n"
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count()))\n"
+        "from rag_experiments.cli import main\n"
+        f"assert main(['dataset', 'stats', {str(sample)!r}]) == 0\n"
+        f"assert main(['dataset', 'stats', {str(sample)!r}]) == 0\n"
+        "print('before exit', gc.get_freeze_count())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert "before exit 0" in lines
+    frozen = [int(line.split()[1]) for line in lines if line.startswith("frozen ")]
+    assert len(frozen) == 1 and frozen[0] > 10_000  # the whole heap, frozen at exit
