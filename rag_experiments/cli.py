@@ -77,8 +77,18 @@ def _run(argv: list[str]) -> int:
     from rag_experiments.config.compose import compose_once
 
     sys.argv = ["rag-exp run", *with_user_conf(argv)]
-    with compose_once():  # Hydra composes the config once, not twice
-        hydra_main()
+    # Start-up allocates millions of long-lived objects (MLflow, pandas, SQLAlchemy, the
+    # config, the dataset) and no garbage worth a collection: the cyclic collector is off
+    # until the job freezes them and starts answering (rag_experiments.job.run_job), which
+    # saves ~1 CPU s of collections (`import mlflow` alone: 4.8 -> 3.9 CPU s).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with compose_once():  # Hydra composes the config once, not twice
+            hydra_main()
+    finally:
+        if collecting:
+            gc.enable()
     return 0
 
 

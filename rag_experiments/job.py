@@ -213,8 +213,10 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
             tracker.set_tags({"mlflow.runName": _default_run_name(cfg, exp.dataset.name)})
         # Everything built so far (imported modules, the config, the parts, the dataset) lives
         # for the whole run: frozen, the collector stops re-scanning it in every full
-        # collection while the run allocates its rows; unfrozen when the run ends.
+        # collection while the run allocates its rows; unfrozen when the run ends. The
+        # collector runs from here on (`rag-exp run` turns it off for the start-up).
         gc.freeze()
+        gc.enable()
         try:
             result = evaluate_in_run(
                 exp.dataset,
