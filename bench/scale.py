@@ -7,7 +7,9 @@ store (created before the timed run, as a user's store exists after the first ru
 ``--new-store`` times its creation too), or with ``--judge-server`` against the fake
 OpenAI-compatible server (:mod:`rag_experiments.fakes.openai_server`, in its own process:
 ``judge=openai``, every call ``--latency`` seconds in one of ``--slots`` slots). The child
-process times its phases by wrapping the functions that do them (the package is unchanged):
+process runs the command itself (:func:`rag_experiments.cli.main`, its start-up and exit
+included) and times its phases by wrapping the functions that do them (the package is
+unchanged):
 
 =======================  ===================================================================
 phase                    what
