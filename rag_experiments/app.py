@@ -13,8 +13,8 @@ from omegaconf import DictConfig, OmegaConf
 from rag_experiments.config import register
 from rag_experiments.config.paths import root_paths
 from rag_experiments.config.reporting import reported
-from rag_experiments.errors import ConfigError, TrackingUnavailableError
-from rag_experiments.job import run_job
+from rag_experiments.errors import ConfigError, TrackingUnavailableError, UsageError
+from rag_experiments.job import GATE_IN_SWEEP, run_job
 from rag_experiments.locations import CONF_DIR
 
 register()  # schemas and resolvers, before @hydra.main composes
@@ -33,6 +33,37 @@ def _resumable(exc: TrackingUnavailableError) -> TrackingUnavailableError:
     command = resume_command(exc.run_id or "", overrides)
     message = resumable_message(exc, job_dir, command)
     return TrackingUnavailableError(message, exc.what, exc.run_id)
+
+
+def refuse_gated_sweep(args: list[str]) -> None:
+    """Refuse ``rag-exp run -m … gate=…`` before Hydra starts the sweep, so no folder, parent
+    run or job is made: each job's gate would set the one exit code of the sweep. A gate on
+    the command line counts when it is set (``gate=default``, ``+gate=…``) or swept
+    (``gate=null,default``, ``gate.baseline=a,b``); ``gate=null`` and ``~gate`` do not.
+    (Hydra's callbacks cannot refuse it: Hydra turns their errors into warnings.)
+
+    Args:
+        args: The arguments of ``rag-exp run``.
+
+    Raises:
+        UsageError: A multirun with a gate (:data:`~rag_experiments.job.GATE_IN_SWEEP`,
+            exit code 2).
+    """
+    if not ({"-m", "--multirun"} & set(args) or "hydra.mode=MULTIRUN" in args):
+        return
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    texts = [a for a in args if "=" in a and not a.startswith("-")]
+    try:
+        overrides = OverridesParser.create().parse_overrides(texts)
+    except HydraException:  # Hydra reports it, with its own message
+        return
+    for o in overrides:
+        if o.key_or_group.split(".")[0] != "gate" or o.is_delete():
+            continue
+        if o.is_sweep_override() or o.value() is not None:
+            raise UsageError(GATE_IN_SWEEP)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")

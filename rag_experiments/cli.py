@@ -33,7 +33,8 @@ Subcommands::
                                        regression gate; exit 0 pass, 1 fail, 2 undecided
                                        or a wrong input
     rag-exp promote <run_id> [--alias production]
-                                       point a baseline alias of the experiment at the run
+                                       point a baseline alias of the experiment at the run;
+                                       exit 2 on a wrong input
     rag-exp init [--dir DIR] [--force]  a starter conf/ overlay (experiment, HTTP target)
 
 ``rag-exp run --help`` shows our usage, examples and the config groups; ``rag-exp run --cfg job``
@@ -43,10 +44,10 @@ Errors are handled in one place, :func:`main`, for every command: our own errors
 (:class:`~rag_experiments.errors.RagExpError`) and Hydra's config errors print as
 ``rag-exp <command>: error: <message>`` (an unknown config key first says which keys the
 schema has, e.g. "did you mean retriever.top_k"), with exit code 1 (a run whose end-of-run gate,
-``gate=``, failed: 1; could not decide: 2; every error of ``rag-exp gate`` itself: 2, so
-that 1 always means a rule failed) and no stack trace; any other
-exception is a bug and shows its stack trace. Hydra's own reporting is turned off for the
-command (``HYDRA_FULL_ERROR=1`` while it runs), so its errors reach :func:`main` too.
+``gate=``, failed: 1; could not decide: 2; every error of ``rag-exp gate`` and ``promote``
+itself, and a sweep given ``gate=``: 2, so that 1 always means a rule failed) and no stack
+trace; any other exception is a bug and shows its stack trace. Hydra's own reporting is turned
+off for the command (``HYDRA_FULL_ERROR=1`` while it runs), so its errors reach :func:`main` too.
 ``rag-exp --verbose <command> …`` (or ``HYDRA_FULL_ERROR=1``) shows the stack trace of every
 error. SIGINT (Ctrl-C) and SIGTERM stop a command the same way
 (:mod:`rag_experiments.common.interrupt`): its MLflow runs end KILLED with tag ``error``
@@ -73,9 +74,10 @@ from rag_experiments.locations import (  # ./conf of this folder, if any
 
 
 def _run(argv: list[str]) -> int:
-    from rag_experiments.app import hydra_main
+    from rag_experiments.app import hydra_main, refuse_gated_sweep
     from rag_experiments.config.compose import compose_once
 
+    refuse_gated_sweep(argv)  # before Hydra makes the sweep's folder and parent run
     sys.argv = ["rag-exp run", *with_user_conf(argv)]
     # Start-up allocates millions of long-lived objects (MLflow, pandas, SQLAlchemy, the
     # config, the dataset) and no garbage worth a collection: the cyclic collector is off

@@ -23,10 +23,13 @@ class RagExpError(Exception):
             ``http_500`` …) that ends up in ``RagResponse.error`` and metric NaN reasons, or
             None for a class that names none (a :class:`ConfigError`): the reader then writes
             the code of its own step (``generation_failed``, ``llm_error``).
+        exit_code: The process exit code of ``rag-exp`` when the error ends a command: 1,
+            unless a subclass says otherwise (:class:`GateFailed`, :class:`UsageError`).
     """
 
     retryable: bool = False
     reason: str | None = None
+    exit_code: int = 1
 
 
 class GateFailed(RagExpError):
@@ -47,6 +50,15 @@ class GateFailed(RagExpError):
 
 class ConfigError(RagExpError):
     """A configuration value is missing, misspelled or inconsistent."""
+
+
+class UsageError(ConfigError):
+    """A command was asked for what it does not do (``gate=`` in a sweep), or its input names
+    nothing usable (``rag-exp promote``: an unknown run or store, a bad alias). Exit code 2,
+    as for ``rag-exp gate``'s "could not decide" and argparse's usage errors, so a script
+    never reads it as "a rule failed" (1)."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)

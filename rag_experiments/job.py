@@ -27,6 +27,7 @@ from rag_experiments.errors import (
     PreflightError,
     RagExpError,
     TargetError,
+    UsageError,
 )
 from rag_experiments.llm.factory import identity_by_role, usage_by_role
 from rag_experiments.metrics.calibration import summary_lines as calibration_lines
@@ -85,27 +86,40 @@ def log_dropped(dataset: EvalDataset, tracker: Any) -> None:
 
 
 def _default_run_name(cfg: DictConfig, dataset_name: str) -> str:
-    return f"{dataset_name}-{cfg.chunker._target_.rsplit('.', 1)[-1]}-{cfg.metrics.name}"
+    """``<dataset>-<chunker class>-<metrics>``, then the retriever and reranker when they are
+    not the default dense retriever and none (:func:`~rag_experiments.config.resolvers.
+    retrieval_suffix`): ``sample-SemanticChunker-retrieval-bm25``."""
+    from rag_experiments.config.resolvers import retrieval_suffix
+
+    chunker = cfg.chunker._target_.rsplit(".", 1)[-1]
+    suffix = retrieval_suffix(cfg.get("retriever"), cfg.get("reranker"))
+    return f"{dataset_name}-{chunker}-{cfg.metrics.name}{suffix}"
+
+
+GATE_IN_SWEEP = (
+    "gate= gates one run, and a sweep's jobs cannot each set the exit code: drop gate= from "
+    "the sweep and gate the child run you choose with `rag-exp gate <run id> --baseline …`"
+)
+"""Why a sweep with ``gate=`` is refused: before it starts
+(:func:`rag_experiments.app.refuse_gated_sweep`), or by its job (:func:`gate_settings`) when
+the gate came from elsewhere (a preset)."""
 
 
 def gate_settings(cfg: DictConfig, in_sweep: bool) -> Any:
     """The end-of-run gate's settings (``gate=``), checked before any work, or None.
 
     Raises:
-        ConfigError: A gate in a sweep's job (gate its runs with ``rag-exp gate``), or bad
-            rules (:func:`~rag_experiments.analysis.gate.parse_settings`).
+        UsageError: A gate in a sweep's job (gate its runs with ``rag-exp gate``).
+        ConfigError: Bad rules (:func:`~rag_experiments.analysis.gate.parse_settings`).
     """
     gate = cfg.get("gate")
     if not gate:
         return None
+    if in_sweep:  # `rag-exp run -m … gate=…` is refused before it starts (app.refuse_gated_sweep)
+        raise UsageError(GATE_IN_SWEEP)
     # imported only for a gate: it imports scipy.stats and pandas (~2 CPU s of start-up)
     from rag_experiments.analysis.gate import parse_settings
 
-    if in_sweep:
-        raise ConfigError(
-            "gate= gates one run; a sweep's jobs cannot each set the exit code: drop gate= and "
-            "run `rag-exp gate <run id> --baseline …` on the run you choose"
-        )
     settings = parse_settings(OmegaConf.to_container(gate, resolve=True), "gate")
     if settings.needs_baseline and not gate.get("baseline"):
         raise ConfigError(

@@ -1,7 +1,11 @@
-"""Helpers shared by test modules (not fixtures): a cheap ``rag-exp run`` of a JSONL dataset."""
+"""Helpers shared by test modules (not fixtures): a cheap ``rag-exp run`` of a JSONL dataset;
+the modules a fresh interpreter loads for some imports."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +49,16 @@ def evaluate_retrieval(
     experiment = client.get_experiment_by_name("rag-experiments").experiment_id
     (run,) = client.search_runs([experiment], f"tags.`mlflow.runName` = '{run_name}'")
     return run
+
+
+def loaded_by(statements: str, modules: list[str]) -> list[str]:
+    """Which of ``modules`` a fresh Python process has in ``sys.modules`` after running
+    ``statements`` (e.g. ``import rag_experiments.config.schema``): what a start-up loads.
+
+    Raises:
+        subprocess.CalledProcessError: ``statements`` failed (its stderr in the error).
+    """
+    found = f"[m for m in {modules!r} if m in sys.modules]"
+    code = f"import sys, json\n{statements}\nprint(json.dumps({found}))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -6,16 +6,21 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import fields
+from inspect import signature
 from pathlib import Path
 
 import pytest
 from omegaconf import open_dict
+from run_helpers import loaded_by
 
 from rag_experiments.build import build
 from rag_experiments.chunking.none import NoChunker
+from rag_experiments.config.schema import Bm25Conf
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError, PreflightError, RagExpError
 from rag_experiments.index.bm25 import Analyzer, Bm25Params
+from rag_experiments.index.bm25_params import INDEX_TITLE
 from rag_experiments.job import preflight
 from rag_experiments.records import Chunk, Document, Sample
 from rag_experiments.retrieval.base import Hit, RerankerBase, RetrievalResult, rerank_result
@@ -294,3 +299,20 @@ def test_a_set_retriever_depth_never_cuts_the_reranker_candidates(compose_cfg) -
             cfg.reranker = {"_target_": f"{__name__}.WordOverlap", "candidates": candidates}
         retriever = build(cfg).target.retriever
         assert retriever.ranking_depth == expected
+
+
+def test_bm25_defaults_come_from_one_place() -> None:
+    """Pyserini's BEIR "flat" settings, by hand, in Bm25Params; the config schema and the
+    retriever take each default from there (none written twice)."""
+    assert Bm25Params() == Bm25Params(0.9, 0.4, "lucene", 0.5, "porter", "en", lower=True)
+    assert INDEX_TITLE is True
+    conf, taken = Bm25Conf(), signature(Bm25Retriever).parameters
+    for name in [f.name for f in fields(Bm25Params) if f.name != "lower"] + ["index_title"]:
+        default = INDEX_TITLE if name == "index_title" else getattr(Bm25Params, name)
+        assert getattr(conf, name) == default and taken[name].default == default, name
+
+
+@pytest.mark.slow
+def test_the_schema_reads_the_bm25_defaults_without_loading_the_index_code() -> None:
+    index_code = ["rag_experiments.index.chroma", "rag_experiments.index.bm25", "filelock"]
+    assert loaded_by("import rag_experiments.config.schema", index_code) == []

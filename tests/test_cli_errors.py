@@ -1,5 +1,5 @@
 """Every ``rag-exp`` command prints our own errors as one line, ``rag-exp <command>: error:
-<what, where, fix>``, exits 1 (``gate``: 2, "could not decide", as CI must not read a wrong
+<what, where, fix>``, exits 1 (``gate``, ``promote``: 2, as CI must not read a wrong
 input as a failed rule) and shows no stack trace, whether the command is a Hydra app
 (``run``, ``serve``, ``generate``: Hydra's own reporting printed the whole stack of a
 :class:`~rag_experiments.errors.RagExpError` raised in a task) or not. Each command gets a bad
@@ -76,7 +76,7 @@ def test_every_command_prints_our_errors_as_one_line_without_a_traceback(
     }
     for cmd, proc in procs.items():
         _, err = proc.communicate(timeout=600)
-        code = 2 if cmd == "gate" else 1
+        code = 2 if cmd in ("gate", "promote") else 1
         assert proc.returncode == code, f"rag-exp {cmd}: exit {proc.returncode}\n{err[-3000:]}"
         assert "Traceback" not in err, f"rag-exp {cmd}:\n{err[-3000:]}"
         (line,) = [x for x in err.splitlines() if x.startswith(f"rag-exp {cmd}: error: ")]

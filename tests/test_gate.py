@@ -197,10 +197,14 @@ def test_undecided_runs(store: str, runs: dict) -> None:
     other = gate_runs(store, runs["cand"], runs["other"], settings)
     assert other.status == UNDECIDED and other.exit_code == 2
     assert "different questions" in other.problem
-    assert {r.status for r in other.results} == {UNDECIDED} and len(other.results) == 2
+    assert [(r.metric, r.kind, r.limit, r.group, r.status, r.message) for r in other.results] == [
+        ("hi", "max_drop", 0.05, "all", UNDECIDED, other.problem),
+        ("missing", "min", 0.5, "all", UNDECIDED, other.problem),
+    ]
     same = gate_runs(store, runs["cand"], runs["base"], settings)
     missing = next(r for r in same.results if r.metric == "missing")
-    assert missing.status == UNDECIDED and "missing" in missing.message
+    assert missing.status == UNDECIDED
+    assert missing.message.startswith("metric missing is missing from the candidate run; it has ")
     few = gate_runs(
         store, runs["cand"], runs["base"], _settings({"hi": {"max_drop": 0.1}}, min_pairs=41)
     )
@@ -276,6 +280,21 @@ def test_promote_sets_an_alias_the_gate_resolves(
     assert "aliases: production" in out and "rag-exp promote <run id> --alias staging" in out
 
 
+def test_promote_exits_2_on_a_wrong_input_and_sets_nothing(
+    store: str, runs: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unknown run or a bad alias name is an input error: exit 2 (as gate's), one line,
+    and the experiment gets no alias tag."""
+    uri = ["--tracking-uri", store]
+    assert main(["promote", "f" * 32, "--alias", "ghost", *uri]) == 2
+    assert main(["promote", runs["base"], "--alias", "bad alias!", *uri]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and all(x.startswith("rag-exp promote: error: ") for x in lines)
+    assert "'bad alias!': use letters, digits" in lines[1]
+    tags = mlflow.MlflowClient(store).get_experiment_by_name("gate-test").tags
+    assert "rag_exp.alias.ghost" not in tags and "rag_exp.alias.bad alias!" not in tags
+
+
 def test_gate_group_composes_and_its_rules_parse(compose_cfg) -> None:
     from omegaconf import OmegaConf
 
@@ -293,6 +312,34 @@ def test_gate_group_composes_and_its_rules_parse(compose_cfg) -> None:
         gate_settings(compose_cfg("gate=default"), in_sweep=False)
     with pytest.raises(ConfigError, match="sweep"):
         gate_settings(cfg, in_sweep=True)
+
+
+@pytest.mark.parametrize(
+    ("args", "refused"),
+    [
+        (["-m", "gate=default", "retriever.top_k=1,2"], True),  # every job's gate
+        (["--multirun", "+gate=default", "gate.baseline=production"], True),
+        (["-m", "gate=null,default"], True),  # the gate swept
+        (["-m", "gate.baseline=a,b"], True),  # a gate key swept
+        (["hydra.mode=MULTIRUN", "gate=default"], True),
+        (["-m", "gate=null", "retriever.top_k=1,2"], False),  # no gate
+        (["-m", "~gate", "retriever.top_k=1,2"], False),
+        (["-m", "gateway.url=x", "retriever.top_k=1,2"], False),  # another key
+        (["gate=default", "gate.baseline=production"], False),  # one run: gated at its end
+        (["-m", "gate=[unclosed"], False),  # Hydra's own error, later
+    ],
+)
+def test_a_sweep_with_a_gate_is_refused_from_its_arguments(args: list[str], refused: bool) -> None:
+    from rag_experiments.app import refuse_gated_sweep
+    from rag_experiments.errors import UsageError
+    from rag_experiments.job import GATE_IN_SWEEP
+
+    if refused:
+        with pytest.raises(UsageError) as error:
+            refuse_gated_sweep(args)
+        assert str(error.value) == GATE_IN_SWEEP and error.value.exit_code == 2
+    else:
+        refuse_gated_sweep(args)
 
 
 def test_noninferiority_p_is_the_exact_sign_flip_p_of_the_shifted_differences() -> None:
@@ -333,7 +380,8 @@ def test_bounds_do_not_need_the_metric_in_the_baseline() -> None:
     bound, drop = evaluate_tables(cand, base, [MetricInfo("m", True, 0, 2)], settings)
     assert bound.kind == "min" and bound.status == PASS
     assert bound.candidate == pytest.approx(float(np.mean(UP)))  # > 0.5: BASE ≥ 0.3, +0.2
-    assert drop.status == UNDECIDED and "missing from the baseline" in drop.message
+    assert drop.status == UNDECIDED
+    assert drop.message.startswith("metric m is missing from the baseline run; it has ")
 
 
 @pytest.mark.parametrize("key", ["alpha", "min_pairs", "seed", "n_resamples"])
@@ -479,7 +527,7 @@ def test_gate_last_without_a_finished_run_or_store_exits_2_and_creates_nothing(
     assert "has no finished run" in capsys.readouterr().err
     monkeypatch.chdir(tmp_path)  # an empty folder: the default sqlite:///mlruns.db is not here
     assert main(["gate", "last", "--baseline", "production"]) == 2
-    assert main(["promote", "last"]) == 1
+    assert main(["promote", "last"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and all("no MLflow store here" in x for x in err)
     assert "pass --tracking-uri" in err[0] and str(tmp_path / "mlruns.db") in err[0]
@@ -491,7 +539,7 @@ def test_gate_last_without_a_finished_run_or_store_exits_2_and_creates_nothing(
     [
         (["gate", "0" * 32, "--baseline", "production"], 2),
         (["gate", "last"], 2),
-        (["promote", "last"], 1),
+        (["promote", "last"], 2),
         (["compare", "a" * 32, "b" * 32], 1),
     ],
     ids=["gate-id", "gate-last", "promote-last", "compare"],

@@ -158,3 +158,20 @@ def test_gate_against_an_mlflow_server(
     assert client.get_run(cand).data.tags["gate.baseline"] == base
     logged = {a.path for a in client.list_artifacts(cand, "gate")}
     assert logged == {"gate/junit.xml", "gate/summary.md", "gate/gate.json"}
+
+
+@pytest.mark.slow  # Hydra in process
+def test_a_sweep_with_a_gate_is_refused_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One line, exit 2, the fix; no sweep folder, no store, no parent run (the cases that
+    count as a gate: tests/test_gate.py)."""
+    GlobalHydra.instance().clear()
+    uri = f"sqlite:///{tmp_path}/mlruns.db"
+    argv = ["run", "-m", *FAKE_RUN, "gate=default", "gate.baseline=production"]
+    argv += ["retriever.top_k=1,2", f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path}/sweep"]
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("rag-exp run: error: gate= gates one run")
+    assert "`rag-exp gate <run id> --baseline …`" in line
+    assert list(tmp_path.iterdir()) == []  # no sweep folder, no store

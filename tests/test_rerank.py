@@ -19,8 +19,9 @@ from rag_experiments.errors import ConfigError, PreflightError
 from rag_experiments.fakes.llama_cpp_server import free_port
 from rag_experiments.fakes.rerank_server import FakeRerankServer
 from rag_experiments.job import preflight
-from rag_experiments.llm.cache import ResponseCache
+from rag_experiments.llm.cache import CachedChat, ResponseCache, cache_in_use
 from rag_experiments.llm.errors import LLMHTTPError, LLMUnreachableError
+from rag_experiments.llm.fake import FakeChat
 from rag_experiments.llm.usage import UsageMeter
 from rag_experiments.locations import CONF_DIR
 from rag_experiments.retrieval.rerank import (
@@ -278,3 +279,26 @@ def test_a_failed_rerank_is_counted_and_not_stored(tmp_path):
         with pytest.raises(RerankResponseError):
             reranker.rerank(QUERY, DOCS)
     assert meter.errors == 1 and len(cache) == 0
+
+
+def test_the_reranker_and_a_chat_model_choose_their_cache_alike(tmp_path):
+    """One rule (llm.cache.cache_in_use) for both wrappers: the store unless the mode is off or
+    the part is not cacheable; an unknown mode is refused with the same one line."""
+    cache = ResponseCache(tmp_path / "llm.sqlite")
+    assert cache_in_use(cache, "read_only", True) is cache
+    assert cache_in_use(cache, "off", True) is None
+    assert cache_in_use(cache, "read_write", False) is None
+    meter = UsageMeter("reranker")
+    with FakeRerankServer() as server:
+        served = build(url=server.url)
+        for mode in ("read_write", "off"):
+            assert CachedReranker(served, meter, cache, mode).cache is cache_in_use(
+                cache, mode, True
+            )
+        messages = []
+        for wrap, inner in ((CachedReranker, served), (CachedChat, FakeChat())):
+            with pytest.raises(ConfigError) as refused:
+                wrap(inner, meter, cache, "sometimes")
+            messages.append(str(refused.value))
+    assert messages[0] == messages[1]
+    assert messages[0].startswith("cache.mode='sometimes' is not one of read_write, read_only")

@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -495,11 +496,20 @@ def test_sweep_against_a_tracking_server(mlflow_server: str, tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-def test_run_artifacts_over_http(mlflow_server: str) -> None:  # noqa: F811
+def test_run_artifacts_over_http(
+    mlflow_server: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", raising=False)
     tracker = MlflowTracker(mlflow_server, "server-exp")
     with _start(tracker, params={"llm": {"token": "t"}}) as run_id:
         tracker.log_table([{"id": "q1", "text": "x" * 10_000}])
         tracker.log_metrics({"nDCG@10": 0.3, "bad": math.nan})
+    # MLflow's end_run printed no "View run" line (it reads the whole run back for it), and
+    # the variable that says so is not left behind
+    assert "View run" not in capsys.readouterr().out
+    assert "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT" not in os.environ
     run = MlflowClient(mlflow_server).get_run(run_id)
     assert run.info.artifact_uri.startswith("mlflow-artifacts:")
     assert run.data.metrics == {"nDCG_at_10": 0.3}

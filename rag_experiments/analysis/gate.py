@@ -510,29 +510,9 @@ def evaluate_tables(
         for group in groups:
             for kind, limit in _limits(rule):
                 if spec is None:
-                    out.append(
-                        RuleResult(
-                            rule.metric,
-                            kind,
-                            limit,
-                            group,
-                            UNDECIDED,
-                            f"metric {rule.metric} is missing from the candidate run; it has "
-                            f"{', '.join(sorted(by_name)) or 'none'}",
-                        )  # fmt: skip
-                    )
+                    out.append(_missing(rule.metric, kind, limit, group, "candidate", by_name))
                 elif kind == "max_drop" and baseline is not None and rule.metric not in in_base:
-                    out.append(
-                        RuleResult(
-                            rule.metric,
-                            kind,
-                            limit,
-                            group,
-                            UNDECIDED,
-                            f"metric {rule.metric} is missing from the baseline run; it has "
-                            f"{', '.join(sorted(in_base)) or 'none'}",
-                        )  # fmt: skip
-                    )
+                    out.append(_missing(rule.metric, kind, limit, group, "baseline", in_base))
                 elif kind == "max_drop":
                     out.append(
                         _drop_rule(
@@ -927,11 +907,7 @@ def gate_runs(
             f"vs {questions_digest(cand)}); gate runs of one dataset"
         )
     if result.problem:
-        result.results = [
-            RuleResult(r.metric, kind, limit, ALL, UNDECIDED, result.problem)
-            for r in settings.rules
-            for kind, limit in _limits(r)
-        ]
+        result.results = _all_undecided(settings, result.problem)
         return result
     base_id = result.baseline
     cand_specs = load_specs(client, candidate_id)
@@ -950,12 +926,33 @@ def gate_runs(
         )
     except DatasetError as exc:  # no sample id in common
         result.problem = str(exc)
-        result.results = [
-            RuleResult(r.metric, kind, limit, ALL, UNDECIDED, result.problem)
-            for r in settings.rules
-            for kind, limit in _limits(r)
-        ]
+        result.results = _all_undecided(settings, result.problem)
     return result
+
+
+def _all_undecided(settings: GateSettings, problem: str) -> list[RuleResult]:
+    """Every rule's every limit undecided for one reason (the runs cannot be compared)."""
+    return [
+        RuleResult(r.metric, kind, limit, ALL, UNDECIDED, problem)
+        for r in settings.rules
+        for kind, limit in _limits(r)
+    ]
+
+
+def _missing(
+    metric: str, kind: str, limit: float, group: str, run: str, names: Collection[str]
+) -> RuleResult:
+    """The rule's limit undecided because ``run`` (``candidate`` or ``baseline``) has no
+    ``metric``; the message lists the metrics it has (``names``)."""
+    has = ", ".join(sorted(names)) or "none"
+    return RuleResult(
+        metric,
+        kind,
+        limit,
+        group,
+        UNDECIDED,
+        f"metric {metric} is missing from the {run} run; it has {has}",
+    )
 
 
 def _limits(rule: Rule) -> list[tuple[str, float]]:

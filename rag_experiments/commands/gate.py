@@ -3,7 +3,8 @@
 plain line per rule, exit code 0 pass / 1 fail / 2 undecided, JUnit XML, Markdown, the result
 logged on the candidate run), and the baseline alias it resolves. Every error of ``gate`` that
 is not a rule's verdict (its input: the ``--config`` file, the rules, the runs, the store)
-exits 2 as an undecided gate does, so CI never reads it as "a rule failed"."""
+exits 2 as an undecided gate does, and so does every error of ``promote`` (a
+:class:`~rag_experiments.errors.UsageError`), so CI never reads it as "a rule failed"."""
 
 from __future__ import annotations
 
@@ -25,7 +26,13 @@ from rag_experiments.analysis.gate import (
     set_alias,
 )
 from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
-from rag_experiments.errors import ConfigError, GateFailed, RagExpError, TrackingError
+from rag_experiments.errors import (
+    ConfigError,
+    GateFailed,
+    RagExpError,
+    TrackingError,
+    UsageError,
+)
 from rag_experiments.locations import CONF_DIR
 from rag_experiments.tracking.store import open_store
 
@@ -118,7 +125,9 @@ def promote_command(argv: list[str]) -> int:
         prog="rag-exp promote",
         description="Point a baseline alias (e.g. production) of the run's experiment at the "
         "run: experiment tag rag_exp.alias.<name> = <run id>, which the baseline of `rag-exp "
-        "gate` and gate.baseline=<name> resolve.",
+        "gate` and gate.baseline=<name> resolve. Exit 0 the alias was set, 2 it was not: a "
+        "wrong input (an unknown run, `last` with no finished run, a bad alias name, a store "
+        "that does not exist or a tracking server that does not answer), as for `rag-exp gate`.",
     )
     parser.add_argument(
         "run_id", help="the run to promote, or `last` (newest finished run of --experiment)"
@@ -127,8 +136,11 @@ def promote_command(argv: list[str]) -> int:
     _add_experiment(parser)
     add_tracking_uri(parser)
     opts = parse_store_command(parser, argv)
-    run_id = resolve_run(_open_existing(opts.tracking_uri), opts.run_id, opts.experiment)
-    experiment = set_alias(opts.tracking_uri, run_id, opts.alias)
+    try:
+        run_id = resolve_run(_open_existing(opts.tracking_uri), opts.run_id, opts.experiment)
+        experiment = set_alias(opts.tracking_uri, run_id, opts.alias)
+    except RagExpError as exc:  # exit 2 as gate's input errors: 1 means "a rule failed"
+        raise UsageError(str(exc)) from exc
     print(f"alias {opts.alias!r} of experiment {experiment!r} -> run {run_id}")
     return 0
 

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from hydra.errors import CompactHydraException
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from rag_experiments.errors import GateFailed, RagExpError
+from rag_experiments.errors import RagExpError
 
 
 class ReportedError(CompactHydraException):
@@ -55,11 +55,12 @@ def reported(command: str = "rag-exp run") -> Iterator[None]:
 
 
 def exit_code(exc: BaseException) -> int:
-    """The exit code of a reported error: the gate's (1 failed, 2 undecided) for
-    :class:`~rag_experiments.errors.GateFailed`, else 1."""
+    """The exit code of a reported error: our error's own
+    (:attr:`~rag_experiments.errors.RagExpError.exit_code`: 1, the gate's 1 failed / 2
+    undecided, 2 for a :class:`~rag_experiments.errors.UsageError`), else 1."""
     if isinstance(exc, ReportedError):
         exc = exc.error
-    return exc.exit_code if isinstance(exc, GateFailed) else 1
+    return exc.exit_code if isinstance(exc, RagExpError) else 1
 
 
 def error_message(exc: BaseException) -> str | None:

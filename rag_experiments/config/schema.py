@@ -30,6 +30,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from rag_experiments.common.http import TARGET_RETRY, RetryPolicy
+from rag_experiments.index.bm25_params import INDEX_TITLE, Bm25Params
 
 # NOTE: Optional[...] / Dict / List (not PEP 604 unions) because OmegaConf inspects these
 # annotations at runtime and must understand them on Python 3.10.
@@ -359,19 +360,20 @@ class RetrieverConf(ComponentConf):
 
 @dataclass
 class Bm25Conf:
-    """BM25 analysis and scoring (defaults: Pyserini's BEIR "flat" settings)."""
+    """BM25 analysis and scoring (defaults: Pyserini's BEIR "flat" settings, those of
+    :class:`~rag_experiments.index.bm25_params.Bm25Params`)."""
 
-    k1: float = 0.9
-    b: float = 0.4
-    method: str = "lucene"
+    k1: float = Bm25Params.k1
+    b: float = Bm25Params.b
+    method: str = Bm25Params.method
     """bm25s variant: lucene | robertson | atire | bm25l | bm25+."""
-    delta: float = 0.5
+    delta: float = Bm25Params.delta
     """δ of bm25l and bm25+."""
-    stemmer: str | None = "porter"
+    stemmer: str | None = Bm25Params.stemmer
     """PyStemmer algorithm: porter (Lucene's PorterStemFilter), english (Snowball) …, or null."""
-    stopwords: str | None = "en"
+    stopwords: str | None = Bm25Params.stopwords
     """en (Lucene's 33 English stop words) or null."""
-    index_title: bool = True
+    index_title: bool = INDEX_TITLE
     """Index ``title + ' ' + text`` (Anserini's BEIR "flat" index)."""
     index_dir: str = "${paths.bm25_dir}"
 
@@ -691,6 +693,8 @@ class RootConf:
     """The end-of-run regression gate (:class:`GateConf`), ``gate=default``; null = none."""
     seed: int = 0
     run_name: str | None = None
+    """MLflow run name; null = ``<dataset>-<chunker>-<metrics>``, plus ``-<retriever>`` unless
+    dense and ``-rerank-<reranker>`` unless none (a sweep's child: its swept values)."""
     max_failure_rate: float = 0.2
     progress: bool = True
     max_samples: int | None = None

@@ -1,6 +1,6 @@
-"""Vector index of the baseline (ChromaDB) and the naming of its collections."""
+"""Indexes of the baseline: the vector index (:mod:`~rag_experiments.index.chroma`, ChromaDB),
+the BM25 index (:mod:`~rag_experiments.index.bm25`) and the naming of both
+(:mod:`~rag_experiments.index.naming`).
 
-from rag_experiments.index.chroma import ChromaIndex
-from rag_experiments.index.naming import collection_name, index_key
-
-__all__ = ["ChromaIndex", "collection_name", "index_key"]
+Nothing is imported here, so a light module of the package (:mod:`~rag_experiments.index.
+bm25_params`, read by the config schema) loads without the index code."""

@@ -18,13 +18,13 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
 
 from rag_experiments.errors import VectorIndexError
+from rag_experiments.index.bm25_params import Bm25Params
 from rag_experiments.index.naming import collection_name
 
 log = logging.getLogger(__name__)
@@ -35,38 +35,6 @@ META = "meta.json"
 TOKEN_PATTERN = r"(?u)\b\w+\b"
 """Tokens: runs of word characters, one character or more (Lucene's StandardTokenizer keeps
 one-letter tokens and numbers; bm25s's default ``\\w\\w+`` drops them)."""
-
-
-@dataclass(frozen=True)
-class Bm25Params:
-    """How texts are analysed and scored (every field is part of the index identity).
-
-    Attributes:
-        k1: Term-frequency saturation (>= 0).
-        b: Length normalisation in [0, 1].
-        method: bm25s scoring variant: ``lucene``, ``robertson``, ``atire``, ``bm25l``,
-            ``bm25+`` (Kamphuis et al., ECIR 2020).
-        delta: The δ of ``bm25l`` and ``bm25+`` (ignored by the others).
-        stemmer: A PyStemmer algorithm (``porter``: Porter 1980 as Lucene's
-            ``PorterStemFilter``; ``english``: Snowball English), or None for no stemming.
-        stopwords: ``en`` (Lucene's 33 English stop words, bm25s's list), or None.
-        lower: Lower-case before tokenising.
-    """
-
-    k1: float = 0.9
-    b: float = 0.4
-    method: str = "lucene"
-    delta: float = 0.5
-    stemmer: str | None = "porter"
-    stopwords: str | None = "en"
-    lower: bool = True
-
-    def key(self) -> str:
-        """The parameters as text for the index key."""
-        return (
-            f"bm25-{self.method}-k1={self.k1:g}-b={self.b:g}-d={self.delta:g}"
-            f"-stem={self.stemmer}-stop={self.stopwords}-lower={int(self.lower)}"
-        )
 
 
 class Analyzer:

@@ -45,6 +45,32 @@ log = logging.getLogger(__name__)
 CACHE_MODES: tuple[str, ...] = ("read_write", "read_only", "off")
 """``read_write``: look up, store misses; ``read_only``: look up, store nothing; ``off``."""
 
+
+def check_cache_mode(mode: str) -> str:
+    """``mode`` when it is one of :data:`CACHE_MODES`.
+
+    Raises:
+        ConfigError: Unknown mode (the message lists the known ones).
+    """
+    if mode not in CACHE_MODES:
+        raise ConfigError(
+            f"cache.mode={mode!r} is not one of {', '.join(CACHE_MODES)}; "
+            "use read_write (default), read_only or off"
+        )
+    return mode
+
+
+def cache_in_use(cache: ResponseCache | None, mode: str, cacheable: bool) -> ResponseCache | None:
+    """The store a cached wrapper (:class:`CachedChat`, the reranker's ``CachedReranker``)
+    looks answers up in: ``cache``, or None when there is none, ``mode`` is ``off`` or the
+    wrapped part is not ``cacheable`` (the free fakes).
+
+    Raises:
+        ConfigError: Unknown ``mode`` (:func:`check_cache_mode`).
+    """
+    return cache if check_cache_mode(mode) != "off" and cacheable else None
+
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS llm_responses (
     key TEXT PRIMARY KEY,
@@ -244,12 +270,10 @@ class CachedChat(ChatModelBase):
         cache: ResponseCache | None = None,
         mode: str = "read_write",
     ) -> None:
-        if mode not in CACHE_MODES:
-            raise ConfigError(f"cache.mode={mode!r} is not one of {', '.join(CACHE_MODES)}")
+        self.cache = cache_in_use(cache, mode, inner.cacheable)
         self.inner = inner
         self.meter = meter
         self.mode = mode
-        self.cache = cache if mode != "off" and inner.cacheable else None
         self._flights: dict[str, Future[Completion]] = {}
         self._flights_lock = threading.Lock()
 

@@ -19,9 +19,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from rag_experiments.common.http import nest_retry
-from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import ChatModel
-from rag_experiments.llm.cache import CACHE_MODES, CachedChat, ResponseCache
+from rag_experiments.llm.cache import CachedChat, ResponseCache, check_cache_mode
 from rag_experiments.llm.usage import UsageMeter
 
 _UNSET: Any = object()
@@ -53,13 +52,8 @@ def configure(cache_path: str | None, cache_mode: str = "read_write") -> None:
         ConfigError: Unknown mode.
     """
     global _session
-    if cache_mode not in CACHE_MODES:
-        raise ConfigError(
-            f"cache.mode={cache_mode!r} is not one of {', '.join(CACHE_MODES)}; "
-            "use read_write (default), read_only or off"
-        )
     with _lock:
-        _session = _Session(cache_path=cache_path or None, cache_mode=cache_mode)
+        _session = _Session(cache_path=cache_path or None, cache_mode=check_cache_mode(cache_mode))
 
 
 def configure_from_config(cfg: Any) -> None:

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from rag_experiments.errors import ConfigError, VectorIndexError
-from rag_experiments.index.bm25 import Analyzer, Bm25Params, Bm25Store
+from rag_experiments.index.bm25 import Analyzer, Bm25Store
+from rag_experiments.index.bm25_params import INDEX_TITLE, Bm25Params
 from rag_experiments.retrieval.base import Hit, RetrievalResult, RetrieverBase
 
 if TYPE_CHECKING:
@@ -52,6 +53,9 @@ class Bm25Retriever(RetrieverBase):
         index_title: Index ``title + " " + text`` for chunks with a title.
         index_dir: Folder of the cached indexes (``paths.bm25_dir``).
 
+    The defaults are :class:`~rag_experiments.index.bm25_params.Bm25Params`'s (and
+    :data:`~rag_experiments.index.bm25_params.INDEX_TITLE`), as the config schema's are.
+
     Raises:
         ConfigError: A value out of range or an unknown method.
     """
@@ -62,13 +66,13 @@ class Bm25Retriever(RetrieverBase):
         self,
         top_k: int = 5,
         depth: int | None = None,
-        k1: float = 0.9,
-        b: float = 0.4,
-        method: str = "lucene",
-        delta: float = 0.5,
-        stemmer: str | None = "porter",
-        stopwords: str | None = "en",
-        index_title: bool = True,
+        k1: float = Bm25Params.k1,
+        b: float = Bm25Params.b,
+        method: str = Bm25Params.method,
+        delta: float = Bm25Params.delta,
+        stemmer: str | None = Bm25Params.stemmer,
+        stopwords: str | None = Bm25Params.stopwords,
+        index_title: bool = INDEX_TITLE,
         index_dir: str = ".cache/bm25",
     ) -> None:
         super().__init__(top_k, depth)

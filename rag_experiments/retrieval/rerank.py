@@ -68,7 +68,7 @@ from rag_experiments.common.jsonpath import compile_expression, peek
 from rag_experiments.common.redact import public_url
 from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.llm.base import Completion
-from rag_experiments.llm.cache import CACHE_MODES, ResponseCache
+from rag_experiments.llm.cache import ResponseCache, cache_in_use
 from rag_experiments.llm.errors import (
     LLMBadBodyError,
     LLMConnectionDroppedError,
@@ -535,12 +535,10 @@ class CachedReranker(RerankerBase):
         cache: ResponseCache | None = None,
         mode: str = "read_write",
     ) -> None:
-        if mode not in CACHE_MODES:
-            raise ConfigError(f"cache.mode={mode!r} is not one of {', '.join(CACHE_MODES)}")
+        self.cache = cache_in_use(cache, mode, inner.cacheable)
         self.inner = inner
         self.meter = meter
         self.mode = mode
-        self.cache = cache if mode != "off" and inner.cacheable else None
         self.candidates = int(inner.candidates)
 
     def __repr__(self) -> str:
