@@ -7,7 +7,9 @@ store (created before the timed run, as a user's store exists after the first ru
 ``--new-store`` times its creation too), or with ``--judge-server`` against the fake
 OpenAI-compatible server (:mod:`rag_experiments.fakes.openai_server`, in its own process:
 ``judge=openai``, every call ``--latency`` seconds in one of ``--slots`` slots). The child
-process times its phases by wrapping the functions that do them (the package is unchanged):
+process runs the command itself (:func:`rag_experiments.cli.main`, its start-up and exit
+included) and times its phases by wrapping the functions that do them (the package is
+unchanged):
 
 =======================  ===================================================================
 phase                    what
@@ -84,7 +86,8 @@ def make_dataset(n: int, path: Path) -> None:
 
 
 def _child(out: str, profile: str | None, overrides: list[str]) -> None:
-    """Run ``rag-exp run <overrides>`` with phase timers; write them to ``out`` (JSON)."""
+    """Run ``rag-exp run <overrides>`` (:func:`rag_experiments.cli.main`, exit included) with
+    phase timers; write them to ``out`` (JSON)."""
     durations: dict[str, float] = defaultdict(float)
     cpu: dict[str, float] = defaultdict(float)
     first_start: dict[str, float] = {}
@@ -136,15 +139,16 @@ def _child(out: str, profile: str | None, overrides: list[str]) -> None:
     import atexit
 
     atexit.register(write)
-    sys.argv = ["rag-exp", *overrides]
-    from rag_experiments.app import hydra_main
+    from rag_experiments.cli import main  # the `rag-exp` command itself
 
+    argv = ["run", *overrides]
     if profile:
         import cProfile
 
-        cProfile.runctx("hydra_main()", globals(), {"hydra_main": hydra_main}, profile)
+        code = cProfile.runctx("main(argv)", globals(), {"main": main, "argv": argv}, profile)
     else:
-        hydra_main()
+        code = main(argv)
+    raise SystemExit(code)
 
 
 # --- the parent ------------------------------------------------------------------------------

@@ -57,6 +57,8 @@ naming the signal, and the exit code is 128 + the signal number (130, 143).
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import os
 import signal
 import sys
@@ -73,10 +75,22 @@ from rag_experiments.locations import (  # ./conf of this folder, if any
 
 def _run(argv: list[str]) -> int:
     from rag_experiments.app import hydra_main, refuse_gated_sweep
+    from rag_experiments.config.compose import compose_once
 
     refuse_gated_sweep(argv)  # before Hydra makes the sweep's folder and parent run
     sys.argv = ["rag-exp run", *with_user_conf(argv)]
-    hydra_main()
+    # Start-up allocates millions of long-lived objects (MLflow, pandas, SQLAlchemy, the
+    # config, the dataset) and no garbage worth a collection: the cyclic collector is off
+    # until the job freezes them and starts answering (rag_experiments.job.run_job), which
+    # saves ~1 CPU s of collections (`import mlflow` alone: 4.8 -> 3.9 CPU s).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with compose_once():  # Hydra composes the config once, not twice
+            hydra_main()
+    finally:
+        if collecting:
+            gc.enable()
     return 0
 
 
@@ -221,10 +235,27 @@ def _hydra_raises() -> Iterator[None]:
             os.environ["HYDRA_FULL_ERROR"] = before
 
 
+def _exit_without_collecting() -> None:
+    """Move every object to the collector's permanent generation as the process exits.
+
+    Registered when the command starts, so it runs after the exit handlers registered during
+    the command (every run ended, every file and log flushed): the interpreter's shutdown then
+    no longer walks the whole heap in repeated full collections (MLflow, pandas, SQLAlchemy
+    and a run's rows: 2-7 s of a 1,000-question run's exit on a loaded 2-core machine; seen
+    with ``py-spy dump --native``: ``gc_collect_main``). The only difference: reference
+    cycles that are garbage at exit are left to the operating system instead of being
+    collected first (CPython does not promise to finalize objects at exit anyway).
+    """
+    gc.freeze()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch ``rag-exp <command> …``; returns the process exit code (errors: see the
     module docstring)."""
     from rag_experiments.config.reporting import error_message, exit_code
+
+    atexit.unregister(_exit_without_collecting)  # once per process, however often called
+    atexit.register(_exit_without_collecting)
 
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = bool(args) and args[0] == "--verbose"

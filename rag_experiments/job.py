@@ -112,13 +112,14 @@ def gate_settings(cfg: DictConfig, in_sweep: bool) -> Any:
         UsageError: A gate in a sweep's job (gate its runs with ``rag-exp gate``).
         ConfigError: Bad rules (:func:`~rag_experiments.analysis.gate.parse_settings`).
     """
-    from rag_experiments.analysis.gate import parse_settings
-
     gate = cfg.get("gate")
     if not gate:
         return None
     if in_sweep:  # `rag-exp run -m … gate=…` is refused before it starts (app.refuse_gated_sweep)
         raise UsageError(GATE_IN_SWEEP)
+    # imported only for a gate: it imports scipy.stats and pandas (~2 CPU s of start-up)
+    from rag_experiments.analysis.gate import parse_settings
+
     settings = parse_settings(OmegaConf.to_container(gate, resolve=True), "gate")
     if settings.needs_baseline and not gate.get("baseline"):
         raise ConfigError(
@@ -226,8 +227,10 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
             tracker.set_tags({"mlflow.runName": _default_run_name(cfg, exp.dataset.name)})
         # Everything built so far (imported modules, the config, the parts, the dataset) lives
         # for the whole run: frozen, the collector stops re-scanning it in every full
-        # collection while the run allocates its rows; unfrozen when the run ends.
+        # collection while the run allocates its rows; unfrozen when the run ends. The
+        # collector runs from here on (`rag-exp run` turns it off for the start-up).
         gc.freeze()
+        gc.enable()
         try:
             result = evaluate_in_run(
                 exp.dataset,

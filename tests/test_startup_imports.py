@@ -1,0 +1,51 @@
+"""What a ``rag-exp run`` imports at start-up (heavy modules the chosen config does not use stay
+unloaded) and how the command exits (bench/scale.py times both; these pin what made them slow)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.slow
+def test_a_run_without_a_gate_does_not_import_scipy_stats() -> None:
+    """The gate's statistics (scipy.stats, ~2 CPU s) load only when ``gate=`` is set."""
+    code = (
+        "import sys\n"
+        "from omegaconf import OmegaConf\n"
+        "import rag_experiments.app, rag_experiments.job, rag_experiments.build\n"
+        "import rag_experiments.tracking.mlflow_tracker\n"
+        "from rag_experiments.job import gate_settings\n"
+        "assert gate_settings(OmegaConf.create({'gate': None}), in_sweep=False) is None\n"
+        "assert 'scipy.stats' not in sys.modules, 'scipy.stats imported without a gate'\n"
+        "assert 'rag_experiments.analysis.gate' not in sys.modules\n"
+        "gate = {'gate': {'rules': {'nDCG@10': {'min': 0.5}}}}\n"
+        "settings = gate_settings(OmegaConf.create(gate), in_sweep=False)\n"
+        "assert settings is not None and 'rag_experiments.analysis.gate' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_the_command_exits_without_a_full_collection_of_its_heap() -> None:
+    """After the command, an exit handler freezes the heap (``gc.freeze``), so the shutdown's
+    collections skip it; it runs after the handlers registered during the command, once."""
+    sample = Path(__file__).resolve().parents[1] / "datasets" / "sample" / "eval.jsonl"
+    code = (
+        "import atexit, gc\n"
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count()))\n"
+        "from rag_experiments.cli import main\n"
+        f"assert main(['dataset', 'stats', {str(sample)!r}]) == 0\n"
+        f"assert main(['dataset', 'stats', {str(sample)!r}]) == 0\n"
+        "print('before exit', gc.get_freeze_count())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert "before exit 0" in lines
+    frozen = [int(line.split()[1]) for line in lines if line.startswith("frozen ")]
+    assert len(frozen) == 1 and frozen[0] > 10_000  # the whole heap, frozen at exit
