@@ -62,6 +62,7 @@ import signal
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any, TextIO
 
 from rag_experiments.common import interrupt
 from rag_experiments.common.redact import scrubbed_console
@@ -70,13 +71,48 @@ from rag_experiments.locations import (  # ./conf of this folder, if any
     with_user_conf,
 )
 
+_HYDRA_JOB_LINE = "Error executing job with overrides:"
+
+
+class _WithoutHydraJobLine:
+    """``sys.stderr`` minus Hydra's ``Error executing job with overrides: [...]`` line, which
+    ``hydra.core.utils.JobReturn.return_value`` writes before re-raising a failed job's error:
+    :func:`main` prints the error itself, as one line (the overrides are what the user typed).
+
+    Args:
+        stream: The stream to forward everything else to.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        if text.startswith(_HYDRA_JOB_LINE):
+            return len(text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def _without_hydra_job_line() -> Iterator[None]:
+    """:class:`_WithoutHydraJobLine` as ``sys.stderr`` for the block."""
+    err = sys.stderr
+    sys.stderr = _WithoutHydraJobLine(err)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stderr = err
+
 
 def _run(argv: list[str]) -> int:
     from rag_experiments.app import hydra_main, refuse_gated_sweep
 
     refuse_gated_sweep(argv)  # before Hydra makes the sweep's folder and parent run
     sys.argv = ["rag-exp run", *with_user_conf(argv)]
-    hydra_main()
+    with _without_hydra_job_line():
+        hydra_main()
     return 0
 
 
