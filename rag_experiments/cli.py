@@ -107,6 +107,13 @@ def _without_hydra_job_line() -> Iterator[None]:
 
 
 def _run(argv: list[str]) -> int:
+
+    from rag_experiments.run_help import run_help
+
+    text = run_help(with_user_conf(argv))  # --help from conf/ alone: Hydra's composes (~30 s)
+    if text is not None:
+        print(text)
+        return 0
     from rag_experiments.app import hydra_main, refuse_gated_sweep
 
     refuse_gated_sweep(argv)  # before Hydra makes the sweep's folder and parent run
