@@ -37,13 +37,15 @@ Subcommands::
                                        exit 2 on a wrong input
     rag-exp init [--dir DIR] [--force]  a starter conf/ overlay (experiment, HTTP target)
 
-``rag-exp run --help`` shows our usage, examples and the config groups; ``rag-exp run --cfg job``
-prints the resolved config without running.
+``rag-exp run --help`` shows our usage, examples and the config groups, read from ``conf/``
+without composing (:mod:`rag_experiments.run_help`); ``rag-exp run --cfg job`` prints the
+resolved config without running.
 
 Errors are handled in one place, :func:`main`, for every command: our own errors
 (:class:`~rag_experiments.errors.RagExpError`) and Hydra's config errors print as
-``rag-exp <command>: error: <message>`` (an unknown config key first says which keys the
-schema has, e.g. "did you mean retriever.top_k"), with exit code 1 (a run whose end-of-run gate,
+``rag-exp <command>: error: <message>`` (an unknown config key says which keys the schema has,
+e.g. "did you mean retriever.top_k", and a key under an unselected group which option to pick,
+as one line without Hydra's advice), with exit code 1 (a run whose end-of-run gate,
 ``gate=``, failed: 1; could not decide: 2; every error of ``rag-exp gate`` and ``promote``
 itself, and a sweep given ``gate=``: 2, so that 1 always means a rule failed) and no stack
 trace; any other exception is a bug and shows its stack trace. Hydra's own reporting is turned
