@@ -37,13 +37,15 @@ Subcommands::
                                        exit 2 on a wrong input
     rag-exp init [--dir DIR] [--force]  a starter conf/ overlay (experiment, HTTP target)
 
-``rag-exp run --help`` shows our usage, examples and the config groups; ``rag-exp run --cfg job``
-prints the resolved config without running.
+``rag-exp run --help`` shows our usage, examples and the config groups, read from ``conf/``
+without composing (:mod:`rag_experiments.run_help`); ``rag-exp run --cfg job`` prints the
+resolved config without running.
 
 Errors are handled in one place, :func:`main`, for every command: our own errors
 (:class:`~rag_experiments.errors.RagExpError`) and Hydra's config errors print as
-``rag-exp <command>: error: <message>`` (an unknown config key first says which keys the
-schema has, e.g. "did you mean retriever.top_k"), with exit code 1 (a run whose end-of-run gate,
+``rag-exp <command>: error: <message>`` (an unknown config key says which keys the schema has,
+e.g. "did you mean retriever.top_k", and a key under an unselected group which option to pick,
+as one line without Hydra's advice), with exit code 1 (a run whose end-of-run gate,
 ``gate=``, failed: 1; could not decide: 2; every error of ``rag-exp gate`` and ``promote``
 itself, and a sweep given ``gate=``: 2, so that 1 always means a rule failed) and no stack
 trace; any other exception is a bug and shows its stack trace. Hydra's own reporting is turned
@@ -64,6 +66,7 @@ import signal
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any, TextIO
 
 from rag_experiments.common import interrupt
 from rag_experiments.common.redact import scrubbed_console
@@ -72,8 +75,49 @@ from rag_experiments.locations import (  # ./conf of this folder, if any
     with_user_conf,
 )
 
+_HYDRA_JOB_LINE = "Error executing job with overrides:"
+
+
+class _WithoutHydraJobLine:
+    """``sys.stderr`` minus Hydra's ``Error executing job with overrides: [...]`` line, which
+    ``hydra.core.utils.JobReturn.return_value`` writes before re-raising a failed job's error:
+    :func:`main` prints the error itself, as one line (the overrides are what the user typed).
+
+    Args:
+        stream: The stream to forward everything else to.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        if text.startswith(_HYDRA_JOB_LINE):
+            return len(text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def _without_hydra_job_line() -> Iterator[None]:
+    """:class:`_WithoutHydraJobLine` as ``sys.stderr`` for the block."""
+    err = sys.stderr
+    sys.stderr = _WithoutHydraJobLine(err)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stderr = err
+
 
 def _run(argv: list[str]) -> int:
+
+    from rag_experiments.run_help import run_help
+
+    text = run_help(with_user_conf(argv))  # --help from conf/ alone: Hydra's composes (~30 s)
+    if text is not None:
+        print(text)
+        return 0
     from rag_experiments.app import hydra_main, refuse_gated_sweep
     from rag_experiments.config.compose import compose_once
 
@@ -86,7 +130,7 @@ def _run(argv: list[str]) -> int:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        with compose_once():  # Hydra composes the config once, not twice
+        with compose_once(), _without_hydra_job_line():  # Hydra composes once, not twice
             hydra_main()
     finally:
         if collecting:

@@ -137,11 +137,13 @@ def check_gate(cfg: DictConfig, settings: Any, metrics: list[Any], tracking_uri:
         ConfigError: An unknown metric (with the closest name) or baseline.
     """
     from rag_experiments.analysis.gate import check_baseline, check_rule_metrics
+    from rag_experiments.tracking.store import quiet_downloads
 
     check_rule_metrics(settings, [s.name for m in metrics for s in m.specs()])
     baseline = cfg.gate.get("baseline")
     if baseline:
-        check_baseline(tracking_uri, str(cfg.tracking.experiment), str(baseline))
+        with quiet_downloads():
+            check_baseline(tracking_uri, str(cfg.tracking.experiment), str(baseline))
 
 
 def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float | None:
@@ -286,17 +288,19 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         print(f"  NOTE: {caveat}")
     if gate is not None:
         from rag_experiments.analysis.gate import run_gate
+        from rag_experiments.tracking.store import quiet_downloads
 
         print()
-        verdict = run_gate(
-            tracker.uri,
-            tracker.run_id,
-            cfg.gate.get("baseline"),
-            gate,
-            junit=cfg.gate.get("junit"),
-            markdown=cfg.gate.get("markdown"),
-            retry_s=float(cfg.tracking.get("retry_s", 120.0)),
-        )
+        with quiet_downloads():  # the baseline's tables: no MLflow progress bar per file
+            verdict = run_gate(
+                tracker.uri,
+                tracker.run_id,
+                cfg.gate.get("baseline"),
+                gate,
+                junit=cfg.gate.get("junit"),
+                markdown=cfg.gate.get("markdown"),
+                retry_s=float(cfg.tracking.get("retry_s", 120.0)),
+            )
         if verdict.exit_code:
             raise GateFailed(verdict.summary(), verdict.exit_code)
     return objective

@@ -288,6 +288,7 @@ def test_a_bad_labels_file_fails_before_the_run_opens(tmp_path: Path, compose_cf
         (bad_metric, "metric faithfulnes is not computed by this run"),
         (bad_id, r"1 labeled id\(s\) are not in the dataset \(s001\)"),
         (tmp_path / "absent.jsonl", "no such file"),
+        (tmp_path, r"labels=.*: is a directory; give a JSONL file"),
     ):
         cfg.calibration.labels = str(labels)
         with pytest.raises(ConfigError, match=message):

@@ -15,7 +15,6 @@ from typing import Any
 
 import mlflow
 import yaml
-from sqlalchemy.engine import make_url
 
 from rag_experiments.analysis.gate import (
     EXIT_CODES,
@@ -26,11 +25,11 @@ from rag_experiments.analysis.gate import (
     set_alias,
 )
 from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
+from rag_experiments.common.uri import require_existing_store
 from rag_experiments.errors import (
     ConfigError,
     GateFailed,
     RagExpError,
-    TrackingError,
     UsageError,
 )
 from rag_experiments.locations import CONF_DIR
@@ -95,7 +94,7 @@ def gate_command(argv: list[str]) -> int:
     )
     _add_experiment(parser)
     add_tracking_uri(parser)
-    opts = parse_store_command(parser, argv)
+    opts = parse_store_command(parser, argv, existing_store=False)  # checked in the try
     try:
         candidate = resolve_run(_open_existing(opts.tracking_uri), opts.candidate, opts.experiment)
         raw = read_gate_file(opts.config or DEFAULT_RULES)
@@ -135,7 +134,7 @@ def promote_command(argv: list[str]) -> int:
     parser.add_argument("--alias", default="production", help="alias name (production)")
     _add_experiment(parser)
     add_tracking_uri(parser)
-    opts = parse_store_command(parser, argv)
+    opts = parse_store_command(parser, argv, existing_store=False)  # checked in the try
     try:
         run_id = resolve_run(_open_existing(opts.tracking_uri), opts.run_id, opts.experiment)
         experiment = set_alias(opts.tracking_uri, run_id, opts.alias)
@@ -153,15 +152,7 @@ def _open_existing(uri: str) -> mlflow.MlflowClient:
     Raises:
         TrackingError: No such sqlite file, or the store cannot be opened.
     """
-    if uri.startswith("sqlite:"):
-        database = make_url(uri).database or ""
-        path = Path(database).expanduser()
-        if database and database != ":memory:" and not path.exists():
-            raise TrackingError(
-                f"no MLflow store here: {path.absolute()} does not exist; pass --tracking-uri "
-                "(the sqlite:///… file or http://… server the runs were logged to) or run the "
-                "command in the folder of the runs"
-            )
+    require_existing_store(uri)
     return open_store(uri)
 
 

@@ -8,6 +8,7 @@ import argparse
 import os
 from collections.abc import Sequence
 
+from rag_experiments.common.uri import require_existing_store
 from rag_experiments.errors import ConfigError
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
@@ -38,17 +39,31 @@ def add_overrides(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def parse_store_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
-    """Parse ``argv`` and turn off MLflow's artifact-download progress bars (the commands
-    print their own results).
+def parse_store_command(
+    parser: argparse.ArgumentParser, argv: Sequence[str], *, existing_store: bool = True
+) -> argparse.Namespace:
+    """Parse ``argv``, refuse a ``--tracking-uri`` sqlite file that does not exist (MLflow
+    would create an empty store there) and turn off MLflow's artifact-download progress bars
+    (the commands print their own results).
+
+    Args:
+        parser: The subcommand's parser.
+        argv: Its arguments.
+        existing_store: Refuse a missing sqlite ``--tracking-uri`` here (``False``: the
+            command calls :func:`~rag_experiments.common.uri.require_existing_store` itself,
+            e.g. ``rag-exp gate``, whose input errors exit 2).
 
     Raises:
         SystemExit: ``--help`` or a usage error (argparse).
         ConfigError: An override (:func:`add_overrides`) that is not ``key=value``.
+        TrackingError: ``--tracking-uri`` names a sqlite file that does not exist
+            (:func:`~rag_experiments.common.uri.require_existing_store`).
     """
     opts = parser.parse_args(list(argv))
     bad = [o for o in vars(opts).get("overrides") or [] if "=" not in o]
     if bad:
         raise ConfigError(f"overrides must be key=value, got {bad}")
+    if existing_store and isinstance(vars(opts).get("tracking_uri"), str):
+        require_existing_store(opts.tracking_uri)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     return opts

@@ -10,7 +10,7 @@ from sqlalchemy.engine import make_url
 
 from rag_experiments.errors import TrackingError
 
-__all__ = ["resolve_tracking_uri"]
+__all__ = ["require_existing_store", "resolve_tracking_uri"]
 
 
 def resolve_tracking_uri(uri: str, root: str | Path | None = None) -> str:
@@ -49,3 +49,28 @@ def resolve_tracking_uri(uri: str, root: str | Path | None = None) -> str:
     if not urlparse(uri).scheme:
         return str((Path(root or Path.cwd()) / Path(uri).expanduser()).resolve())
     return uri
+
+
+def require_existing_store(uri: str) -> None:
+    """Refuse a sqlite store file that does not exist, before MLflow opens it: MLflow would
+    create an empty ``mlruns.db`` (and its ``.lock``) and then say the run is not there, e.g.
+    in a folder where ``rag-exp compare a b`` was typed by mistake. Server URIs and existing
+    files pass.
+
+    Args:
+        uri: A tracking URI as the user gives it (``sqlite:///relative.db`` is relative to the
+            working directory).
+
+    Raises:
+        TrackingError: No such sqlite file; the message says how to point at the runs.
+    """
+    if not uri.startswith("sqlite:"):
+        return
+    database = make_url(uri).database or ""
+    path = Path(database).expanduser()
+    if database and database != ":memory:" and not path.exists():
+        raise TrackingError(
+            f"no MLflow store here: {path.absolute()} does not exist; pass --tracking-uri "
+            "(the sqlite:///… file or http://… server the runs were logged to) or run the "
+            "command in the folder of the runs"
+        )

@@ -256,9 +256,39 @@ def check_suite(cfg: Any) -> None:
         raise ConfigError("; ".join(problems))
 
 
+def group_choices(group: str) -> list[str]:
+    """The options of a config group: the ``*.yaml`` files of ``conf/<group>/`` (bundled and
+    the current folder's overlay, :func:`~rag_experiments.locations.user_conf_dir`), sorted;
+    [] when ``group`` is not a group."""
+    from rag_experiments.locations import CONF_DIR, user_conf_dir
+
+    folders = [CONF_DIR, user_conf_dir()]
+    return sorted({f.stem for d in folders if d is not None for f in (d / group).glob("*.yaml")})
+
+
+def _explain_unselected_group(cause: OmegaConfBaseException) -> str | None:
+    """Our line for an override under an optional group left null (``gate.baseline=x``
+    without ``gate=default``): Hydra's advice, ``+gate.baseline=x``, only leads to another
+    error. None when the key's first part is not a group or the group is selected."""
+    full_key = str(cause.full_key or "")
+    group, dot, _ = full_key.partition(".")
+    parent = cause.parent_node
+    if not dot or not isinstance(parent, DictConfig) or len(parent) or parent._key() != group:
+        return None
+    choices = group_choices(group)
+    if not choices:
+        return None
+    pick = "default" if "default" in choices else choices[0]
+    return (
+        f"{full_key}: the {group} group is not selected; add {group}={pick} "
+        f"(choices: {', '.join(choices)})"
+    )
+
+
 def explain(exc: BaseException) -> str | None:
-    """Our line for a Hydra composition error caused by an unknown key (``retriever.topk=3``),
-    or None when the error is of another kind.
+    """Our line for a Hydra composition error caused by an unknown key (``retriever.topk=3``)
+    or by a key under an optional group that is not selected (``gate.baseline=x``), or None
+    when the error is of another kind.
 
     Args:
         exc: Hydra's exception; its ``__cause__`` is OmegaConf's error, which names the key
@@ -267,9 +297,9 @@ def explain(exc: BaseException) -> str | None:
     cause = exc.__cause__
     if not isinstance(cause, OmegaConfBaseException):
         return None
-    suite = _explain_suite(cause)
-    if suite is not None:
-        return suite
+    ours = _explain_suite(cause) or _explain_unselected_group(cause)
+    if ours is not None:
+        return ours
     schema = getattr(cause, "object_type", None)
     key = getattr(cause, "key", None)
     full_key = getattr(cause, "full_key", None) or key

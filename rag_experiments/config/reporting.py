@@ -71,9 +71,10 @@ def error_message(exc: BaseException) -> str | None:
       message (what failed, where, the fix);
     * a mandatory config value (``???``) that was never set: which key, and how to set it;
     * Hydra's config errors (a ``CompactHydraException``: an override that does not parse,
-      an unknown option or key): our line first when it names an unknown key (the schema's
-      closest keys, :func:`rag_experiments.config.keys.explain`), then Hydra's message and
-      OmegaConf's cause, as Hydra prints them.
+      an unknown option or key): our one line alone when we can name the key (the schema's
+      closest keys, or the optional group to select: :func:`rag_experiments.config.keys.
+      explain`; Hydra's advice ``use +key=…`` would only lead to another error), else
+      Hydra's message and OmegaConf's cause, as Hydra prints them.
 
     Args:
         exc: The exception that ended the command.
@@ -89,8 +90,10 @@ def error_message(exc: BaseException) -> str | None:
         return f"config key {key} has no value: set it ({key}=…) on the command line. {exc}"
     if not isinstance(exc, CompactHydraException):
         return None
+    ours = explain(exc)
+    if ours:
+        return ours
     lines = [str(exc)]
     if isinstance(exc.__cause__, OmegaConfBaseException):
         lines.append(str(exc.__cause__))
-    ours = explain(exc)
-    return "\n".join([ours, *lines] if ours else lines)
+    return "\n".join(lines)

@@ -271,11 +271,17 @@ def load_labels(
         The :class:`CalibrationLabels`.
 
     Raises:
-        ConfigError: Unreadable file, a bad line (not an object, a missing field, a value
-            outside [0, 1], the same (id, metric) twice), a label outside the sheet's label
-            set, or no label at all; the message names the file, the line and the fix.
+        ConfigError: No such file, a directory, an unreadable file, a bad line (not an
+            object, a missing field, a value outside [0, 1], the same (id, metric) twice), a
+            label outside the sheet's label set, or no label at all; the message names the
+            file, the line and the fix.
     """
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(
+            f"calibration.labels={path}: is a directory; give a JSONL file of "
+            '{"id", "metric", "value"} or a filled grade sheet (.csv) in it'
+        )
     if not p.is_file():
         raise ConfigError(
             f"calibration.labels={path}: no such file; give a JSONL of "

@@ -10,7 +10,9 @@ analysis modules and the sweep callback can both use it without importing each o
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,23 @@ from rag_experiments.common.uri import resolve_tracking_uri
 from rag_experiments.errors import TrackingError
 from rag_experiments.metrics.definitions import register_run_metrics
 from rag_experiments.tracking.resilience import check_server, is_remote
+
+_PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+
+
+@contextmanager
+def quiet_downloads() -> Iterator[None]:
+    """MLflow's artifact-download progress bars off for the block (one tqdm bar per
+    ``download_artifacts``; ``mlflow.utils.file_utils`` reads
+    ``MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR`` at each download), unless the user set it."""
+    if _PROGRESS_BAR in os.environ:
+        yield
+        return
+    os.environ[_PROGRESS_BAR] = "false"
+    try:
+        yield
+    finally:
+        os.environ.pop(_PROGRESS_BAR, None)
 
 
 def open_store(uri: str) -> mlflow.MlflowClient:
