@@ -212,7 +212,7 @@ def test_undecided_runs(store: str, runs: dict) -> None:
 
 
 def test_rules_are_checked() -> None:
-    with pytest.raises(ConfigError, match="unknown keys"):
+    with pytest.raises(ConfigError, match="unknown key rules.hi.maxdrop; did you mean 'max_drop'"):
         parse_settings({"rules": {"hi": {"maxdrop": 0.1}}})
     with pytest.raises(ConfigError, match="no rules"):
         parse_settings({"rules": {}})
@@ -275,9 +275,11 @@ def test_promote_sets_an_alias_the_gate_resolves(
     printed = capsys.readouterr().out
     data = json.loads(printed[printed.index("{") :])
     assert data["baseline"] == runs["base"] and data["baseline_ref"] == "production"
-    assert main([*argv, "--baseline", "staging"]) == 2  # unknown alias: undecided, with the fix
-    out = capsys.readouterr().out
-    assert "aliases: production" in out and "rag-exp promote <run id> --alias staging" in out
+    assert main([*argv, "--baseline", "staging"]) == 2  # unknown alias: one error line, the fix
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert captured.out == "" and line.startswith("rag-exp gate: error: baseline 'staging'")
+    assert "aliases: production" in line and "rag-exp promote <run id> --alias staging" in line
 
 
 def test_promote_exits_2_on_a_wrong_input_and_sets_nothing(
@@ -386,14 +388,14 @@ def test_bounds_do_not_need_the_metric_in_the_baseline() -> None:
 
 @pytest.mark.parametrize("key", ["alpha", "min_pairs", "seed", "n_resamples"])
 def test_a_non_number_setting_is_a_config_error_naming_the_key(key: str) -> None:
-    with pytest.raises(ConfigError, match=f"{key}='abc' is not"):
+    with pytest.raises(ConfigError, match=f"{key}='abc': input should be a valid"):
         parse_settings({"rules": {"m": {"min": 0.5}}, key: "abc"})
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, "nan"])
 @pytest.mark.parametrize("key", ["min", "max", "max_drop"])
 def test_a_non_finite_limit_is_refused(key: str, value: object) -> None:
-    with pytest.raises(ConfigError, match=f"rules.m.{key}=.* finite"):
+    with pytest.raises(ConfigError, match=f"rules.m.{key}=.*(finite|valid number)"):
         parse_settings({"rules": {"m": {key: value}}})
 
 
@@ -496,10 +498,14 @@ def test_a_baseline_that_is_the_candidate_is_warned_about_and_still_decided(
 @pytest.mark.parametrize(
     ("config", "phrase"),
     [
-        (None, "cannot read it"),
+        (None, "no such file and no such preset"),
         ("rules: [a, b\n", "not valid YAML"),
-        ("rules:\n  hi: {max_dorp: 0.02}\n", "unknown keys"),
-        ("rules:\n  hi: {max_drop: -0.02}\n", "max_drop must be ≥ 0"),
+        ("rules:\n  hi: {max_dorp: 0.02}\n", "unknown key rules.hi.max_dorp; did you mean"),
+        ("rules:\n  hi: {max_drop: -0.02}\n", "rules.hi.max_drop=-0.02: input should be greater"),
+        ("alpah: 0.1\nrules:\n  hi: {max_drop: 0.02}\n", "unknown key alpah; did you mean 'alpha'"),
+        ("rules:\n  hi: {max_drop: true}\n", "rules.hi.max_drop=True: input should be a valid num"),
+        ("rules:\n  hi: {min: 0.1, by_type: 'yes'}\n", "rules.hi.by_type='yes': input should"),
+        ("rules:\n  hi: {min: 2, max: -1}\n", "rules.hi: min 2 > max -1: no mean can pass"),
     ],
 )
 def test_a_wrong_gate_input_exits_2_not_1(
@@ -517,6 +523,8 @@ def test_a_wrong_gate_input_exits_2_not_1(
     assert main([*argv, "--no-log", "--tracking-uri", store]) == 2  # 1 would read as a fail
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("rag-exp gate: error: ") and phrase in line
+    if config is not None:  # the line names the file
+        assert str(cfg) in line
 
 
 def test_gate_last_without_a_finished_run_or_store_exits_2_and_creates_nothing(
