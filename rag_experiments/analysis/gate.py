@@ -952,8 +952,10 @@ def gate_runs(
 
     Returns:
         The result; an unknown baseline (alias or run), ``max_drop`` rules without a
-        baseline, different questions or too few rows make it undecided (exit 2, the reason
-        in ``problem`` or the rule's line), never an error.
+        baseline, a sweep parent or FAILED/KILLED run (:func:`no_results`), different
+        questions or too few rows make it undecided (exit 2, the reason in ``problem`` or the
+        rule's line), never an error (``rag-exp gate`` refuses the wrong inputs before, as
+        one error line: :func:`check_gate_runs`).
 
     Raises:
         TrackingError: The candidate run or a run's table cannot be read.
