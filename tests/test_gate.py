@@ -212,7 +212,7 @@ def test_undecided_runs(store: str, runs: dict) -> None:
 
 
 def test_rules_are_checked() -> None:
-    with pytest.raises(ConfigError, match="unknown keys"):
+    with pytest.raises(ConfigError, match="unknown key rules.hi.maxdrop; did you mean 'max_drop'"):
         parse_settings({"rules": {"hi": {"maxdrop": 0.1}}})
     with pytest.raises(ConfigError, match="no rules"):
         parse_settings({"rules": {}})
@@ -275,9 +275,11 @@ def test_promote_sets_an_alias_the_gate_resolves(
     printed = capsys.readouterr().out
     data = json.loads(printed[printed.index("{") :])
     assert data["baseline"] == runs["base"] and data["baseline_ref"] == "production"
-    assert main([*argv, "--baseline", "staging"]) == 2  # unknown alias: undecided, with the fix
-    out = capsys.readouterr().out
-    assert "aliases: production" in out and "rag-exp promote <run id> --alias staging" in out
+    assert main([*argv, "--baseline", "staging"]) == 2  # unknown alias: one error line, the fix
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert captured.out == "" and line.startswith("rag-exp gate: error: baseline 'staging'")
+    assert "aliases: production" in line and "rag-exp promote <run id> --alias staging" in line
 
 
 def test_promote_exits_2_on_a_wrong_input_and_sets_nothing(
@@ -386,14 +388,14 @@ def test_bounds_do_not_need_the_metric_in_the_baseline() -> None:
 
 @pytest.mark.parametrize("key", ["alpha", "min_pairs", "seed", "n_resamples"])
 def test_a_non_number_setting_is_a_config_error_naming_the_key(key: str) -> None:
-    with pytest.raises(ConfigError, match=f"{key}='abc' is not"):
+    with pytest.raises(ConfigError, match=f"{key}='abc': input should be a valid"):
         parse_settings({"rules": {"m": {"min": 0.5}}, key: "abc"})
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, "nan"])
 @pytest.mark.parametrize("key", ["min", "max", "max_drop"])
 def test_a_non_finite_limit_is_refused(key: str, value: object) -> None:
-    with pytest.raises(ConfigError, match=f"rules.m.{key}=.* finite"):
+    with pytest.raises(ConfigError, match=f"rules.m.{key}=.*(finite|valid number)"):
         parse_settings({"rules": {"m": {key: value}}})
 
 
@@ -496,10 +498,14 @@ def test_a_baseline_that_is_the_candidate_is_warned_about_and_still_decided(
 @pytest.mark.parametrize(
     ("config", "phrase"),
     [
-        (None, "cannot read it"),
+        (None, "no such file and no such preset"),
         ("rules: [a, b\n", "not valid YAML"),
-        ("rules:\n  hi: {max_dorp: 0.02}\n", "unknown keys"),
-        ("rules:\n  hi: {max_drop: -0.02}\n", "max_drop must be ≥ 0"),
+        ("rules:\n  hi: {max_dorp: 0.02}\n", "unknown key rules.hi.max_dorp; did you mean"),
+        ("rules:\n  hi: {max_drop: -0.02}\n", "rules.hi.max_drop=-0.02: input should be greater"),
+        ("alpah: 0.1\nrules:\n  hi: {max_drop: 0.02}\n", "unknown key alpah; did you mean 'alpha'"),
+        ("rules:\n  hi: {max_drop: true}\n", "rules.hi.max_drop=True: input should be a valid num"),
+        ("rules:\n  hi: {min: 0.1, by_type: 'yes'}\n", "rules.hi.by_type='yes': input should"),
+        ("rules:\n  hi: {min: 2, max: -1}\n", "rules.hi: min 2 > max -1: no mean can pass"),
     ],
 )
 def test_a_wrong_gate_input_exits_2_not_1(
@@ -517,6 +523,8 @@ def test_a_wrong_gate_input_exits_2_not_1(
     assert main([*argv, "--no-log", "--tracking-uri", store]) == 2  # 1 would read as a fail
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("rag-exp gate: error: ") and phrase in line
+    if config is not None:  # the line names the file
+        assert str(cfg) in line
 
 
 def test_gate_last_without_a_finished_run_or_store_exits_2_and_creates_nothing(
@@ -556,3 +564,117 @@ def test_a_dead_tracking_server_fails_a_read_command_in_seconds(
     (line,) = capsys.readouterr().err.splitlines()
     assert f"the MLflow tracking server {dead} cannot be reached" in line
     assert "--tracking-uri" in line and "not found" not in line
+
+
+def test_config_takes_a_preset_name_or_a_path(
+    store: str, runs: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rag_experiments.commands.gate import GATE_PRESETS, gate_file, read_gate_file
+
+    assert gate_file("retrieval") == gate_file("retrieval.yaml") == GATE_PRESETS / "retrieval.yaml"
+    own = tmp_path / "retrieval"  # a path is a path even when a preset has its stem
+    own.write_text("rules: {hi: {min: 0.1}}\n")
+    assert gate_file(str(own)) == own
+    raw = read_gate_file("retrieval")  # the Hydra defaults list is not a setting
+    assert raw == {"rules": {"nDCG@10": {"max_drop": 0.02}, "Hit@5": {"max_drop": 0.02}}}
+    assert parse_settings(raw).rules[1].metric == "Hit@5"
+    argv = ["gate", runs["cand"], "--baseline", runs["base"], "--tracking-uri", store]
+    assert main([*argv, "--no-log", "--config", "nosuch"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "--config nosuch: no such file and no such preset" in line
+    assert "(default, retrieval)" in line
+
+
+def test_gate_retrieval_group_composes_and_is_validated(compose_cfg) -> None:
+    from rag_experiments.job import gate_settings
+
+    settings = gate_settings(compose_cfg("gate=retrieval", "gate.baseline=b"), in_sweep=False)
+    assert [(r.metric, r.max_drop) for r in settings.rules] == [("nDCG@10", 0.02), ("Hit@5", 0.02)]
+    # `gate=` of rag-exp run goes through the same strict schema as --config
+    with pytest.raises(ConfigError, match=r"gate: rules.MRR.max_drop=True: input should be"):
+        gate_settings(
+            compose_cfg("gate=retrieval", "gate.baseline=b", "+gate.rules.MRR.max_drop=true"),
+            in_sweep=False,
+        )
+    with pytest.raises(ConfigError, match=r"gate: rules.MRR: min 0.9 > max 0.1"):
+        gate_settings(
+            compose_cfg("gate=retrieval", "gate.baseline=b", "+gate.rules.MRR.min=0.9",
+                        "+gate.rules.MRR.max=0.1"),
+            in_sweep=False,
+        )  # fmt: skip
+
+
+def test_a_missing_metric_lists_eight_names_closest_first() -> None:
+    # difflib ratios against "ndcg@10": ndcg@20 12/14, ndcg@5 10/13, hit@5 2/12 (the "@"),
+    # the zq*/zz* names share no character (0: alphabetical)
+    others = [f"{p}{c}" for p in ("zq", "zz") for c in "qrstuvwxyz"]
+    names = ["Hit@5", "nDCG@5", "nDCG@20", *others]
+    cand = pd.DataFrame({"id": _ids(), **{n: BASE for n in names}})
+    infos = [MetricInfo(n, True, 0, 1) for n in names]
+    (r,) = evaluate_tables(cand, None, infos, _settings({"nDCG@10": {"min": 0.5}}))
+    assert r.status == UNDECIDED
+    assert r.message == (
+        "metric nDCG@10 is missing from the candidate run; it has nDCG@20, nDCG@5, Hit@5, "
+        "zqq, zqr, zqs, zqt, zqu, … (15 more)"
+    )
+
+
+def _ended_run(uri: str, status: str, tags: dict[str, str] | None = None) -> str:
+    client = mlflow.MlflowClient(uri)
+    exp = client.get_experiment_by_name("gate-test").experiment_id
+    run = client.create_run(exp, tags=tags or {})
+    client.set_terminated(run.info.run_id, status)
+    return run.info.run_id
+
+
+def test_a_sweep_parent_or_failed_run_is_refused_with_the_reason(
+    store: str, runs: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parent = _ended_run(store, "FINISHED", {"sweep.dir": "multirun/x"})
+    failed = _ended_run(store, "FAILED")
+    uri = ["--tracking-uri", store, "--no-log"]
+    assert main(["gate", parent, "--baseline", runs["base"], *uri]) == 2
+    assert main(["gate", runs["cand"], "--baseline", failed, *uri]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    first, second = captured.err.splitlines()
+    assert first == (
+        f"rag-exp gate: error: run {parent} is a sweep parent and has no per-query results; "
+        "gate one of its child runs (rag-exp report <parent> lists them)"
+    )
+    assert f"run {failed} is FAILED, not FINISHED" in second and "dataset digest" not in second
+    # the library's gate (pytest plugin, end of a run) says the same as its undecided reason
+    settings = _settings({"hi": {"max_drop": 0.05}})
+    assert gate_runs(store, runs["cand"], failed, settings).problem.startswith(
+        f"run {failed} is FAILED"
+    )
+
+
+def test_the_digest_message_names_each_run_beside_its_digest(store: str, runs: dict) -> None:
+    result = gate_runs(store, runs["cand"], runs["other"], _settings({"hi": {"max_drop": 0.05}}))
+    assert (  # cand was logged with digest d1, other with d2
+        f"dataset digest of candidate {runs['cand']}: d1 vs baseline {runs['other']}: d2"
+        in result.problem
+    )
+
+
+def test_an_unknown_run_is_one_error_line(store: str, runs: dict, capsys) -> None:
+    uri = ["--tracking-uri", store, "--no-log"]
+    assert main(["gate", runs["cand"], "--baseline", "nosuch", *uri]) == 2
+    assert main(["gate", "f" * 32, "--baseline", runs["base"], *uri]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no UNDECIDED line per rule, no summary
+    first, second = captured.err.splitlines()
+    assert first.startswith("rag-exp gate: error: baseline 'nosuch' is neither an alias")
+    assert second.startswith(f"rag-exp gate: error: run '{'f' * 32}' not found")
+
+
+@pytest.mark.parametrize("alias", ["last", "LAST"])
+def test_promote_refuses_a_reserved_alias(
+    store: str, runs: dict, alias: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["promote", runs["base"], "--alias", alias, "--tracking-uri", store]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"rag-exp promote: error: alias {alias!r} is reserved")
+    tags = mlflow.MlflowClient(store).get_experiment_by_name("gate-test").tags
+    assert f"rag_exp.alias.{alias}" not in tags

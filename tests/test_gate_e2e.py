@@ -175,3 +175,29 @@ def test_a_sweep_with_a_gate_is_refused_before_anything_starts(
     assert line.startswith("rag-exp run: error: gate= gates one run")
     assert "`rag-exp gate <run id> --baseline …`" in line
     assert list(tmp_path.iterdir()) == []  # no sweep folder, no store
+
+
+@pytest.mark.slow  # two retrieval runs over the bundled sample (~20 s)
+def test_the_readme_tour_gates_retrieval_runs_with_the_retrieval_preset(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README step 3 on runs like those of `make sweep` (metrics=retrieval, no judge): the
+    default rules are undecided (they gate judged metrics), `--config retrieval` decides."""
+    uri = f"sqlite:///{tmp_path}/mlruns.db"
+    tour = ("metrics=retrieval", "llm=fake", "judge=fake", "embedder=hash", "chunker=fixed")
+    for name, size in (("a", 256), ("b", 512)):
+        run_job(compose_cfg(*tour, f"chunker.size={size}", f"run_name={name}"))
+    a, b = _run_id(uri, "a"), _run_id(uri, "b")
+    store = ["--tracking-uri", uri]
+    assert main(["compare", a, b, *store]) == 0
+    assert main(["promote", a, "--alias", "production", *store]) == 0
+    capsys.readouterr()
+    assert main(["gate", b, "--config", "retrieval", "--baseline", "production", *store]) in (0, 1)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines[:2]] == ["nDCG@10", "Hit@5"]
+    assert not any(line.startswith("UNDECIDED") for line in lines)
+    assert main(["gate", b, "--baseline", "production", "--no-log", *store]) == 2
+    out = capsys.readouterr().out
+    (faith,) = [x for x in out.splitlines() if x.startswith("UNDECIDED faithfulness")]
+    assert "is missing from the candidate run; it has " in faith and " more)" in faith
+    assert len(faith.split("it has ")[1].split(", ")) == 9  # 8 names and "… (N more)"

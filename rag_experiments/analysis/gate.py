@@ -88,6 +88,7 @@ import numpy as np
 import pandas as pd
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from scipy import stats
 
 from rag_experiments.analysis.compare import compare_tables, holm
@@ -122,8 +123,6 @@ JUDGE_SD = "judge_sd"
 
 JUDGE_REPEATS_PARAM = "judge.repeats"
 """Param holding the number of judge repeats per (row, metric)."""
-
-_RULE_KEYS = {"min", "max", "max_drop", "by_type"}
 
 
 @dataclass(frozen=True)
@@ -169,83 +168,103 @@ class GateSettings:
         return any(r.max_drop is not None for r in self.rules)
 
 
+class _RuleSpec(BaseModel):
+    """One metric's rules as written (strict: a bool is no number, a string no bool)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    min: float | None = None
+    max: float | None = None
+    max_drop: float | None = Field(default=None, ge=0.0)
+    by_type: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> _RuleSpec:
+        if self.min is None and self.max is None and self.max_drop is None:
+            raise ValueError("sets none of min, max, max_drop; give e.g. {max_drop: 0.02}")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(
+                f"min {self.min:g} > max {self.max:g}: no mean can pass; swap or fix them"
+            )
+        return self
+
+
+class _GateSpec(BaseModel):
+    """A gate config as written: the keys of :class:`~rag_experiments.config.schema.GateConf`
+    (``baseline``, ``junit``, ``markdown`` are the caller's)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    rules: dict[str, _RuleSpec]
+    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    min_pairs: int = Field(default=5, ge=2)
+    seed: int = 0
+    n_resamples: int = Field(default=N_RESAMPLES, ge=1)
+    baseline: str | None = None
+    junit: str | None = None
+    markdown: str | None = None
+
+
+_FIXES = {
+    "float_type": "give a number, e.g. 0.05 (not true/false, not quoted)",
+    "int_type": "give an integer, e.g. 5 (not true/false, not quoted)",
+    "bool_type": "give true or false (not quoted)",
+    "finite_number": "give a finite number",
+    "greater_than": "raise it",
+    "greater_than_equal": "raise it",
+    "less_than": "lower it",
+    "less_than_equal": "lower it",
+    "string_type": "give a string",
+}
+
+
+def _config_error(where: str, exc: ValidationError) -> ConfigError:
+    """The first error of ``exc`` as one line: the file, the dotted key, what is wrong, the fix
+    (an unknown key gets the closest allowed key, ``difflib``)."""
+    err = exc.errors(include_url=False)[0]
+    loc = [str(part) for part in err["loc"]]
+    key = ".".join(loc)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        model = _RuleSpec if len(loc) == 3 and loc[0] == "rules" else _GateSpec
+        allowed = sorted(model.model_fields)
+        close = difflib.get_close_matches(loc[-1], allowed, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return ConfigError(f"{where}: unknown key {key}; {hint}the keys are {', '.join(allowed)}")
+    if kind == "value_error":  # our own checks of a rule: the message says the fix
+        return ConfigError(f"{where}: {key}: {err['msg'].removeprefix('Value error, ')}")
+    if kind in ("dict_type", "model_type"):
+        want = "{metric: {max_drop: 0.02}}" if key == "rules" else "{min: 0.8}"
+        return ConfigError(f"{where}: {key}={err['input']!r} is not a mapping; give e.g. {want}")
+    fix = _FIXES.get(kind, "see docs/how-to/ci-gate.md")
+    return ConfigError(f"{where}: {key}={err['input']!r}: {err['msg'].lower()}; {fix}")
+
+
 def parse_settings(raw: Mapping[str, Any], where: str = "gate config") -> GateSettings:
     """Read ``{alpha, min_pairs, seed, n_resamples, rules: {metric: {min, max, max_drop,
-    by_type}}}`` (other keys, e.g. ``baseline``, ``junit``, are the caller's).
+    by_type}}}`` (``baseline``, ``junit``, ``markdown`` are the caller's), validated by
+    pydantic in strict mode: a bool is not a number, a string is neither a number nor a bool,
+    an unknown key is refused (with the closest known one).
 
     Raises:
-        ConfigError: No rule, an unknown rule key, a non-number or non-finite bound, a
-            negative ``max_drop``, a non-number ``alpha``, ``min_pairs``, ``seed`` or
-            ``n_resamples``, an ``alpha`` outside (0, 1), ``min_pairs`` < 2.
+        ConfigError: One line naming ``where`` and the key: no rule, an unknown key, a wrong
+            type, a non-finite number, a negative ``max_drop``, ``min`` > ``max``, a rule with
+            no limit, an ``alpha`` outside (0, 1), ``min_pairs`` < 2, ``n_resamples`` < 1.
     """
-    rules_raw = raw.get("rules") or {}
-    if not isinstance(rules_raw, Mapping) or not rules_raw:
+    rules_raw = raw.get("rules")
+    if not rules_raw:
         raise ConfigError(
             f"{where}: no rules; give e.g. rules: {{nDCG@10: {{max_drop: 0.02}}, "
             "faithfulness: {min: 0.8}}"
         )
-    rules = []
-    for metric, spec in rules_raw.items():
-        if not isinstance(spec, Mapping):
-            raise ConfigError(f"{where}: rules.{metric} must be a mapping, e.g. {{min: 0.8}}")
-        unknown = set(spec) - _RULE_KEYS
-        if unknown:
-            raise ConfigError(
-                f"{where}: rules.{metric} has unknown keys {sorted(unknown)}; "
-                f"a rule has {sorted(_RULE_KEYS)}"
-            )
-        values: dict[str, float | None] = {}
-        for key in ("min", "max", "max_drop"):
-            v = spec.get(key)
-            if v is None:
-                values[key] = None
-                continue
-            try:
-                values[key] = float(v)
-            except (TypeError, ValueError):
-                raise ConfigError(f"{where}: rules.{metric}.{key}={v!r} is not a number") from None
-            if not math.isfinite(values[key]):
-                raise ConfigError(f"{where}: rules.{metric}.{key}={v!r} must be a finite number")
-        if values["max_drop"] is not None and values["max_drop"] < 0:
-            raise ConfigError(f"{where}: rules.{metric}.max_drop must be ≥ 0 (metric units)")
-        if all(v is None for v in values.values()):
-            raise ConfigError(f"{where}: rules.{metric} sets none of min, max, max_drop")
-        rules.append(Rule(str(metric), **values, by_type=bool(spec.get("by_type", False))))
-    alpha = _number(raw, "alpha", 0.05, float, where)
-    if not 0.0 < alpha < 1.0:
-        raise ConfigError(f"{where}: alpha={alpha} must be in (0, 1), e.g. 0.05")
-    min_pairs = _number(raw, "min_pairs", 5, int, where)
-    if min_pairs < 2:
-        raise ConfigError(f"{where}: min_pairs={min_pairs} must be at least 2")
-    n_resamples = _number(raw, "n_resamples", N_RESAMPLES, int, where)
-    if n_resamples < 1:
-        raise ConfigError(f"{where}: n_resamples={n_resamples} must be at least 1, e.g. 9999")
-    return GateSettings(
-        tuple(rules), alpha, min_pairs, _number(raw, "seed", 0, int, where), n_resamples
-    )
-
-
-def _number(raw: Mapping[str, Any], key: str, default: Any, kind: type, where: str) -> Any:
-    """``raw[key]`` (or ``default``) as ``kind`` (int or float), finite.
-
-    Raises:
-        ConfigError: Not a number of that kind, or NaN/inf; the message names the key.
-    """
-    value = raw.get(key)
-    if value is None:
-        return default
     try:
-        number = float(value)
-        if not math.isfinite(number):
-            raise ValueError
-        if kind is int:
-            if number != int(number) or isinstance(value, bool):
-                raise ValueError
-            return int(number)
-        return number
-    except (TypeError, ValueError):
-        what = "an integer" if kind is int else "a finite number"
-        raise ConfigError(f"{where}: {key}={value!r} is not {what}") from None
+        spec = _GateSpec.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise _config_error(where, exc) from None
+    rules = tuple(
+        Rule(str(metric), r.min, r.max, r.max_drop, r.by_type) for metric, r in spec.rules.items()
+    )
+    return GateSettings(rules, spec.alpha, spec.min_pairs, spec.seed, spec.n_resamples)
 
 
 @dataclass(frozen=True)
@@ -730,9 +749,56 @@ def questions_digest(run: Run) -> str | None:
     return tags.get(QUESTIONS_DIGEST_TAG) or tags.get("dataset.digest")
 
 
+SWEEP_PARENT_TAG = "sweep.dir"
+"""Tag of a sweep's parent run (:mod:`rag_experiments.tracking.sweep`): it has no per-query
+results of its own."""
+
+
+def no_results(run: Run, *, finished: bool = False) -> str:
+    """Why ``run`` has no per-query results to gate, or "" when it may have them: a sweep
+    parent (tag :data:`SWEEP_PARENT_TAG`), a FAILED or KILLED run (any run not FINISHED with
+    ``finished``: a gate of logged runs; the end-of-run gate reads its own RUNNING run)."""
+    run_id, status = run.info.run_id, run.info.status
+    if SWEEP_PARENT_TAG in run.data.tags:
+        return (
+            f"run {run_id} is a sweep parent and has no per-query results; gate one of its "
+            "child runs (rag-exp report <parent> lists them)"
+        )
+    if status in ("FAILED", "KILLED") or (finished and status != "FINISHED"):
+        return (
+            f"run {run_id} is {status}, not FINISHED, and has no complete per-query results; "
+            "gate a finished run (rag-exp run … resume=<id> finishes a stopped one)"
+        )
+    return ""
+
+
+def check_gate_runs(
+    client: mlflow.MlflowClient, candidate_id: str, baseline_ref: str | None
+) -> None:
+    """Refuse, before the gate, runs it cannot read: an unknown candidate or baseline (alias or
+    run id), or one that is a sweep parent or not FINISHED (:func:`no_results`). ``rag-exp
+    gate`` calls it so that a wrong input is one error line (exit 2), not a line per rule.
+
+    Raises:
+        TrackingError: The candidate is not a run of the store.
+        ConfigError: An unknown baseline, or a run with no per-query results to gate.
+    """
+    cand = get_run(client, candidate_id)
+    runs = [cand]
+    if baseline_ref:
+        runs.append(get_run(client, resolve_baseline(client, cand, baseline_ref)))
+    for run in runs:
+        why = no_results(run, finished=True)
+        if why:
+            raise ConfigError(why)
+
+
 LAST = "last"
 """Run reference meaning the newest finished run of an experiment (for CI scripts, which do not
 know the id of the run they just made)."""
+
+RESERVED_ALIASES = frozenset({LAST})
+"""Names ``rag-exp promote --alias`` refuses: they mean something else where a run is named."""
 
 
 def resolve_run(client: mlflow.MlflowClient, ref: str, experiment: str) -> str:
@@ -846,11 +912,17 @@ def set_alias(tracking_uri: str, run_id: str, alias: str, retry_s: float = 120.0
     experiment tag is the place for a run's). Returns the experiment's name.
 
     Raises:
-        ConfigError: An alias that is empty or holds characters a tag key refuses.
+        ConfigError: An alias that is empty, holds characters a tag key refuses, or is
+            reserved (:data:`RESERVED_ALIASES`).
         TrackingError: The run is missing or the store refuses the tag.
     """
     if not alias or not all(c.isalnum() or c in "_-." for c in alias):
         raise ConfigError(f"alias {alias!r}: use letters, digits, '_', '-', '.' (e.g. production)")
+    if alias.casefold() in RESERVED_ALIASES:
+        raise ConfigError(
+            f"alias {alias!r} is reserved: `{LAST}` means the newest finished run of the "
+            "experiment; pick another name (e.g. production)"
+        )
     client = open_store(tracking_uri)
     run = get_run(client, run_id)
     outage = Outage(resolve_tracking_uri(tracking_uri), retry_s)
@@ -880,8 +952,10 @@ def gate_runs(
 
     Returns:
         The result; an unknown baseline (alias or run), ``max_drop`` rules without a
-        baseline, different questions or too few rows make it undecided (exit 2, the reason
-        in ``problem`` or the rule's line), never an error.
+        baseline, a sweep parent or FAILED/KILLED run (:func:`no_results`), different
+        questions or too few rows make it undecided (exit 2, the reason in ``problem`` or the
+        rule's line), never an error (``rag-exp gate`` refuses the wrong inputs before, as
+        one error line: :func:`check_gate_runs`).
 
     Raises:
         TrackingError: The candidate run or a run's table cannot be read.
@@ -901,10 +975,14 @@ def gate_runs(
             base = get_run(client, result.baseline)
     except (ConfigError, TrackingError) as exc:
         result.problem = str(exc)
-    if base is not None and questions_digest(base) != questions_digest(cand):
+    unusable = [why for why in (no_results(cand), base and no_results(base)) if why]
+    if not result.problem and unusable:
+        result.problem = unusable[0]
+    elif base is not None and questions_digest(cand) != questions_digest(base):
         result.problem = (
-            f"the runs evaluated different questions (dataset digest {questions_digest(base)} "
-            f"vs {questions_digest(cand)}); gate runs of one dataset"
+            f"the runs evaluated different questions (dataset digest of candidate "
+            f"{candidate_id}: {questions_digest(cand)} vs baseline {result.baseline}: "
+            f"{questions_digest(base)}); gate runs of one dataset"
         )
     if result.problem:
         result.results = _all_undecided(settings, result.problem)
@@ -943,8 +1021,9 @@ def _missing(
     metric: str, kind: str, limit: float, group: str, run: str, names: Collection[str]
 ) -> RuleResult:
     """The rule's limit undecided because ``run`` (``candidate`` or ``baseline``) has no
-    ``metric``; the message lists the metrics it has (``names``)."""
-    has = ", ".join(sorted(names)) or "none"
+    ``metric``; the message lists up to :data:`SHOWN_METRICS` of the metrics it has
+    (``names``), the closest to ``metric`` first (``difflib``), then "… (N more)"."""
+    has = _closest_names(metric, names)
     return RuleResult(
         metric,
         kind,
@@ -953,6 +1032,25 @@ def _missing(
         UNDECIDED,
         f"metric {metric} is missing from the {run} run; it has {has}",
     )
+
+
+SHOWN_METRICS = 8
+"""Most metric names a "metric … is missing" line lists."""
+
+
+def _closest_names(metric: str, names: Collection[str], limit: int = SHOWN_METRICS) -> str:
+    """Up to ``limit`` of ``names``, the closest to ``metric`` first (``difflib`` ratio of the
+    case-folded names; ties alphabetically), then "… (N more)" for the others; "none" when
+    ``names`` is empty."""
+    ranked = sorted(
+        set(names),
+        key=lambda n: (
+            -difflib.SequenceMatcher(None, metric.casefold(), n.casefold()).ratio(),
+            n,
+        ),
+    )
+    shown = ", ".join(ranked[:limit]) or "none"
+    return shown + (f", … ({len(ranked) - limit} more)" if len(ranked) > limit else "")
 
 
 def _limits(rule: Rule) -> list[tuple[str, float]]:

@@ -15,10 +15,13 @@ from typing import Any
 
 import mlflow
 import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from rag_experiments.analysis.gate import (
     EXIT_CODES,
     UNDECIDED,
+    check_gate_runs,
     parse_settings,
     resolve_run,
     run_gate,
@@ -35,25 +38,56 @@ from rag_experiments.errors import (
 from rag_experiments.locations import CONF_DIR
 from rag_experiments.tracking.store import open_store
 
-DEFAULT_RULES = CONF_DIR / "gate" / "default.yaml"
+GATE_PRESETS = CONF_DIR / "gate"
+"""Folder of the gate presets (``gate=<name>`` of ``rag-exp run``, ``--config <name>``)."""
+
+DEFAULT_RULES = GATE_PRESETS / "default.yaml"
 """Rules of ``rag-exp gate`` without ``--config``: those of ``gate=default``."""
 
 
-def read_gate_file(path: str | Path) -> dict[str, Any]:
-    """The gate YAML file (``alpha``, ``min_pairs``, ``rules`` …) as a mapping.
+def gate_file(ref: str | Path) -> Path:
+    """The gate YAML file ``ref`` names: a preset of conf/gate (``retrieval`` or
+    ``retrieval.yaml``, as ``gate=retrieval`` of ``rag-exp run``) when one has that name, else
+    ``ref`` as a path.
 
     Raises:
-        ConfigError: The file is missing, not YAML, or not a mapping.
+        ConfigError: Neither a preset nor an existing file; the message lists the presets.
     """
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
+    text = str(ref)
+    name = text.removesuffix(".yaml")
+    preset = GATE_PRESETS / f"{name}.yaml"
+    if "/" not in name and preset.is_file():
+        return preset
+    path = Path(text).expanduser()
+    if path.is_file():
+        return path
+    presets = ", ".join(sorted(p.stem for p in GATE_PRESETS.glob("*.yaml")))
+    raise ConfigError(
+        f"--config {text}: no such file and no such preset; give a gate YAML path or a preset "
+        f"of conf/gate ({presets})"
+    )
+
+
+def read_gate_file(ref: str | Path) -> dict[str, Any]:
+    """The gate YAML (``alpha``, ``min_pairs``, ``rules`` …) of a preset name or a path
+    (:func:`gate_file`) as a mapping, without the Hydra ``defaults`` list of a preset.
+
+    Raises:
+        ConfigError: No such preset or file, not YAML, or not a mapping.
+    """
+    path = gate_file(ref)
+    try:  # OmegaConf's YAML, as Hydra reads the `gate=` group (1e-2 is a number there)
+        data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except OSError as exc:  # OmegaConf raises it for a scalar file too (no strerror then)
+        if exc.strerror is None:
+            raise ConfigError(f"--config {path}: must be a mapping with `rules:`") from exc
         raise ConfigError(f"--config {path}: cannot read it ({exc.strerror})") from exc
-    except yaml.YAMLError as exc:
-        where = " ".join(str(exc).split())  # PyYAML's message spans lines: keep ours one line
+    except (yaml.YAMLError, OmegaConfBaseException) as exc:
+        where = " ".join(str(exc).split())  # the message spans lines: keep ours one line
         raise ConfigError(f"--config {path}: not valid YAML ({where})") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: must be a mapping with `rules:`")
+    data.pop("defaults", None)  # a preset's Hydra defaults list (the schema), not a setting
     return data
 
 
@@ -79,8 +113,9 @@ def gate_command(argv: list[str]) -> int:
     parser.add_argument(
         "--config",
         default=None,
-        help="gate YAML: {alpha, min_pairs, rules: {metric: {min, max, max_drop, by_type}}} "
-        "(default: the rules of conf/gate/default.yaml)",
+        help="gate YAML path or preset name of conf/gate (default, retrieval): {alpha, "
+        "min_pairs, rules: {metric: {min, max, max_drop, by_type}}} (default: the rules of "
+        "conf/gate/default.yaml, which include judged metrics)",
     )
     parser.add_argument("--junit", default=None, help="write JUnit XML here")
     parser.add_argument(
@@ -96,10 +131,13 @@ def gate_command(argv: list[str]) -> int:
     add_tracking_uri(parser)
     opts = parse_store_command(parser, argv, existing_store=False)  # checked in the try
     try:
-        candidate = resolve_run(_open_existing(opts.tracking_uri), opts.candidate, opts.experiment)
-        raw = read_gate_file(opts.config or DEFAULT_RULES)
-        settings = parse_settings(raw, opts.config or str(DEFAULT_RULES))
+        client = _open_existing(opts.tracking_uri)
+        candidate = resolve_run(client, opts.candidate, opts.experiment)
+        config = gate_file(opts.config or DEFAULT_RULES)
+        raw = read_gate_file(config)
+        settings = parse_settings(raw, str(config))
         baseline = opts.baseline or raw.get("baseline")
+        check_gate_runs(client, candidate, baseline)
         result = run_gate(
             opts.tracking_uri,
             candidate,
