@@ -204,8 +204,9 @@ def _trace_batch() -> Response:
 
 def _metric_batch() -> Response:
     """``POST``: write one request's metrics (:func:`~rag_experiments.tracking.metric_batch.
-    write_metrics`); MLflow's errors answered with MLflow's status (503 while the database is
-    unavailable, 400 for an invalid metric or a finished run)."""
+    write_metrics`); MLflow's errors answered with MLflow's status (400 for an invalid metric
+    or a deleted run), 503 while the database is unavailable (the client retries)."""
+    import sqlalchemy.exc
     from mlflow.exceptions import MlflowException
     from mlflow.server.handlers import _get_tracking_store
 
@@ -219,6 +220,12 @@ def _metric_batch() -> Response:
     try:
         return jsonify(write_metrics(_get_tracking_store(), payload))
     except MlflowException as exc:
+        if isinstance(
+            exc.__cause__, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+        ):
+            log.warning("metric batch: database unavailable: %s", exc.__cause__)
+            text = f"metric batch: the server's database is unavailable: {str(exc)[:300]}"
+            return Response(text, status=503, mimetype="text/plain")
         return _error(exc.get_http_status_code(), exc.error_code, f"metric batch: {exc.message}")
     except (ValueError, TypeError, KeyError) as exc:
         return _error(400, "INVALID_PARAMETER_VALUE", f"metric batch: {type(exc).__name__}: {exc}")
