@@ -586,7 +586,9 @@ class MlflowTracker:
         NaN and infinite values are skipped silently (log ``<metric>_n_valid`` to say how many
         rows were defined), and so is a value equal to the key's latest value in the run (a
         resumed run logging again what it logged before adds nothing to the history). Up to
-        ``MAX_METRICS_PER_BATCH`` (1,000) metrics go in one ``log_batch`` request. Every name
+        ``MAX_METRICS_PER_BATCH`` (1,000) metrics go in one ``log_batch`` request; a server
+        running our app takes them all in one request (:mod:`~rag_experiments.tracking.
+        metric_batch`, the same rows). Every name
         passed to this method during the run, logged or not, takes part in collision
         detection and is listed in ``metric_names.json``.
 
@@ -614,6 +616,13 @@ class MlflowTracker:
             if math.isfinite(value) and self._logged.get(key) != float(value):
                 metrics.append(Metric(key, float(value), now, step or 0))
         client = self._client()
+        if metrics and self.outage.remote:
+            from rag_experiments.tracking.metric_batch import send_metrics
+
+            store = client._tracking_client.store  # the client's RestStore
+            if self.outage.call("metrics", send_metrics, store, run_id, metrics):
+                self._logged.update((m.key, m.value) for m in metrics)
+                return
         for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
             batch = metrics[i : i + MAX_METRICS_PER_BATCH]
             self.outage.call("metrics", client.log_batch, run_id, metrics=batch)

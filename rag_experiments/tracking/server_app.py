@@ -21,6 +21,9 @@ Flask app itself under gunicorn or waitress). Every MLflow route is unchanged.
   of the same experiment is replaced, which makes a retried request idempotent), 413 when
   the body, decompressed, exceeds :data:`MAX_MB_ENV` MB (the client halves its chunk), 503
   when the database cannot be reached (the client retries it as an outage), 500 otherwise.
+* ``POST`` :data:`~rag_experiments.tracking.metric_batch.METRICS_PATH` takes a run's metrics in
+  one request and writes the rows MLflow's ``log_batch`` writes
+  (:func:`~rag_experiments.tracking.metric_batch.write_metrics`); errors as MLflow answers them.
 
 Security: like MLflow's own REST API without ``basic-auth``, the endpoint is
 unauthenticated: anyone who can reach the server can write traces into an experiment, and
@@ -46,6 +49,7 @@ from typing import Any
 
 from flask import Flask, Response, jsonify, request
 
+from rag_experiments.tracking.metric_batch import METRICS_PATH, write_metrics
 from rag_experiments.tracking.traces import (
     BATCH_PATH,
     TraceIdConflictError,
@@ -144,6 +148,12 @@ def create_app(app: Flask | None = None) -> Any:
         view_func=_trace_batch,
         methods=["GET", "POST"],
     )
+    flask_app.add_url_rule(
+        _add_static_prefix(METRICS_PATH),
+        endpoint="rag_experiments_metric_batch",
+        view_func=_metric_batch,
+        methods=["POST"],
+    )
     if _MLFLOW_SGI_NAME.get() == "uvicorn":
         from mlflow.server.fastapi_app import create_fastapi_app
 
@@ -190,3 +200,35 @@ def _trace_batch() -> Response:
     except Exception as exc:  # noqa: BLE001 - answered as MLflow answers an internal error
         log.exception("trace batch failed (pid %d)", os.getpid())
         return _error(500, "INTERNAL_ERROR", f"trace batch: {type(exc).__name__}: {exc}")
+
+
+def _metric_batch() -> Response:
+    """``POST``: write one request's metrics (:func:`~rag_experiments.tracking.metric_batch.
+    write_metrics`); MLflow's errors answered with MLflow's status (400 for an invalid metric
+    or a deleted run), 503 while the database is unavailable (the client retries)."""
+    import sqlalchemy.exc
+    from mlflow.exceptions import MlflowException
+    from mlflow.server.handlers import _get_tracking_store
+
+    limit = max_body_bytes()
+    try:
+        payload = json.loads(_body(limit))
+    except _TooLarge:
+        return _error(413, "REQUEST_LIMIT_EXCEEDED", f"metric batch: over {limit / 1e6:g} MB")
+    except ValueError as exc:
+        return _error(400, "INVALID_PARAMETER_VALUE", f"metric batch: not gzip'd JSON: {exc}")
+    try:
+        return jsonify(write_metrics(_get_tracking_store(), payload))
+    except MlflowException as exc:
+        if isinstance(
+            exc.__cause__, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+        ):
+            log.warning("metric batch: database unavailable: %s", exc.__cause__)
+            text = f"metric batch: the server's database is unavailable: {str(exc)[:300]}"
+            return Response(text, status=503, mimetype="text/plain")
+        return _error(exc.get_http_status_code(), exc.error_code, f"metric batch: {exc.message}")
+    except (ValueError, TypeError, KeyError) as exc:
+        return _error(400, "INVALID_PARAMETER_VALUE", f"metric batch: {type(exc).__name__}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - answered as MLflow answers an internal error
+        log.exception("metric batch failed (pid %d)", os.getpid())
+        return _error(500, "INTERNAL_ERROR", f"metric batch: {type(exc).__name__}: {exc}")

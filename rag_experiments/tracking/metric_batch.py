@@ -1,0 +1,159 @@
+"""A run's metrics in one request to ``mlflow server --app-name rag-experiments``.
+
+MLflow's ``log_batch`` takes at most 1,000 metrics a request and its server writes them through
+the ORM, one pipelined ``INSERT`` per row into ``metrics`` and into ``latest_metrics``: about
+0.5 s of server CPU per 1,000 metrics over PostgreSQL (cProfile of ``SqlAlchemyStore.log_batch``,
+load ~7), most of the params/metrics phase of ``bench/logging_throughput.py`` (a run logs ~2,300
+aggregates). Our server app (:mod:`~rag_experiments.tracking.server_app`) adds :data:`METRICS_PATH`:
+the client sends all of a run's new metrics in one gzip'd JSON request
+(:func:`send_metrics`) and the server writes the rows ``log_batch`` would write, with one
+``COPY`` per table on PostgreSQL (:func:`write_metrics`).
+
+Only the case without history goes the fast way: when none of the keys has a value in the run
+yet (a first logging). Otherwise, or when the insert collides with a concurrent writer, the
+server calls MLflow's own ``log_batch`` (which merges ``latest_metrics`` and skips rows already
+stored), so a request retried after its answer was lost writes nothing twice.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mlflow.entities import Metric
+from mlflow.exceptions import MlflowException
+
+from rag_experiments.tracking.traces import _has_batch_endpoint, _insert_rows, _SqlTraceWriter
+
+__all__ = ["METRICS_PATH", "send_metrics", "write_metrics"]
+
+METRICS_PATH = "/ajax-api/3.0/rag-exp/metrics/batch"
+"""``POST {"run_id": str, "metrics": [[key, value, timestamp ms, step], ...]}`` (JSON, optionally
+gzip'd); answers ``{"metrics": rows written, "fast": bool}``."""
+
+_MISSING: set[str] = set()
+"""Server URLs whose app has the trace endpoint but not this one (an older rag-experiments)."""
+_LOCK = threading.Lock()
+
+
+def send_metrics(store: Any, run_id: str, metrics: Sequence[Metric]) -> bool:
+    """Send ``metrics`` of ``run_id`` in one request when the server behind ``store`` runs our
+    app with a database store; False when it does not (the caller uses ``log_batch``).
+
+    Args:
+        store: The client's ``RestStore``.
+        run_id: The run.
+        metrics: Finite metrics (the tracker skips NaN and infinities).
+
+    Returns:
+        Whether the server wrote them.
+
+    Raises:
+        MlflowException: The request failed (5xx and connection errors are retried by the
+            caller's :class:`~rag_experiments.tracking.resilience.Outage`).
+    """
+    from mlflow.utils.rest_utils import http_request, verify_rest_response
+
+    creds = store.get_host_creds()
+    with _LOCK:
+        if creds.host in _MISSING:
+            return False
+    if not _has_batch_endpoint(store):
+        return False
+    body = json.dumps(
+        {"run_id": run_id, "metrics": [[m.key, m.value, m.timestamp, m.step] for m in metrics]}
+    ).encode()
+    response = http_request(
+        creds,
+        METRICS_PATH,
+        "POST",
+        data=gzip.compress(body, compresslevel=1),
+        extra_headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    )
+    if response.status_code in (404, 405):
+        with _LOCK:
+            _MISSING.add(creds.host)
+        return False
+    verify_rest_response(response, METRICS_PATH)
+    return True
+
+
+def write_metrics(store: Any, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """Write one request's metrics into ``store`` (the server side of :data:`METRICS_PATH`): the
+    rows ``store.log_batch(run_id, metrics, [], [])`` writes (``metrics`` and
+    ``latest_metrics``: per key the value of the greatest ``(step, timestamp, value)``, NaN
+    stored as 0 with ``is_nan``), validated as MLflow validates them.
+
+    Args:
+        store: The server's backend store.
+        payload: ``{"run_id": str, "metrics": [[key, value, timestamp, step], ...]}``.
+
+    Returns:
+        ``{"metrics": rows given, "fast": whether the COPY/multi-row path was taken}``.
+
+    Raises:
+        ValueError: The store is not a database store this app can write.
+        TypeError, KeyError: A malformed request.
+        MlflowException: An invalid metric, an unknown or finished run (as ``log_batch``).
+    """
+    import sqlalchemy.exc
+    from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric
+    from mlflow.utils.validation import _validate_metric, _validate_run_id
+
+    if not _SqlTraceWriter.supports(store):
+        raise ValueError("the server's backend store is not a database store this app can write")
+    run_id = str(payload["run_id"])
+    _validate_run_id(run_id)
+    metrics = [Metric(str(k), float(v), int(t), int(s)) for k, v, t, s in payload["metrics"]]
+    rows: list[dict[str, Any]] = []
+    latest: dict[str, dict[str, Any]] = {}
+    seen: set[Metric] = set()
+    for idx, m in enumerate(metrics):
+        _validate_metric(m.key, m.value, m.timestamp, m.step, path=f"metrics[{idx}]")
+        if m in seen:
+            continue
+        seen.add(m)
+        is_nan, value = store.sanitize_metric_value(m.value)
+        row = {
+            "key": m.key,
+            "value": value,
+            "timestamp": m.timestamp,
+            "step": m.step,
+            "is_nan": is_nan,
+            "run_uuid": run_id,
+        }
+        rows.append(row)
+        old = latest.get(m.key)
+        if old is None or (m.step, m.timestamp, value) > (
+            old["step"],
+            old["timestamp"],
+            old["value"],
+        ):
+            latest[m.key] = row
+    if not rows:
+        return {"metrics": 0, "fast": False}
+    table = SqlLatestMetric.__table__
+    keys = sorted(latest)
+    try:
+        with store.ManagedSessionMaker(read_only=False) as session:
+            store._check_run_is_active(store._get_run(run_uuid=run_id, session=session))
+            history = any(
+                session.execute(
+                    sqlalchemy.select(table.c.key)
+                    .where(table.c.run_uuid == run_id, table.c.key.in_(keys[i : i + 500]))
+                    .limit(1)
+                ).first()
+                for i in range(0, len(keys), 500)
+            )
+            if not history:
+                _insert_rows(session, SqlMetric.__table__, rows)
+                _insert_rows(session, table, list(latest.values()))
+                return {"metrics": len(metrics), "fast": True}
+    except MlflowException as exc:  # the session wraps a concurrent writer's key collision
+        if not isinstance(exc.__cause__, sqlalchemy.exc.IntegrityError):
+            raise
+    store.log_batch(run_id, metrics, [], [])
+    return {"metrics": len(metrics), "fast": False}
