@@ -78,11 +78,12 @@ def test_rag_exp_run_prints_our_line_alone(capsys: pytest.CaptureFixture[str]) -
 def test_a_key_under_an_unselected_group_says_to_select_it(
     compose_cfg: Callable[..., DictConfig],
 ) -> None:
-    # conf/gate/ holds default.yaml only; gate is null in conf/config.yaml
+    # conf/gate/ holds default.yaml and retrieval.yaml; gate is null in conf/config.yaml
     with pytest.raises(ConfigCompositionException) as info:
         compose(config_name="config", overrides=["gate.baseline=production"])
     assert error_message(info.value) == (
-        "gate.baseline: the gate group is not selected; add gate=default (choices: default)"
+        "gate.baseline: the gate group is not selected; add gate=default "
+        "(choices: default, retrieval)"
     )
     with pytest.raises(ConfigCompositionException) as info:  # deeper keys name the same fix
         compose(config_name="config", overrides=["gate.rules.x=1"])
@@ -97,5 +98,5 @@ def test_rag_exp_run_says_to_select_the_group(capsys: pytest.CaptureFixture[str]
     assert main(["run", "gate.baseline=production"]) == 1
     assert capsys.readouterr().err.splitlines() == [
         "rag-exp run: error: gate.baseline: the gate group is not selected; add gate=default "
-        "(choices: default)"
+        "(choices: default, retrieval)"
     ]

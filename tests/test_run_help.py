@@ -53,7 +53,7 @@ def test_help_prints_usage_groups_and_an_overlays_group(
     assert out.startswith("usage: rag-exp run [-m]")
     lines = out.splitlines()
     assert "extra: one" in lines
-    assert "gate: default" in lines
+    assert "gate: default, retrieval" in lines
     target = next(x for x in lines if x.startswith("target: "))
     assert "mine" in target.split(": ")[1].split(", ")
     assert not [x for x in lines if x.startswith("schema/")]
