@@ -45,6 +45,7 @@ def is_answer_metric(name: str) -> bool:
 def summary_table(
     specs: Sequence[MetricSpec],
     aggregates: Sequence[Aggregate],
+    *,
     key_metrics: Collection[str] = KEY_METRICS,
     values: Sequence[Mapping[str, MetricValue]] = (),
     run_metrics: Mapping[str, float] = {},  # noqa: B006 - read only

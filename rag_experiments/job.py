@@ -258,7 +258,9 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
             tracker.set_tags({"objective.error": objective.reason})
         job.finish(tracker)  # a resumed run that got here is no longer a failure
     print(f"\n{tracker.describe_location()}")
-    table = summary_table(result.specs, result.aggregates, result.values, run_metrics=summary)
+    table = summary_table(
+        result.specs, result.aggregates, values=result.values, run_metrics=summary
+    )
     print("\n".join(table))
     print(
         f"  samples {int(result.counts['n_samples'])}, failed {int(result.counts['n_failed'])}, "

@@ -100,3 +100,14 @@ def test_rag_exp_run_says_to_select_the_group(capsys: pytest.CaptureFixture[str]
         "rag-exp run: error: gate.baseline: the gate group is not selected; add gate=default "
         "(choices: default, retrieval)"
     ]
+
+
+def test_a_group_without_a_default_asks_to_choose_not_for_a_fake(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # conf/reranker/ holds fake, http, http_tei and none (the default): no option to recommend
+    assert main(["run", "reranker.candidates=20"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "rag-exp run: error: reranker.candidates: the reranker group is not selected; "
+        "choose one: reranker=fake|http|http_tei"
+    ]

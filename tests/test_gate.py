@@ -585,6 +585,20 @@ def test_config_takes_a_preset_name_or_a_path(
     assert "(default, retrieval)" in line
 
 
+def test_config_prefers_an_existing_file_then_the_users_overlay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rag_experiments.commands.gate import GATE_PRESETS, gate_file
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "retrieval.yaml").write_text("rules: {hi: {min: 0.1}}\n")
+    assert gate_file("retrieval.yaml") == Path("retrieval.yaml")  # the user's own file
+    assert gate_file("retrieval") == GATE_PRESETS / "retrieval.yaml"  # no such file: preset
+    (tmp_path / "conf" / "gate").mkdir(parents=True)
+    (tmp_path / "conf" / "gate" / "mine.yaml").write_text("rules: {hi: {min: 0.1}}\n")
+    assert gate_file("mine") == (tmp_path / "conf" / "gate" / "mine.yaml").resolve()
+
+
 def test_gate_retrieval_group_composes_and_is_validated(compose_cfg) -> None:
     from rag_experiments.job import gate_settings
 

@@ -82,6 +82,22 @@ def test_rerun_is_identical_with_no_model_call(
     capsys.readouterr()
 
 
+def test_rerun_keeps_the_original_name_unless_given_one(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path
+) -> None:
+    # the default name is made at run time (it has grown retriever/reranker suffixes); a rerun
+    # takes the name its original got, so old runs' reruns are named as they were
+    run_id, uri = _first_run(compose_cfg, tmp_path, "retriever=bm25")
+    client = mlflow.MlflowClient(uri)
+    name = client.get_run(run_id).info.run_name
+    assert name == "small-SemanticChunker-retrieval-bm25"
+    client.set_tag(run_id, "mlflow.runName", "named-by-an-older-version")
+    same = client.get_run(rerun(run_id, uri).new_run_id)
+    assert same.info.run_name == "named-by-an-older-version"
+    renamed = client.get_run(rerun(run_id, uri, ["run_name=mine"]).new_run_id)
+    assert renamed.info.run_name == "mine"
+
+
 def test_rerun_of_a_reranked_run_sends_no_rerank_request(
     compose_cfg: Callable[..., DictConfig], tmp_path: Path
 ) -> None:

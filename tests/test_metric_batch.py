@@ -86,3 +86,15 @@ def test_the_endpoint_answers_mlflow_errors_with_their_status(
     assert refused.status_code == mlflow_error.value.get_http_status_code() == 400
     assert refused.get_json()["error_code"] == mlflow_error.value.error_code
     assert post({"run_id": run_id}).status_code == 400  # no metrics: malformed
+
+
+def test_a_retried_request_over_log_batchs_limit_is_written_in_chunks(tmp_path: Path) -> None:
+    """A retry of a request of 2,300 metrics (a run's aggregates) falls back to ``log_batch``,
+    which takes at most 1,000 per call: the fallback sends chunks and stores nothing twice."""
+    store, run_id = _store(tmp_path, "big")
+    payload = {"run_id": run_id, "metrics": [[f"m{i}", i / 2300, 1_000, 0] for i in range(2300)]}
+    assert write_metrics(store, payload) == {"metrics": 2300, "fast": True}
+    first = _rows(store)
+    assert len(first["metrics"]) == len(first["latest_metrics"]) == 2300
+    assert write_metrics(store, payload) == {"metrics": 2300, "fast": False}  # retried
+    assert _rows(store) == first

@@ -46,22 +46,28 @@ DEFAULT_RULES = GATE_PRESETS / "default.yaml"
 
 
 def gate_file(ref: str | Path) -> Path:
-    """The gate YAML file ``ref`` names: a preset of conf/gate (``retrieval`` or
-    ``retrieval.yaml``, as ``gate=retrieval`` of ``rag-exp run``) when one has that name, else
-    ``ref`` as a path.
+    """The gate YAML file ``ref`` names: ``ref`` as a path when that file exists, else a preset
+    (``retrieval`` or ``retrieval.yaml``, as ``gate=retrieval`` of ``rag-exp run``) of the
+    user's ``./conf/gate`` overlay (:func:`~rag_experiments.locations.user_conf_dir`) or of the
+    bundled conf/gate, in that order.
 
     Raises:
-        ConfigError: Neither a preset nor an existing file; the message lists the presets.
+        ConfigError: Neither an existing file nor a preset; the message lists the presets.
     """
+    from rag_experiments.locations import user_conf_dir
+
     text = str(ref)
-    name = text.removesuffix(".yaml")
-    preset = GATE_PRESETS / f"{name}.yaml"
-    if "/" not in name and preset.is_file():
-        return preset
     path = Path(text).expanduser()
     if path.is_file():
         return path
-    presets = ", ".join(sorted(p.stem for p in GATE_PRESETS.glob("*.yaml")))
+    overlay = user_conf_dir()
+    folders = [*([overlay / "gate"] if overlay else []), GATE_PRESETS]
+    name = text.removesuffix(".yaml")
+    if "/" not in name:
+        for folder in folders:
+            if (folder / f"{name}.yaml").is_file():
+                return folder / f"{name}.yaml"
+    presets = ", ".join(sorted({p.stem for f in folders for p in f.glob("*.yaml")}))
     raise ConfigError(
         f"--config {text}: no such file and no such preset; give a gate YAML path or a preset "
         f"of conf/gate ({presets})"

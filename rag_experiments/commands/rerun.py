@@ -149,6 +149,9 @@ def rerun(run_id: str, tracking_uri: str, overrides: list[str] | None = None) ->
         raise TrackingError(f"cannot find run {run_id!r} at {uri}: {exc.message}") from exc
     cfg = load_run_config(client, run_id, overrides)
     cfg.tracking.uri = uri
+    named = any(o.split("=", 1)[0].lstrip("+~") == "run_name" for o in overrides or [])
+    if not cfg.get("run_name") and not named:  # the original's name, whatever made it then
+        cfg.run_name = original.info.run_name  # (default names change across versions)
     if cfg.get("gate"):
         log.info("rerun: the run's gate= is not applied (gate the new run with rag-exp gate)")
         cfg.gate = None

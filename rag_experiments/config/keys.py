@@ -278,11 +278,12 @@ def _explain_unselected_group(cause: OmegaConfBaseException) -> str | None:
     choices = group_choices(group)
     if not choices:
         return None
-    pick = "default" if "default" in choices else choices[0]
-    return (
-        f"{full_key}: the {group} group is not selected; add {group}={pick} "
-        f"(choices: {', '.join(choices)})"
-    )
+    if "default" in choices:
+        fix = f"add {group}=default (choices: {', '.join(choices)})"
+    else:  # no default to recommend (reranker: none, fake, http…): the user picks
+        options = [c for c in choices if c != "none"] or choices
+        fix = f"choose one: {group}={'|'.join(options)}"
+    return f"{full_key}: the {group} group is not selected; {fix}"
 
 
 def explain(exc: BaseException) -> str | None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
+from mlflow.utils.validation import MAX_METRICS_PER_BATCH
 
 from rag_experiments.tracking.traces import _has_batch_endpoint, _insert_rows, _SqlTraceWriter
 
@@ -73,8 +74,8 @@ def send_metrics(store: Any, run_id: str, metrics: Sequence[Metric]) -> bool:
         data=gzip.compress(body, compresslevel=1),
         extra_headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
     )
-    if response.status_code in (404, 405):
-        with _LOCK:
+    if response.status_code in (404, 405) and not _is_mlflow_error(response):
+        with _LOCK:  # no such route: an older app, or none (an unknown run is MLflow JSON)
             _MISSING.add(creds.host)
         return False
     verify_rest_response(response, METRICS_PATH)
@@ -153,7 +154,32 @@ def write_metrics(store: Any, payload: Mapping[str, Any]) -> dict[str, Any]:
                 _insert_rows(session, table, list(latest.values()))
                 return {"metrics": len(metrics), "fast": True}
     except MlflowException as exc:  # the session wraps a concurrent writer's key collision
-        if not isinstance(exc.__cause__, sqlalchemy.exc.IntegrityError):
+        if not _is_integrity_error(exc.__cause__):
             raise
-    store.log_batch(run_id, metrics, [], [])
+    for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):  # log_batch's own limit
+        store.log_batch(run_id, metrics[i : i + MAX_METRICS_PER_BATCH], [], [])
     return {"metrics": len(metrics), "fast": False}
+
+
+def _is_mlflow_error(response: Any) -> bool:
+    """Whether a response body is MLflow's JSON error (``{"error_code": …}``), e.g. the 404 of
+    an unknown run, rather than a web server's page for a route it does not have."""
+    try:
+        return "error_code" in response.json()
+    except (ValueError, TypeError):
+        return False
+
+
+def _is_integrity_error(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is a key collision: SQLAlchemy's ``IntegrityError`` (multi-row INSERT)
+    or psycopg's (the COPY path of :func:`~rag_experiments.tracking.traces._insert_rows` runs
+    on the driver's cursor, so its errors are not wrapped by SQLAlchemy)."""
+    import sqlalchemy.exc
+
+    if isinstance(exc, sqlalchemy.exc.IntegrityError):
+        return True
+    try:
+        import psycopg
+    except ImportError:
+        return False
+    return isinstance(exc, psycopg.IntegrityError)
