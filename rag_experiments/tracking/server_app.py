@@ -170,7 +170,6 @@ def _error(status: int, code: str, message: str) -> Response:
 
 def _trace_batch() -> Response:
     """``GET``: the endpoint's status; ``POST``: write one batch of traces (module docstring)."""
-    import sqlalchemy.exc
     from mlflow.server.handlers import _get_tracking_store
 
     store = _get_tracking_store()
@@ -193,7 +192,7 @@ def _trace_batch() -> Response:
         return _error(409, "RESOURCE_ALREADY_EXISTS", f"trace batch: {exc}")
     except (ValueError, TypeError, KeyError) as exc:
         return _error(400, "INVALID_PARAMETER_VALUE", f"trace batch: {type(exc).__name__}: {exc}")
-    except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as exc:
+    except _unavailable() as exc:
         log.warning("trace batch: database unavailable: %s", exc)
         text = f"trace batch: the server's database is unavailable: {str(exc)[:300]}"
         return Response(text, status=503, mimetype="text/plain")
@@ -202,11 +201,27 @@ def _trace_batch() -> Response:
         return _error(500, "INTERNAL_ERROR", f"trace batch: {type(exc).__name__}: {exc}")
 
 
+def _unavailable() -> tuple[type[BaseException], ...]:
+    """The errors that mean "the database is unavailable" (answered 503, retried by the
+    client): SQLAlchemy's, and psycopg's own, which the COPY path raises unwrapped
+    (:func:`~rag_experiments.tracking.traces._insert_rows` writes on the driver's cursor)."""
+    import sqlalchemy.exc
+
+    errors: tuple[type[BaseException], ...] = (
+        sqlalchemy.exc.OperationalError,
+        sqlalchemy.exc.InterfaceError,
+    )
+    try:
+        import psycopg
+    except ImportError:
+        return errors
+    return (*errors, psycopg.OperationalError, psycopg.InterfaceError)
+
+
 def _metric_batch() -> Response:
     """``POST``: write one request's metrics (:func:`~rag_experiments.tracking.metric_batch.
     write_metrics`); MLflow's errors answered with MLflow's status (400 for an invalid metric
     or a deleted run), 503 while the database is unavailable (the client retries)."""
-    import sqlalchemy.exc
     from mlflow.exceptions import MlflowException
     from mlflow.server.handlers import _get_tracking_store
 
@@ -220,9 +235,7 @@ def _metric_batch() -> Response:
     try:
         return jsonify(write_metrics(_get_tracking_store(), payload))
     except MlflowException as exc:
-        if isinstance(
-            exc.__cause__, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
-        ):
+        if isinstance(exc.__cause__, _unavailable()):
             log.warning("metric batch: database unavailable: %s", exc.__cause__)
             text = f"metric batch: the server's database is unavailable: {str(exc)[:300]}"
             return Response(text, status=503, mimetype="text/plain")
