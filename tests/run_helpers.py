@@ -51,6 +51,14 @@ def evaluate_retrieval(
     return run
 
 
+def run_fresh(code: str) -> str:
+    """Run ``code`` in a fresh Python process (what a start-up loads is then its own) and
+    return its stdout; a failing assert in it fails the calling test with its stderr."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
 def loaded_by(statements: str, modules: list[str]) -> list[str]:
     """Which of ``modules`` a fresh Python process has in ``sys.modules`` after running
     ``statements`` (e.g. ``import rag_experiments.config.schema``): what a start-up loads.
@@ -60,5 +68,4 @@ def loaded_by(statements: str, modules: list[str]) -> list[str]:
     """
     found = f"[m for m in {modules!r} if m in sys.modules]"
     code = f"import sys, json\n{statements}\nprint(json.dumps({found}))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(run_fresh(code).strip().splitlines()[-1])

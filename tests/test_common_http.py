@@ -6,11 +6,10 @@ from __future__ import annotations
 import calendar
 import logging
 import re
-import subprocess
-import sys
 
 import httpx
 import pytest
+from run_helpers import run_fresh
 
 from rag_experiments.common.http import (
     RetryableStatusError,
@@ -130,5 +129,4 @@ def test_httpx_is_imported_on_first_use_not_by_the_run_path() -> None:
         "assert http.is_retryable(httpx.ConnectError('refused'))\n"
         "assert not http.is_retryable(httpx.HTTPStatusError('x', request=None, response=None))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_fresh(code)

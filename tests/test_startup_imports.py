@@ -3,11 +3,10 @@ unloaded) and how the command exits (bench/scale.py times both; these pin what m
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from run_helpers import run_fresh
 
 
 @pytest.mark.slow
@@ -26,8 +25,7 @@ def test_a_run_without_a_gate_does_not_import_scipy_stats() -> None:
         "settings = gate_settings(OmegaConf.create(gate), in_sweep=False)\n"
         "assert settings is not None and 'rag_experiments.analysis.gate' in sys.modules\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_fresh(code)
 
 
 @pytest.mark.slow
@@ -43,9 +41,7 @@ def test_the_command_exits_without_a_full_collection_of_its_heap() -> None:
         f"assert main(['dataset', 'stats', {str(sample)!r}]) == 0\n"
         "print('before exit', gc.get_freeze_count())\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.splitlines()
+    lines = run_fresh(code).splitlines()
     assert "before exit 0" in lines
     frozen = [int(line.split()[1]) for line in lines if line.startswith("frozen ")]
     assert len(frozen) == 1 and frozen[0] > 10_000  # the whole heap, frozen at exit
