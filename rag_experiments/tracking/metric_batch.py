@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,6 +31,8 @@ from mlflow.utils.validation import MAX_METRICS_PER_BATCH
 from rag_experiments.tracking.traces import _has_batch_endpoint, _insert_rows, _SqlTraceWriter
 
 __all__ = ["METRICS_PATH", "send_metrics", "write_metrics"]
+
+log = logging.getLogger(__name__)
 
 METRICS_PATH = "/ajax-api/3.0/rag-exp/metrics/batch"
 """``POST {"run_id": str, "metrics": [[key, value, timestamp ms, step], ...]}`` (JSON, optionally
@@ -50,7 +53,8 @@ def send_metrics(store: Any, run_id: str, metrics: Sequence[Metric]) -> bool:
         metrics: Finite metrics (the tracker skips NaN and infinities).
 
     Returns:
-        Whether the server wrote them.
+        Whether the server wrote them: False also when the endpoint answered MLflow's JSON
+        500 (the endpoint failed; nothing was written, ``log_batch`` takes them).
 
     Raises:
         MlflowException: The request failed (5xx and connection errors are retried by the
@@ -77,6 +81,15 @@ def send_metrics(store: Any, run_id: str, metrics: Sequence[Metric]) -> bool:
     if response.status_code in (404, 405) and not _is_mlflow_error(response):
         with _LOCK:  # no such route: an older app, or none (an unknown run is MLflow JSON)
             _MISSING.add(creds.host)
+        return False
+    if response.status_code == 500 and _is_mlflow_error(response):
+        # the endpoint itself failed (its transaction rolled back; e.g. an MLflow whose store
+        # internals it no longer matches): MLflow's log_batch still takes these metrics
+        log.warning(
+            "the server's metric batch endpoint failed (%s); logging these metrics with "
+            "MLflow's log_batch",
+            response.text[:300],
+        )
         return False
     verify_rest_response(response, METRICS_PATH)
     return True
