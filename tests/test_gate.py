@@ -692,3 +692,19 @@ def test_promote_refuses_a_reserved_alias(
     assert line.startswith(f"rag-exp promote: error: alias {alias!r} is reserved")
     tags = mlflow.MlflowClient(store).get_experiment_by_name("gate-test").tags
     assert f"rag_exp.alias.{alias}" not in tags
+
+
+def test_the_run_config_and_a_gate_file_get_the_same_defaults(compose_cfg) -> None:
+    """`gate=` of rag-exp run (GateConf) and a `--config` file that names only rules read their
+    defaults from one place: the settings both produce are equal, field by field."""
+    from rag_experiments.analysis.gate import GateSettings
+    from rag_experiments.job import gate_settings
+
+    from_run = gate_settings(compose_cfg("gate=retrieval", "gate.baseline=b"), in_sweep=False)
+    rules = {r.metric: {"max_drop": r.max_drop} for r in from_run.rules}
+    from_file = parse_settings({"rules": rules})
+    assert from_run == from_file
+    assert (from_file.alpha, from_file.min_pairs, from_file.seed, from_file.n_resamples) == (
+        0.05, 5, 0, 9999,
+    )  # fmt: skip
+    assert from_file == GateSettings(from_file.rules)

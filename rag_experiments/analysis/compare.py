@@ -57,11 +57,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from rag_experiments.analysis.defaults import N_RESAMPLES
 from rag_experiments.analysis.paired import (
     ALL,
     CONFIDENCE,
     MIN_PAIRS_CI,
-    N_RESAMPLES,
     NOTE_TAG,
     TOO_FEW_PAIRS,
     Comparison,

@@ -92,11 +92,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from scipy import stats
 
 from rag_experiments.analysis.compare import compare_tables, holm
+from rag_experiments.analysis.defaults import ALPHA, MIN_PAIRS, N_RESAMPLES, SEED
 from rag_experiments.analysis.paired import (
     ALL,
     CONFIDENCE,
     MIN_PAIRS_CI,
-    N_RESAMPLES,
     PairedStat,
     strict_json,
 )
@@ -157,9 +157,9 @@ class GateSettings:
     """
 
     rules: tuple[Rule, ...]
-    alpha: float = 0.05
-    min_pairs: int = 5
-    seed: int = 0
+    alpha: float = ALPHA
+    min_pairs: int = MIN_PAIRS
+    seed: int = SEED
     n_resamples: int = N_RESAMPLES
 
     @property
@@ -196,9 +196,9 @@ class _GateSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     rules: dict[str, _RuleSpec]
-    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
-    min_pairs: int = Field(default=5, ge=2)
-    seed: int = 0
+    alpha: float = Field(default=ALPHA, gt=0.0, lt=1.0)
+    min_pairs: int = Field(default=MIN_PAIRS, ge=2)
+    seed: int = SEED
     n_resamples: int = Field(default=N_RESAMPLES, ge=1)
     baseline: str | None = None
     junit: str | None = None
@@ -331,7 +331,7 @@ class GateResult:
     baseline: str
     baseline_ref: str
     results: list[RuleResult] = field(default_factory=list)
-    alpha: float = 0.05
+    alpha: float = ALPHA
     problem: str = ""
 
     @property
@@ -441,7 +441,7 @@ class GateResult:
 
 
 def judge_noise(
-    n: int, sd_b: float, repeats_b: int, sd_c: float, repeats_c: int, alpha: float = 0.05
+    n: int, sd_b: float, repeats_b: int, sd_c: float, repeats_c: int, alpha: float = ALPHA
 ) -> float:
     """The judge's noise on a difference of two means (formula in the module docstring).
 
@@ -551,7 +551,7 @@ def evaluate_tables(
 
 
 def noninferiority_p(
-    worsening: Sequence[float], margin: float, *, seed: int = 0, n_resamples: int = N_RESAMPLES
+    worsening: Sequence[float], margin: float, *, seed: int = SEED, n_resamples: int = N_RESAMPLES
 ) -> float:
     """One-sided p-value of H0 "mean worsening ≤ ``margin``" against H1 "> ``margin``".
 

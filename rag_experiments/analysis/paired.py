@@ -12,10 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from rag_experiments.analysis.defaults import N_RESAMPLES
 from rag_experiments.metrics.keys import key_metrics_among
-
-N_RESAMPLES = 9999
-"""Bootstrap resamples and random sign patterns per test (scipy's default)."""
 
 CONFIDENCE = 0.95
 """Coverage of the difference's confidence interval."""

@@ -14,7 +14,8 @@ from pathlib import Path
 import mlflow
 
 from rag_experiments.analysis.compare import compare_runs
-from rag_experiments.analysis.paired import N_RESAMPLES, Comparison
+from rag_experiments.analysis.defaults import N_RESAMPLES
+from rag_experiments.analysis.paired import Comparison
 from rag_experiments.analysis.plots import write_compare_report
 from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
 from rag_experiments.errors import RagExpError

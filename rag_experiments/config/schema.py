@@ -29,6 +29,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from rag_experiments.analysis.defaults import ALPHA, MIN_PAIRS, N_RESAMPLES, SEED
 from rag_experiments.common.http import TARGET_RETRY, RetryPolicy
 from rag_experiments.index.bm25_params import INDEX_TITLE, Bm25Params
 
@@ -633,12 +634,12 @@ class GateConf:
 
     baseline: str | None = None
     """Run id or alias (``rag-exp promote``) of the baseline; needed by ``max_drop`` rules."""
-    alpha: float = 0.05
+    alpha: float = ALPHA
     """Family-wise error rate of the ``max_drop`` tests (Holm across the gated metrics)."""
-    min_pairs: int = 5
+    min_pairs: int = MIN_PAIRS
     """Fewest paired rows (rows with a value) a rule decides on; fewer: undecided."""
-    seed: int = 0
-    n_resamples: int = 9999
+    seed: int = SEED
+    n_resamples: int = N_RESAMPLES
     rules: dict[str, Any] = field(default_factory=dict)
     """``{metric: {min, max, max_drop, by_type}}``."""
     junit: str | None = None
