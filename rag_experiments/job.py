@@ -139,7 +139,7 @@ def check_gate(cfg: DictConfig, settings: Any, metrics: list[Any], tracking_uri:
     from rag_experiments.analysis.gate import check_baseline, check_rule_metrics
     from rag_experiments.tracking.store import quiet_downloads
 
-    check_rule_metrics(settings, [s.name for m in metrics for s in m.specs()])
+    check_rule_metrics(settings, [s for m in metrics for s in m.specs()])
     baseline = cfg.gate.get("baseline")
     if baseline:
         with quiet_downloads():

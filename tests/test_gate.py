@@ -422,6 +422,9 @@ def test_run_refuses_an_unknown_gate_metric_or_baseline_before_a_run_opens(
     cfg.gate.rules = {"ndcg@10": {"max_drop": 0.02}}
     with pytest.raises(ConfigError, match="rules.ndcg@10 .*did you mean 'nDCG@10'"):
         run_job(cfg)
+    cfg.gate.rules = {"nDCG@10": {"min": 1.2}}
+    with pytest.raises(ConfigError, match=r"nDCG@10.min=1.2 is outside .* range \[0, 1\]"):
+        run_job(cfg)
     cfg.gate.rules = {"nDCG@10": {"max_drop": 0.02}}
     with pytest.raises(ConfigError, match="gate.baseline='production' is neither an alias"):
         run_job(cfg)
@@ -708,3 +711,24 @@ def test_the_run_config_and_a_gate_file_get_the_same_defaults(compose_cfg) -> No
         0.05, 5, 0, 9999,
     )  # fmt: skip
     assert from_file == GateSettings(from_file.rules)
+
+
+@pytest.mark.parametrize(
+    ("rule", "phrase"), [("{min: 2.5}", "min=2.5"), ("{max: -0.1}", "max=-0.1")]
+)
+def test_a_bound_outside_the_metrics_range_exits_2(
+    store: str,
+    runs: dict,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    rule: str,
+    phrase: str,
+) -> None:
+    """hi is declared on [0, 2] (_log_run): a min above 2 or a max below 0 could never pass; a
+    wrong input (exit 2, one line), not a failed rule (exit 1)."""
+    cfg = tmp_path / "gate.yaml"
+    cfg.write_text(f"rules:\n  hi: {rule}\n")
+    argv = ["gate", runs["cand"], "--baseline", runs["base"], "--config", str(cfg)]
+    assert main([*argv, "--no-log", "--tracking-uri", store]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"rules.hi.{phrase} is outside the metric's range [0, 2]: no mean can pass" in line

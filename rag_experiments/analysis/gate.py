@@ -81,7 +81,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import mlflow
 import numpy as np
@@ -856,29 +856,68 @@ def resolve_baseline(client: mlflow.MlflowClient, candidate: Run, ref: str) -> s
     return ref
 
 
-def check_rule_metrics(settings: GateSettings, columns: Sequence[str]) -> None:
-    """Refuse rules naming a metric the run does not compute (checked before any work).
+class _Declared(Protocol):
+    """A declared metric column: :class:`~rag_experiments.records.MetricSpec` before a run,
+    :class:`~rag_experiments.analysis.runs.MetricInfo` read back from one."""
+
+    name: str
+    low: float
+    high: float
+
+
+def check_rule_metrics(settings: GateSettings, specs: Sequence[_Declared]) -> None:
+    """Refuse rules naming a metric the run does not compute, or a bound no mean of the metric
+    can meet (checked before any work, and by ``rag-exp gate`` before it reads the tables).
 
     Args:
         settings: The rules.
-        columns: The run's metric columns: every metric's ``specs()`` names (a per-type rule
-            names the plain column; ``by_type`` handles the types).
+        specs: The run's metric columns: every metric's ``specs()`` (a per-type rule names the
+            plain column; ``by_type`` handles the types), each with its declared range.
 
     Raises:
-        ConfigError: A rule's metric is not among ``columns``; the message suggests the
-            closest name (``difflib.get_close_matches``).
+        ConfigError: A rule's metric is not among ``specs`` (the message suggests the closest
+            name, ``difflib.get_close_matches``); or its ``min`` lies above the metric's
+            highest value or its ``max`` below its lowest (the rule could never pass).
     """
-    known = sorted(set(columns))
+    declared = {s.name: s for s in specs}
+    known = sorted(declared)
     folded = {name.casefold(): name for name in known}
     for rule in settings.rules:
-        if rule.metric in folded.values():
+        spec = declared.get(rule.metric)
+        if spec is None:
+            close = difflib.get_close_matches(rule.metric.casefold(), list(folded), n=1)
+            hint = f"did you mean {folded[close[0]]!r}? " if close else ""
+            shown = ", ".join(known[:20]) + (
+                f", … ({len(known)} in all)" if len(known) > 20 else ""
+            )
+            raise ConfigError(
+                f"gate: rules.{rule.metric} names a metric this run does not compute; {hint}"
+                f"the run computes {shown or 'none'}"
+            )
+    check_bounds(settings, specs)
+
+
+def check_bounds(settings: GateSettings, specs: Sequence[_Declared]) -> None:
+    """Refuse a ``min`` above its metric's highest value or a ``max`` below its lowest: no
+    mean could pass (a rule whose metric is not in ``specs`` is left to the caller).
+
+    Raises:
+        ConfigError: The first such bound, with the metric's declared range.
+    """
+    declared = {s.name: s for s in specs}
+    for rule in settings.rules:
+        spec = declared.get(rule.metric)
+        if spec is None:
             continue
-        close = difflib.get_close_matches(rule.metric.casefold(), list(folded), n=1)
-        hint = f"did you mean {folded[close[0]]!r}? " if close else ""
-        shown = ", ".join(known[:20]) + (f", … ({len(known)} in all)" if len(known) > 20 else "")
+        if rule.min is not None and rule.min > spec.high:
+            kind, bound = "min", rule.min
+        elif rule.max is not None and rule.max < spec.low:
+            kind, bound = "max", rule.max
+        else:
+            continue
         raise ConfigError(
-            f"gate: rules.{rule.metric} names a metric this run does not compute; {hint}"
-            f"the run computes {shown or 'none'}"
+            f"gate: rules.{rule.metric}.{kind}={bound:g} is outside the metric's range "
+            f"[{spec.low:g}, {spec.high:g}]: no mean can pass; give a {kind} within it"
         )
 
 
@@ -959,6 +998,8 @@ def gate_runs(
 
     Raises:
         TrackingError: The candidate run or a run's table cannot be read.
+        ConfigError: A rule's ``min``/``max`` lies outside its metric's range
+            (:func:`check_bounds`).
     """
     client = open_store(tracking_uri)
     cand = get_run(client, candidate_id)
@@ -989,6 +1030,7 @@ def gate_runs(
         return result
     base_id = result.baseline
     cand_specs = load_specs(client, candidate_id)
+    check_bounds(settings, cand_specs)
     cand_table = read_table(client, candidate_id)
     base_table, noise, base_names = None, {}, None
     if base is not None:
