@@ -402,10 +402,15 @@ def test_a_non_finite_limit_is_refused(key: str, value: object) -> None:
 def test_gate_metrics_and_baseline_are_checked_before_work(store: str, runs: dict) -> None:
     from rag_experiments.analysis.gate import check_baseline, check_rule_metrics
 
+    specs = [MetricInfo("nDCG@10"), MetricInfo("MRR"), MetricInfo("Hit@10")]
     settings = _settings({"nDCG@1O": {"max_drop": 0.02}})  # letter O for zero
     with pytest.raises(ConfigError, match="did you mean 'nDCG@10'"):
-        check_rule_metrics(settings, ["nDCG@10", "MRR", "Hit@10"])
-    check_rule_metrics(_settings({"MRR": {"min": 0.1}}), ["nDCG@10", "MRR"])  # no error
+        check_rule_metrics(settings, specs)
+    check_rule_metrics(_settings({"MRR": {"min": 0.1}}), specs)  # no error
+    edges = _settings({"MRR": {"min": 1.0}, "Hit@10": {"max": 0.0}})
+    check_rule_metrics(edges, specs)  # the range's own ends can be met: no error
+    with pytest.raises(ConfigError, match=r"rules.MRR.min=1.01 is outside the metric's range"):
+        check_rule_metrics(_settings({"MRR": {"min": 1.01}}), specs)
     check_baseline(store, "gate-test", runs["base"])  # a run id: no error
     with pytest.raises(ConfigError, match="neither an alias of experiment 'gate-test'"):
         check_baseline(store, "gate-test", "prodution")
