@@ -296,7 +296,7 @@ def _exit_without_collecting() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch ``rag-exp <command> …``; returns the process exit code (errors: see the
     module docstring)."""
-    from rag_experiments.config.reporting import error_message, exit_code
+    from rag_experiments.config.reporting import CallbackAbort, error_message, exit_code
 
     atexit.unregister(_exit_without_collecting)  # once per process, however often called
     atexit.register(_exit_without_collecting)
@@ -335,6 +335,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             name = interrupt.received() or "SIGINT"
             print(f"rag-exp {command}: {exc or f'stopped by {name}'}", file=sys.stderr)
             return 128 + int(signal.Signals[name])
+        except CallbackAbort as abort:  # a Hydra callback stopped the command (a dead store)
+            if traces:
+                raise
+            print(f"rag-exp {command}: error: {abort.error}", file=sys.stderr)
+            return exit_code(abort.error)
         except BrokenPipeError:  # `rag-exp … | head`: the reader left; not an error of ours
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python docs, signal)
             return 0

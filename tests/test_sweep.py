@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -225,3 +226,21 @@ def test_a_refused_single_run_leaves_no_run(mlflow_server: str, tmp_path: Path) 
     # still is a FAILED child of its sweep)
     exp = MlflowClient(mlflow_server).get_experiment_by_name("single-fail")
     assert exp is None or not MlflowClient(mlflow_server).search_runs([exp.experiment_id])
+
+
+def test_a_sweep_against_a_dead_server_stops_before_any_job(tmp_path: Path) -> None:
+    """The parent run cannot be made: one line, exit 1, no job launched, in seconds (the
+    callback asks /health first instead of waiting out MLflow's retries, minutes; Hydra would
+    turn the callback's error into a warning and launch every job)."""
+    with socket.socket() as sock:  # a port nobody listens on: bound, never listening
+        sock.bind(("127.0.0.1", 0))
+        uri = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        sweep_dir = tmp_path / "sweep"
+        done = _rag_exp(
+            tmp_path, uri, "dead", "-m", "retriever.top_k=3,5", f"hydra.sweep.dir={sweep_dir}"
+        )
+    assert done.returncode == 1, _explain(done)
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("rag-exp run: error: preflight: the MLflow tracking server ")
+    assert "cannot be reached" in line and "nothing was run" in line
+    assert "Launching" not in done.stdout + done.stderr and not sweep_dir.exists()

@@ -39,6 +39,37 @@ class ReportedError(CompactHydraException):
         super().__init__(f"{command}: error: {error}")
 
 
+class CallbackAbort(BaseException):  # noqa: N818 - it is no error of its own: it carries one
+    """A :class:`RagExpError` leaving a Hydra callback that must stop the command.
+
+    Hydra calls its callbacks inside ``except Exception`` and turns what they raise into a
+    warning (``hydra/_internal/callbacks.py``), so a sweep whose parent run cannot be made would
+    go on to launch every job. A ``BaseException`` passes through; :func:`rag_experiments.cli.
+    main` prints :attr:`error` as the one line of any error of ours, with its exit code.
+
+    Args:
+        error: The package's error (kept as :attr:`error` and as ``__cause__``).
+    """
+
+    def __init__(self, error: RagExpError) -> None:
+        self.error = error
+        super().__init__(str(error))
+
+
+@contextmanager
+def aborting() -> Iterator[None]:
+    """Re-raise a :class:`RagExpError` from the block (a Hydra callback) as
+    :class:`CallbackAbort`.
+
+    Raises:
+        CallbackAbort: The block raised a :class:`RagExpError` (chained as the cause).
+    """
+    try:
+        yield
+    except RagExpError as exc:
+        raise CallbackAbort(exc) from exc
+
+
 @contextmanager
 def reported(command: str = "rag-exp run") -> Iterator[None]:
     """Re-raise a :class:`RagExpError` from the block as :class:`ReportedError`.

@@ -40,13 +40,14 @@ from mlflow.exceptions import MlflowException
 from omegaconf import DictConfig, OmegaConf
 
 from rag_experiments.common import interrupt
-from rag_experiments.config.reporting import reported
+from rag_experiments.config.reporting import aborting
 from rag_experiments.errors import TrackingError
 from rag_experiments.tracking.mlflow_tracker import (
     ensure_experiment,
     open_client,
     resolve_tracking_uri,
 )
+from rag_experiments.tracking.resilience import check_server, is_remote
 from rag_experiments.tracking.store import child_runs
 
 log = logging.getLogger(__name__)
@@ -97,15 +98,19 @@ class MlflowSweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Create the parent run and write its id to ``<hydra.sweep.dir>/mlflow_parent_run_id``.
+        A tracking server is asked for ``/health`` first, so a dead one stops the sweep in
+        seconds, before any job (not after MLflow's own retries, minutes).
 
         Raises:
-            ReportedError: The tracking store cannot be reached (a :class:`TrackingError`,
-                printed as one line).
+            CallbackAbort: The tracking store cannot be reached or the parent run cannot be
+                made (a :class:`TrackingError`, printed as one line; no job is launched).
         """
-        with reported():
+        with aborting():
             self._open(config)
 
     def _open(self, config: DictConfig) -> None:
+        if is_remote(self.uri):
+            check_server(self.uri)
         sweep_dir = Path(to_absolute_path(str(config.hydra.sweep.dir)))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         client = open_client(self.uri)
