@@ -219,14 +219,19 @@ class RetrievalMetrics(MetricBase):
                 qrels[qid] = {d: int(g) for d, g in judged.items()}
             rankings[qid] = ranking
         values = self._calc(qrels, rankings)
-        names = list(self._ir)
+        names = [(n, prefix + n) for n in self._ir]
+        shared: dict[tuple[float, str | None], MetricValue] = {}  # immutable: one per value
         for i, (_, _, flag) in rows.items():
             # A query with an empty ranking is absent from trec_eval's output: it scored 0
             # (ir-measures' default for a query it has no value for).
             got = values.get(f"{i}", {})
             row = out[i]
-            for n in names:
-                row[prefix + n] = MetricValue(got.get(n, 0.0), flag)
+            for n, column in names:
+                key = (got.get(n, 0.0), flag)
+                value = shared.get(key)
+                if value is None:
+                    value = shared[key] = MetricValue(*key)
+                row[column] = value
 
     def _chunk_row(self, sample: Sample, resp: RagResponse) -> _Row:
         """Chunk-level qrels and run of one sample.
