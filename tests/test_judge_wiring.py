@@ -62,6 +62,43 @@ def test_aggregate_logs_ci_overall_and_per_type_over_valid_values():
     assert "x_ci_low" not in to_metrics(aggregate(["x"], [{"x": MetricValue.nan("t")}], [None]))
 
 
+def test_aggregate_intervals_equal_a_direct_numpy_bootstrap_per_cell():
+    # aggregate() computes its cells' intervals together (shared resamples, one percentile
+    # call); each must be exactly the 1-d numpy bootstrap of that cell alone. Columns: 0/1,
+    # continuous, coarse, a duplicate column, NaNs at random, groups of several sizes.
+    rng = np.random.default_rng(11)
+    names = ["bin", "cont", "coarse", "dup", "sparse"]
+    values, groups = [], []
+    for _ in range(120):
+        row = {
+            "bin": MetricValue(float(rng.random() < 0.6)),
+            "cont": MetricValue(float(rng.random())),
+            "coarse": MetricValue(round(float(rng.random()), 1)),
+            "sparse": MetricValue(float(rng.random()) if rng.random() < 0.1 else math.nan, "x"),
+        }
+        row["dup"] = row["cont"]
+        if rng.random() < 0.15:
+            row["cont"] = MetricValue.nan("x")
+        values.append(row)
+        groups.append(["a", "b", "c", None][int(rng.integers(0, 4))])
+    aggs = aggregate(names, values, groups, seed=9)
+    assert len(aggs) == 5 * 4
+    for a in aggs:
+        rows = [v for v, g in zip(values, groups, strict=True) if a.group in ("all", g)]
+        x = np.array([r[a.metric].value for r in rows if r[a.metric].is_valid])
+        if x.size == 0:
+            assert math.isnan(a.ci_low) and math.isnan(a.ci_high)
+            continue
+        idx = np.random.default_rng(9).integers(0, x.size, size=(1000, x.size))
+        means = x[idx].mean(axis=1)
+        tail = (1.0 - 0.95) / 2.0 * 100.0  # 2.5000000000000022, as aggregate computes it
+        assert (a.ci_low, a.ci_high) == (
+            np.percentile(means, tail),
+            np.percentile(means, 100 - tail),
+        )
+        assert a.mean == float(np.mean(x)) and a.n_valid == x.size
+
+
 # --- judge ≠ generator ----------------------------------------------------------------------
 
 

@@ -66,3 +66,54 @@ def test_all_nan_metric_has_no_mean_and_zero_n_valid():
 def test_percentile_ignores_nan():
     assert percentile([1.0, 2.0, math.nan, 3.0, 4.0], 50) == pytest.approx(2.5)
     assert math.isnan(percentile([], 95))
+
+
+# Characters that could break "normalise each context, then join" vs "join, then normalise":
+# every kind of whitespace, combining marks (alone, at a context's start), compatibility forms
+# that NFKC turns into spaces or into several letters, case foldings that change length,
+# Hangul jamo that compose, punctuation and digits; and any code point now and then.
+_TRICKY = (
+    list("aAbZ19_-.,'")
+    + [" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "\x85", "\xa0", "\u1680", "\u2003"]
+    + ["\u2028", "\u3000", "\u0301", "\u0308", "\u0344", "\u00b4", "\u00a8", "\ufb01", "\u2460"]
+    + ["\u00df", "\u03a3", "\u03c2", "\u0130", "\u1e9e", "\u1100", "\u1161", "\u11a8", "\uac00"]
+    + ["\uff21", "\u2126", "\u212b", "e\u0301", "\u0041\u030a", "the", "and", "2"]
+)
+
+
+def _random_contexts(rng) -> list[str]:
+    return [
+        "".join(
+            rng.choice(_TRICKY) if rng.random() < 0.8 else chr(rng.randrange(0x30000))
+            for _ in range(rng.randint(0, 12))
+        )
+        for _ in range(rng.randint(0, 5))
+    ]
+
+
+def test_keyword_haystack_equals_norm_of_the_joined_contexts():
+    import random
+    import re
+
+    from rag_experiments.metrics.keyword_coverage import _norm, haystack
+
+    # re's \s and str.strip()/isspace() agree on every code point
+    every = "".join(map(chr, range(0x110000)))
+    assert {c for c in every if c.isspace()} == set(re.findall(r"\s", every))
+    rng = random.Random(5)
+    for _ in range(3000):
+        contexts = _random_contexts(rng)
+        assert haystack(contexts) == _norm(" ".join(contexts)), contexts
+
+
+def test_context_words_equal_the_words_of_the_joined_contexts():
+    import random
+
+    from rag_experiments.metrics.keyword_faithfulness import content_words, contexts_words
+    from rag_experiments.text.stop_words import ENGLISH_STOP_WORDS
+
+    rng = random.Random(6)
+    for _ in range(3000):
+        contexts = _random_contexts(rng)
+        joined = content_words(" ".join(contexts), ENGLISH_STOP_WORDS)
+        assert contexts_words(contexts, ENGLISH_STOP_WORDS) == joined, contexts

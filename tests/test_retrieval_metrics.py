@@ -318,3 +318,51 @@ def test_chunk_level_off_leaves_doc_values_unchanged(chunk_toy):
     for a, b in zip(on, off, strict=True):
         for name, v in b.items():
             assert (math.isnan(v.value) and math.isnan(a[name].value)) or v == a[name], name
+
+
+def test_values_equal_ir_measures_iter_calc_on_random_rankings():
+    # Reference: ir-measures' own per-query path (Qrel/ScoredDoc lists through the pytrec_eval
+    # provider's iter_calc, one Metric per value; MRR@k as RR over each ranking's first k
+    # entries), on graded qrels, rankings with duplicate ids, empty rankings and unjudged docs.
+    import random
+
+    import ir_measures
+    from ir_measures import AP, RR, P, R, Success, nDCG
+
+    rng = random.Random(7)
+    pool = [f"d{j}" for j in range(30)]
+    samples, responses = [], []
+    for q in range(150):
+        rel = {d: rng.choice([0, 1, 1, 2, 3]) for d in rng.sample(pool, rng.randint(1, 6))}
+        rel[rng.choice(list(rel))] = rng.choice([1, 2, 3])  # at least one relevant doc
+        samples.append(Sample(id=f"q{q}", user_input="?", relevance=rel))
+        responses.append(_r([rng.choice(pool) for _ in range(rng.randint(0, 14))]))
+    cutoffs = [1, 3, 5, 10]
+    out = RetrievalMetrics(cutoffs=cutoffs, chunk_level=False).evaluate(samples, responses)
+
+    provider = ir_measures.providers.registry["pytrec_eval"]
+    qrels = [
+        ir_measures.Qrel(str(q), d, g) for q, s in enumerate(samples) for d, g in s.qrels().items()
+    ]
+
+    def run(k: int | None) -> list:
+        docs = []
+        for q, resp in enumerate(responses):
+            ranking = resp.retrieved_doc_ids
+            n = len(ranking)
+            cut = ranking if k is None else ranking[:k]
+            docs.extend(ir_measures.ScoredDoc(str(q), d, float(n - r)) for r, d in enumerate(cut))
+        return docs
+
+    kinds = {"Hit": Success, "nDCG": nDCG, "P": P, "R": R, "MAP": AP}
+    ref = {}
+    for name, measure in kinds.items():
+        for k in cutoffs:
+            for m in provider.iter_calc([measure @ k], qrels, run(None)):
+                ref[(int(m.query_id), f"{name}@{k}")] = m.value
+    for k in cutoffs:
+        for m in provider.iter_calc([RR], qrels, run(k)):
+            ref[(int(m.query_id), f"MRR@{k}")] = m.value
+    assert len(ref) == 150 * 6 * len(cutoffs)
+    got = {(q, n): v.value for q, row in enumerate(out) for n, v in row.items()}
+    assert got == ref  # exactly equal floats

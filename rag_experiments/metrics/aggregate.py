@@ -75,13 +75,41 @@ def bootstrap_ci(
     Returns:
         ``(low, high)``; ``(nan, nan)`` for no values.
     """
-    x = np.asarray(values, dtype=np.float64)
-    if x.size == 0:
-        return math.nan, math.nan
-    means = x[_resample_indices(seed, x.size, n_resamples)].mean(axis=1)
+    return _intervals([values], seed, n_resamples, confidence)[0]
+
+
+def _intervals(
+    cells: Sequence[Sequence[float]], seed: int, n_resamples: int, confidence: float
+) -> list[tuple[float, float]]:
+    """:func:`bootstrap_ci` of every cell, computed together: the same numbers.
+
+    A value vector that occurs in several cells is resampled once (its interval depends only on
+    the values, the seed, B and the coverage); the vectors are resampled grouped by length, so
+    the resample indices of each length are drawn once; and the percentiles of all the resample
+    means come from one ``numpy.percentile`` call along the rows of a ``(vectors, B)`` array,
+    which computes each row's percentiles as the 1-d call does (a test pins them equal).
+    """
+    keys: list[bytes | None] = []
+    distinct: dict[bytes, np.ndarray] = {}
+    for values in cells:
+        x = np.asarray(values, dtype=np.float64)
+        if x.size == 0:
+            keys.append(None)
+            continue
+        key = x.size.to_bytes(8, "little") + x.tobytes()
+        distinct.setdefault(key, x)
+        keys.append(key)
+    if not distinct:
+        return [(math.nan, math.nan)] * len(cells)
+    order = sorted(distinct, key=lambda k: distinct[k].size)
+    means = np.empty((len(order), n_resamples), dtype=np.float64)
+    for row, key in enumerate(order):
+        x = distinct[key]
+        means[row] = x[_resample_indices(seed, x.size, n_resamples)].mean(axis=1)
     tail = (1.0 - confidence) / 2.0 * 100.0
-    low, high = np.percentile(means, [tail, 100.0 - tail])
-    return float(low), float(high)
+    low, high = np.percentile(means, [tail, 100.0 - tail], axis=1)
+    found = {key: (float(low[row]), float(high[row])) for row, key in enumerate(order)}
+    return [(math.nan, math.nan) if key is None else found[key] for key in keys]
 
 
 @functools.lru_cache(maxsize=2)
@@ -120,17 +148,23 @@ def aggregate(
     for i, g in enumerate(groups):
         if g:
             members[g].append(i)
-    out = [_one(n, "all", [v.get(n) for v in values], seed) for n in names]
+    cells = [(n, "all", [v.get(n) for v in values]) for n in names]
     for g in sorted(members):
-        out.extend(_one(n, g, [values[i].get(n) for i in members[g]], seed) for n in names)
-    return out
-
-
-def _one(name: str, group: str, cells: list[MetricValue | None], seed: int) -> Aggregate:
-    valid = [c.value for c in cells if c is not None and c.is_valid]
-    mean = float(np.mean(valid)) if valid else math.nan
-    low, high = bootstrap_ci(valid, seed=seed)
-    return Aggregate(name, group, mean, len(valid), len(cells) - len(valid), low, high)
+        cells.extend((n, g, [values[i].get(n) for i in members[g]]) for n in names)
+    valid = [[c.value for c in column if c is not None and c.is_valid] for _, _, column in cells]
+    ci = _intervals(valid, seed, N_RESAMPLES, CONFIDENCE)
+    return [
+        Aggregate(
+            name,
+            group,
+            float(np.mean(v)) if v else math.nan,
+            len(v),
+            len(column) - len(v),
+            low,
+            high,
+        )
+        for (name, group, column), v, (low, high) in zip(cells, valid, ci, strict=True)
+    ]
 
 
 def to_metrics(aggs: Sequence[Aggregate]) -> dict[str, float]:

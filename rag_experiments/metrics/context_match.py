@@ -36,11 +36,16 @@ should be read with that in mind:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from rag_experiments.text.overlap import NormalisedText, check_overlap
 
 __all__ = ["check_overlap", "context_matches", "has_words", "match_contexts"]
+
+_normalised = functools.lru_cache(maxsize=4096)(NormalisedText.of)
+""":meth:`NormalisedText.of`, memoised: a run matches the same chunk and reference texts for many
+questions, and the result is an immutable function of the text alone."""
 
 
 def _covers(reference: NormalisedText, context: NormalisedText, min_overlap: float) -> bool:
@@ -69,7 +74,7 @@ def context_matches(reference: str, context: str, min_overlap: float = 0.7) -> b
         ConfigError: ``min_overlap`` outside (0, 1].
     """
     min_overlap = check_overlap(min_overlap)
-    return _covers(NormalisedText.of(reference), NormalisedText.of(context), min_overlap)
+    return _covers(_normalised(reference), _normalised(context), min_overlap)
 
 
 def match_contexts(
@@ -91,11 +96,11 @@ def match_contexts(
         ConfigError: ``min_overlap`` outside (0, 1].
     """
     min_overlap = check_overlap(min_overlap)
-    refs = [NormalisedText.of(r) for r in references]
+    refs = [_normalised(r) for r in references]
     found: set[int] = set()
     out: list[int | None] = []
     for text in contexts:
-        ctx = NormalisedText.of(text)
+        ctx = _normalised(text)
         hit = next(
             (j for j, ref in enumerate(refs) if j not in found and _covers(ref, ctx, min_overlap)),
             None,
@@ -115,4 +120,4 @@ def has_words(text: str) -> bool:
     Returns:
         True when NFKC + casefold + ``\\w+`` finds a token.
     """
-    return not NormalisedText.of(text).empty
+    return not _normalised(text).empty

@@ -9,6 +9,7 @@ samples, ``target_error`` when the target failed.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -21,6 +22,22 @@ _WS = re.compile(r"\s+")
 
 def _norm(text: str) -> str:
     return _WS.sub(" ", text).strip().casefold()
+
+
+_norm_context = functools.lru_cache(maxsize=4096)(_norm)
+"""``_norm`` of one context text, memoised (a run sees the same chunk texts for many questions)."""
+
+
+def haystack(contexts: Sequence[str]) -> str:
+    """The contexts as keywords are searched in: ``_norm(" ".join(contexts))``, computed as the
+    non-empty ``_norm`` of each context joined by single spaces.
+
+    The two are equal: ``_norm`` turns each maximal whitespace run into one space and strips
+    the ends, so both leave the non-whitespace segments of all contexts, in order, one space
+    apart (``re``'s ``\\s`` and ``str.strip`` agree on whitespace, and case folding maps each
+    character on its own; a test checks it on random Unicode).
+    """
+    return " ".join(n for n in map(_norm_context, contexts) if n)
 
 
 class KeywordCoverage(MetricBase):
@@ -64,6 +81,6 @@ class KeywordCoverage(MetricBase):
             return MetricValue.nan("no_keywords")
         if resp.error is not None:
             return MetricValue.nan("target_error")
-        haystack = _norm(" ".join(resp.retrieved_contexts))
-        found = sum(1 for k in keywords if k in haystack)
+        text = haystack(resp.retrieved_contexts)
+        found = sum(1 for k in keywords if k in text)
         return MetricValue(found / len(keywords))

@@ -22,6 +22,7 @@ blank texts → 0.0 flagged ``empty_context``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from rag_experiments.metrics.definitions import MetricDeclaration, MetricDefinition
@@ -43,6 +44,24 @@ def content_words(text: str, stop_words: frozenset[str]) -> set[str]:
     return {
         w for w in words if w not in stop_words and (len(w) >= 3 or any(ch.isdigit() for ch in w))
     }
+
+
+@functools.lru_cache(maxsize=4096)
+def _context_words(text: str, stop_words: frozenset[str]) -> frozenset[str]:
+    """W(text) of one context, memoised (a run sees the same chunk texts for many questions)."""
+    return frozenset(content_words(text, stop_words))
+
+
+def contexts_words(contexts: Sequence[str], stop_words: frozenset[str]) -> frozenset[str]:
+    """W(contexts): the content words of the contexts joined by spaces, as the union of each
+    context's content words.
+
+    The two are equal: a space never composes with a neighbour under NFKC nor starts a
+    reordering span (it is a starter with no composition), case folding maps each character on
+    its own, and a ``\\w+`` token never spans a space; so the tokens of ``a + " " + b`` are the
+    tokens of ``a`` then those of ``b`` (a test checks it on random Unicode).
+    """
+    return frozenset().union(*(_context_words(c, stop_words) for c in contexts))
 
 
 class KeywordFaithfulness(MetricBase):
@@ -99,5 +118,5 @@ class KeywordFaithfulness(MetricBase):
             return MetricValue.nan("no_content_words")
         if not has_context(resp.retrieved_contexts):
             return MetricValue(0.0, "empty_context")
-        found = content_words(" ".join(resp.retrieved_contexts), self._stop)
+        found = contexts_words(resp.retrieved_contexts, self._stop)
         return MetricValue(len(words & found) / len(words))

@@ -46,6 +46,8 @@ from collections.abc import Sequence
 
 import ir_measures
 from ir_measures import AP, RR, P, R, Success, nDCG
+from ir_measures.measures import Measure
+from ir_measures.providers import Provider
 
 from rag_experiments.errors import ConfigError
 from rag_experiments.metrics.context_match import check_overlap, has_words, match_contexts
@@ -84,7 +86,7 @@ _KEYS = (("nDCG", 10, 10), ("MRR", 10, 20), ("Hit", 5, 30), ("R", 10, 40))
 """(measure, cutoff, key priority) of the doc-level key metrics; ``chunk.nDCG@10`` follows."""
 
 
-def _provider() -> object:
+def _provider() -> Provider:
     provider = ir_measures.providers.registry["pytrec_eval"]
     if not provider.is_available():  # pragma: no cover - depends on the install
         raise ConfigError("ir-measures needs pytrec_eval: run `pip install pytrec-eval-terrier`")
@@ -207,20 +209,29 @@ class RetrievalMetrics(MetricBase):
         """Compute every measure for ``rows`` and write it into ``out`` under ``prefix + name``."""
         if not rows:
             return
-        qrels: list[ir_measures.Qrel] = []
-        run: list[ir_measures.ScoredDoc] = []
+        # ir-measures' dict-of-dict form ({query: {doc: grade}}, {query: {doc: score}}), built
+        # as its converters build it from Qrel/ScoredDoc lists (a later duplicate overwrites).
+        qrels: dict[str, dict[str, int]] = {}
+        rankings: dict[str, list[str]] = {}
         for i, (judged, ranking, _) in rows.items():
             qid = f"{i}"
-            qrels.extend(ir_measures.Qrel(qid, d, int(g)) for d, g in judged.items())
-            # Strictly decreasing scores keep our rank order (trec_eval breaks ties by doc id).
-            n = len(ranking)
-            run.extend(ir_measures.ScoredDoc(qid, d, float(n - r)) for r, d in enumerate(ranking))
-        values = self._calc(qrels, run)
+            if judged:
+                qrels[qid] = {d: int(g) for d, g in judged.items()}
+            rankings[qid] = ranking
+        values = self._calc(qrels, rankings)
+        names = [(n, prefix + n) for n in self._ir]
+        shared: dict[tuple[float, str | None], MetricValue] = {}  # immutable: one per value
         for i, (_, _, flag) in rows.items():
-            # A query with an empty ranking is absent from trec_eval's output: it scored 0.
-            out[i].update(
-                {prefix + n: MetricValue(values.get((f"{i}", n), 0.0), flag) for n in self._ir}
-            )
+            # A query with an empty ranking is absent from trec_eval's output: it scored 0
+            # (ir-measures' default for a query it has no value for).
+            got = values.get(f"{i}", {})
+            row = out[i]
+            for n, column in names:
+                key = (got.get(n, 0.0), flag)
+                value = shared.get(key)
+                if value is None:
+                    value = shared[key] = MetricValue(*key)
+                row[column] = value
 
     def _chunk_row(self, sample: Sample, resp: RagResponse) -> _Row:
         """Chunk-level qrels and run of one sample.
@@ -245,9 +256,16 @@ class RetrievalMetrics(MetricBase):
         return judged, ranking, None if contexts else "empty_context"
 
     def _calc(
-        self, qrels: list[ir_measures.Qrel], run: list[ir_measures.ScoredDoc]
-    ) -> dict[tuple[str, str], float]:
-        """``{(query_id, name): value}`` for every measure.
+        self, qrels: dict[str, dict[str, int]], rankings: dict[str, list[str]]
+    ) -> dict[str, dict[str, float]]:
+        """``{query_id: {name: value}}`` for every measure.
+
+        ir-measures' pytrec_eval provider translates the measures into pytrec_eval evaluators
+        (trec_eval measure names, relevance level, judged-only flag): its
+        :meth:`~ir_measures.providers.Provider.evaluator`, built once per measure set; each of
+        its evaluators then scores the whole run in one call, and its per-query output is read
+        directly (the values ``iter_calc`` would wrap one ``Metric`` object at a time; a test
+        pins the two as equal).
 
         ``MRR@k`` is computed as plain ``RR`` over the run cut to its top k documents per query
         (trec_eval's ``-M k``): ir-measures 0.4.3's pytrec_eval provider ignores the cutoff of
@@ -255,19 +273,13 @@ class RetrievalMetrics(MetricBase):
         0.5, not 0), which a test pins.
         """
         provider = _provider()
-        values: dict[tuple[str, str], float] = {}
+        values: dict[str, dict[str, float]] = {}
         plain = {k: v for k, v in self._ir.items() if not k.startswith("MRR@")}
-        # keyed by repr: ir-measures hashes and compares measures by repr, so this is the same
-        # lookup with one repr per value instead of three
-        by_measure = {repr(v): k for k, v in plain.items()}
         if plain:
-            for m in provider.iter_calc(list(plain.values()), qrels, run):
-                values[(m.query_id, by_measure[repr(m.measure)])] = float(m.value)
+            _evaluate(provider, plain, qrels, _run(rankings, None), values)
         if "MRR" in self.measures:
             for k in self.cutoffs:
-                cut = _truncate(run, k)
-                for m in provider.iter_calc([RR], qrels, cut):
-                    values[(m.query_id, f"MRR@{k}")] = float(m.value)
+                _evaluate(provider, {f"MRR@{k}": RR}, qrels, _run(rankings, k), values)
         return values
 
     @staticmethod
@@ -293,13 +305,36 @@ class RetrievalMetrics(MetricBase):
         return None
 
 
-def _truncate(run: list[ir_measures.ScoredDoc], k: int) -> list[ir_measures.ScoredDoc]:
-    """Keep the k highest-scored documents of every query (``run`` is in rank order)."""
-    seen: dict[str, int] = {}
-    out = []
-    for d in run:
-        n = seen.get(d.query_id, 0)
-        if n < k:
-            out.append(d)
-        seen[d.query_id] = n + 1
-    return out
+def _run(rankings: dict[str, list[str]], k: int | None) -> dict[str, dict[str, float]]:
+    """The run ``{query: {doc: score}}`` of ranked ids, cut to the top ``k`` (None: all).
+
+    Strictly decreasing scores keep our rank order (trec_eval breaks ties by doc id); a query
+    with an empty ranking is left out, as ir-measures leaves it out of a ``ScoredDoc`` list.
+    """
+    run: dict[str, dict[str, float]] = {}
+    for qid, ranking in rankings.items():
+        n = len(ranking)
+        cut = ranking if k is None else ranking[:k]
+        if cut:
+            run[qid] = {d: float(n - r) for r, d in enumerate(cut)}
+    return run
+
+
+def _evaluate(
+    provider: Provider,
+    measures: dict[str, Measure],
+    qrels: dict[str, dict[str, int]],
+    run: dict[str, dict[str, float]],
+    values: dict[str, dict[str, float]],
+) -> None:
+    """Score ``run`` for ``measures`` (``{our name: ir-measures measure}``) through the
+    provider's evaluator; add ``{query_id: {our name: value}}`` to ``values``."""
+    evaluator = provider.evaluator(list(measures.values()), qrels)
+    ours = {id(m): name for name, m in measures.items()}
+    for invoker in evaluator.invokers:  # the pytrec_eval provider's evaluator (see _calc)
+        # measure_map: {name pytrec_eval reports: (measure, name asked for)}
+        name_of = {reported: ours[id(m)] for reported, (m, _) in invoker.measure_map.items()}
+        for qid, scored in invoker.evaluator.evaluate(run).items():
+            row = values.setdefault(qid, {})
+            for reported, value in scored.items():
+                row[name_of[reported]] = float(value)
