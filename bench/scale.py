@@ -109,6 +109,14 @@ def _child(out: str, profile: str | None, overrides: list[str]) -> None:
 
         setattr(owner, name, wrapper)
 
+    # The command imports these (and MLflow) with the cyclic collector paused until the job
+    # freezes the heap and turns it on (rag_experiments.cli._collector_paused, job.run_job);
+    # imported here first, they are too, or the start-up would count ~0.5 CPU s of
+    # collections the command does not make (turned on again here, the collector would
+    # first scan everything imported: one ~0.2 s collection).
+    import gc
+
+    gc.disable()
     from rag_experiments import runner
     from rag_experiments.metrics.scheduler import JudgeScheduler
     from rag_experiments.targets.baseline import BaselineTarget

@@ -45,3 +45,37 @@ def test_the_command_exits_without_a_full_collection_of_its_heap() -> None:
     assert "before exit 0" in lines
     frozen = [int(line.split()[1]) for line in lines if line.startswith("frozen ")]
     assert len(frozen) == 1 and frozen[0] > 10_000  # the whole heap, frozen at exit
+
+
+@pytest.mark.parametrize(
+    ("args", "paused"),
+    [
+        (["run", "--help"], True),
+        (["--verbose", "run", "--help"], True),
+        (["--help"], False),
+    ],
+)
+def test_the_collector_is_paused_from_the_first_import_of_a_run(
+    args: list[str], paused: bool
+) -> None:
+    """``rag-exp run`` turns the cyclic collector off before its first heavy import (the config
+    schemas, Hydra: ``rag_experiments.config.reporting``), not only around Hydra's call; other
+    commands keep it on; it is on again after the command."""
+    code = (
+        "import gc, importlib.machinery, sys\n"
+        "seen = []\n"
+        "class Hook:\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'rag_experiments.config.reporting':\n"
+        "            seen.append(gc.isenabled())\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Hook())\n"
+        "from rag_experiments.cli import main\n"
+        "try:\n"
+        f"    main({args!r})\n"
+        "except SystemExit:\n"  # argparse's own --help
+        "    pass\n"
+        "print(seen, gc.isenabled())\n"
+    )
+    out = run_fresh(code).strip().splitlines()[-1]
+    assert out == f"[{not paused}] True"
