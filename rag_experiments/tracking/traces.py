@@ -54,8 +54,9 @@ tables (:func:`_insert_sql`; one ``COPY`` per table on PostgreSQL, :func:`_inser
 tracking server that runs our app (``mlflow server --app-name rag-experiments``,
 :mod:`~rag_experiments.tracking.server_app`; asked once per server,
 :func:`_has_batch_endpoint`) the same plain values go as gzip'd JSON,
-:data:`TRACES_PER_TRANSACTION` questions per request, to its batch endpoint
-(:data:`BATCH_PATH`), which runs that INSERT path on the server's own database. On any other
+:data:`TRACES_PER_TRANSACTION` questions per request and :data:`BATCH_IN_FLIGHT` requests at
+once, to its batch endpoint (:data:`BATCH_PATH`), which runs that INSERT path on the server's
+own database. On any other
 tracking server (``http://…``) the values become MLflow's entities (:func:`_entities`; spans
 built offline with a private OpenTelemetry tracer, never MLflow's global one, so nothing here
 touches the caller's own tracing): each trace with its assessments is one ``StartTraceV3``
