@@ -17,8 +17,6 @@ stored), so a request retried after its answer was lost writes nothing twice.
 
 from __future__ import annotations
 
-import gzip
-import json
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -28,6 +26,7 @@ from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 from mlflow.utils.validation import MAX_METRICS_PER_BATCH
 
+from rag_experiments.tracking.batch_http import encode_gzip_json, post_gzip_json
 from rag_experiments.tracking.traces import _has_batch_endpoint, _insert_rows, _SqlTraceWriter
 
 __all__ = ["METRICS_PATH", "send_metrics", "write_metrics"]
@@ -60,7 +59,7 @@ def send_metrics(store: Any, run_id: str, metrics: Sequence[Metric]) -> bool:
         MlflowException: The request failed (5xx and connection errors are retried by the
             caller's :class:`~rag_experiments.tracking.resilience.Outage`).
     """
-    from mlflow.utils.rest_utils import http_request, verify_rest_response
+    from mlflow.utils.rest_utils import verify_rest_response
 
     creds = store.get_host_creds()
     with _LOCK:
@@ -68,15 +67,9 @@ def send_metrics(store: Any, run_id: str, metrics: Sequence[Metric]) -> bool:
             return False
     if not _has_batch_endpoint(store):
         return False
-    body = json.dumps(
-        {"run_id": run_id, "metrics": [[m.key, m.value, m.timestamp, m.step] for m in metrics]}
-    ).encode()
-    response = http_request(
-        creds,
-        METRICS_PATH,
-        "POST",
-        data=gzip.compress(body, compresslevel=1),
-        extra_headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    rows = [[m.key, m.value, m.timestamp, m.step] for m in metrics]
+    response = post_gzip_json(
+        store, METRICS_PATH, encode_gzip_json({"run_id": run_id, "metrics": rows})
     )
     if response.status_code in (404, 405) and not _is_mlflow_error(response):
         with _LOCK:  # no such route: an older app, or none (an unknown run is MLflow JSON)
