@@ -1,6 +1,7 @@
 """The client of the trace batch endpoint keeps :data:`~rag_experiments.tracking.traces.
 BATCH_IN_FLIGHT` requests in flight, never more, and a failed request is raised only once every
-request of the call has ended (a retry of the call never races one of them)."""
+request of the call has ended (a retry of the call never races one of them), alone: a later
+failure neither replaces it nor is chained onto it."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ class _Posts:
     """Stands in for the server: records how many requests are open at once; the first
     request waits until a second one has arrived (or 5 s), then answers, or fails."""
 
-    def __init__(self, fail_first: bool) -> None:
+    def __init__(self, fail_first: bool, fail_second: bool = False) -> None:
         self.fail_first = fail_first
+        self.fail_second = fail_second
         self.lock = threading.Lock()
         self.open = 0
         self.most_open = 0
@@ -53,6 +55,8 @@ class _Posts:
             self.ended.append(n)
         if n == 1 and self.fail_first:
             raise MlflowException("API request to /batch failed with exception boom")
+        if n == 2 and self.fail_second:
+            raise MlflowException("API request to /batch failed with exception second")
         return _answer(int(data))
 
 
@@ -89,3 +93,20 @@ def test_a_failed_request_is_raised_after_the_other_in_flight_has_ended(
         writer.close()
     assert sorted(posts.ended) == [1, 2]  # request 2 ended before the failure was raised
     assert writer.pending == type(writer.pending)()  # nothing left behind
+
+
+def test_the_first_failure_is_raised_by_write_alone_after_the_other_request_ended(
+    writer: traces._PluginTraceWriter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests 1 and 2 both fail; the third write waits for request 1 and raises its failure,
+    after request 2 ended, with nothing chained; close() then has nothing left to raise."""
+    posts = _Posts(fail_first=True, fail_second=True)
+    monkeypatch.setattr(traces._PluginTraceWriter, "_post", lambda w, data: posts.post(w, data))
+    writer.write([object()] * 100)  # type: ignore[list-item]
+    writer.write([object()] * 100)  # type: ignore[list-item]
+    with pytest.raises(MlflowException, match="boom") as raised:
+        writer.write([object()] * 100)  # type: ignore[list-item]
+    assert raised.value.__context__ is None and raised.value.__cause__ is None
+    assert sorted(posts.ended) == [1, 2] and posts.count == 2  # the third was never sent
+    writer.close()  # no second failure
+    assert writer.pending == type(writer.pending)()

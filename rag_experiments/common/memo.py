@@ -45,3 +45,27 @@ def memo(maxsize: int) -> Callable[[F], F]:
         return call  # type: ignore[return-value]
 
     return wrap
+
+
+def forgetting(*caches: Any) -> Callable[[F], F]:
+    """Decorator: clear ``caches`` (functions wrapped by :func:`functools.lru_cache` or
+    :func:`memo`) when the decorated call returns or raises, so what one call memoised (e.g.
+    the normalised texts of a run's contexts: ~50 KB an entry for a 250-word chunk) does not
+    stay in memory after it, for the life of the process.
+
+    Args:
+        *caches: Objects with a ``cache_clear()`` method.
+    """
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                for cache in caches:
+                    cache.cache_clear()
+
+        return call  # type: ignore[return-value]
+
+    return wrap

@@ -41,11 +41,22 @@ from collections.abc import Sequence
 
 from rag_experiments.text.overlap import NormalisedText, check_overlap
 
-__all__ = ["check_overlap", "context_matches", "has_words", "match_contexts"]
+__all__ = [
+    "check_overlap",
+    "context_matches",
+    "has_words",
+    "match_contexts",
+    "normalised_texts",
+]
 
 _normalised = functools.lru_cache(maxsize=4096)(NormalisedText.of)
 """:meth:`NormalisedText.of`, memoised: a run matches the same chunk and reference texts for many
-questions, and the result is an immutable function of the text alone."""
+questions, and the result is an immutable function of the text alone. A caller that matches a
+whole run clears it after (:data:`normalised_texts`, :func:`~rag_experiments.common.memo.
+forgetting`)."""
+
+normalised_texts = _normalised
+"""The memo of normalised texts, for :func:`~rag_experiments.common.memo.forgetting`."""
 
 
 def _covers(reference: NormalisedText, context: NormalisedText, min_overlap: float) -> bool:

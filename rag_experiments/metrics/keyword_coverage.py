@@ -13,6 +13,7 @@ import functools
 import re
 from collections.abc import Sequence
 
+from rag_experiments.common.memo import forgetting
 from rag_experiments.metrics.definitions import MetricDeclaration, MetricDefinition
 from rag_experiments.protocols import MetricBase
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
@@ -63,6 +64,7 @@ class KeywordCoverage(MetricBase):
         """One spec: ``keyword_coverage`` in [0, 1], higher is better."""
         return [self.declaration.output(self.name).spec()]
 
+    @forgetting(_norm_context)
     def evaluate(
         self, samples: Sequence[Sample], responses: Sequence[RagResponse]
     ) -> list[dict[str, MetricValue]]:

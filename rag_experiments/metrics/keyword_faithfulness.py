@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+from rag_experiments.common.memo import forgetting
 from rag_experiments.metrics.definitions import MetricDeclaration, MetricDefinition
 from rag_experiments.metrics.judge import has_context
 from rag_experiments.metrics.refusal import compile_patterns, is_refusal
@@ -97,6 +98,7 @@ class KeywordFaithfulness(MetricBase):
         """One spec: ``keyword_faithfulness`` in [0, 1], higher is better."""
         return [self.declaration.output(self.name).spec(self.prefix)]
 
+    @forgetting(_context_words)
     def evaluate(
         self, samples: Sequence[Sample], responses: Sequence[RagResponse]
     ) -> list[dict[str, MetricValue]]:

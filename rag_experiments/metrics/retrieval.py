@@ -49,8 +49,14 @@ from ir_measures import AP, RR, P, R, Success, nDCG
 from ir_measures.measures import Measure
 from ir_measures.providers import Provider
 
+from rag_experiments.common.memo import forgetting
 from rag_experiments.errors import ConfigError
-from rag_experiments.metrics.context_match import check_overlap, has_words, match_contexts
+from rag_experiments.metrics.context_match import (
+    check_overlap,
+    has_words,
+    match_contexts,
+    normalised_texts,
+)
 from rag_experiments.metrics.definitions import MetricDeclaration, MetricDefinition
 from rag_experiments.protocols import MetricBase
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
@@ -169,6 +175,7 @@ class RetrievalMetrics(MetricBase):
             ]
         return specs
 
+    @forgetting(normalised_texts)
     def evaluate(
         self, samples: Sequence[Sample], responses: Sequence[RagResponse]
     ) -> list[dict[str, MetricValue]]:

@@ -1019,10 +1019,15 @@ class _PluginTraceWriter:
     def write(self, chunk: Sequence[_TraceParts]) -> None:
         """Send ``chunk`` in the background, once fewer than :data:`BATCH_IN_FLIGHT` earlier
         requests are unanswered (the server writes one chunk while it reads the next and the
-        caller builds a third); a failed earlier request raises here."""
+        caller builds a third); a failed earlier request raises here, once the other requests
+        in flight have ended (:meth:`_settle`)."""
         traces = [parts_to_json(p) for p in chunk]
         while len(self.pending) >= BATCH_IN_FLIGHT:
-            self._collect()
+            try:
+                self._collect()
+            except BaseException as exc:
+                self._settle(exc)
+                raise
         self.pending.append(self.pool.submit(self._send, traces))
 
     def _send(self, traces: list[dict[str, Any]]) -> dict[str, Any]:
@@ -1087,16 +1092,33 @@ class _PluginTraceWriter:
         future = self.pending.popleft()
         self.replaced += int(future.result().get("replaced", 0))
 
+    def _settle(self, exc: BaseException) -> None:
+        """After a failure ``exc`` of the oldest request: wait for the requests still in flight
+        and drop their outcome, so ``exc`` alone is raised (a later failure chained onto it
+        would change what the caller's retry decides: :func:`~rag_experiments.tracking.
+        resilience.is_transient` reads the chain) and nothing is left running when the caller
+        retries the call. On Ctrl-C (not an ``Exception``) nothing is waited for: requests not
+        yet started are cancelled."""
+        if isinstance(exc, Exception):
+            wait(self.pending)
+        else:
+            for future in self.pending:
+                future.cancel()
+        self.pending.clear()
+
     def close(self) -> None:
-        """Wait for every request in flight, then raise the first failure among them (none
-        is left running: a retry of the whole call never races a request of this one)."""
+        """Wait for every request in flight, then raise the first failure among them, in the
+        order they were sent (none is left running: a retry of the whole call never races a
+        request of this one)."""
         try:
             wait(self.pending)
             while self.pending:
                 self._collect()
+        except BaseException as exc:
+            self._settle(exc)
+            raise
         finally:
-            self.pending.clear()
-            self.pool.shutdown()
+            self.pool.shutdown(wait=False, cancel_futures=True)  # settled: nothing runs
 
 
 def _is_folder_store(store: Any) -> bool:
