@@ -1022,12 +1022,7 @@ class _PluginTraceWriter:
         caller builds a third); a failed earlier request raises here, once the other requests
         in flight have ended (:meth:`_settle`)."""
         traces = [parts_to_json(p) for p in chunk]
-        while len(self.pending) >= BATCH_IN_FLIGHT:
-            try:
-                self._collect()
-            except BaseException as exc:
-                self._settle(exc)
-                raise
+        self._drain(BATCH_IN_FLIGHT - 1)
         self.pending.append(self.pool.submit(self._send, traces))
 
     def _send(self, traces: list[dict[str, Any]]) -> dict[str, Any]:
@@ -1087,10 +1082,17 @@ class _PluginTraceWriter:
         errors and 5xx apply)."""
         return post_gzip_json(self.store, BATCH_PATH, data)
 
-    def _collect(self) -> None:
-        """Wait for the oldest request in flight (raising its failure)."""
-        future = self.pending.popleft()
-        self.replaced += int(future.result().get("replaced", 0))
+    def _drain(self, keep: int) -> None:
+        """Wait for the oldest requests in flight, in the order they were sent, until at most
+        ``keep`` are left; the first failure is raised once the others have ended
+        (:meth:`_settle`)."""
+        try:
+            while len(self.pending) > keep:
+                future = self.pending.popleft()
+                self.replaced += int(future.result().get("replaced", 0))
+        except BaseException as exc:
+            self._settle(exc)
+            raise
 
     def _settle(self, exc: BaseException) -> None:
         """After a failure ``exc`` of the oldest request: wait for the requests still in flight
@@ -1111,12 +1113,7 @@ class _PluginTraceWriter:
         order they were sent (none is left running: a retry of the whole call never races a
         request of this one)."""
         try:
-            wait(self.pending)
-            while self.pending:
-                self._collect()
-        except BaseException as exc:
-            self._settle(exc)
-            raise
+            self._drain(0)
         finally:
             self.pool.shutdown(wait=False, cancel_futures=True)  # settled: nothing runs
 
