@@ -354,15 +354,10 @@ def _main(args: list[str]) -> int:
             name = interrupt.received() or "SIGINT"
             print(f"rag-exp {command}: {exc or f'stopped by {name}'}", file=sys.stderr)
             return 128 + int(signal.Signals[name])
-        except CallbackAbort as abort:  # a Hydra callback stopped the command (a dead store)
-            if traces:
-                raise
-            print(f"rag-exp {command}: error: {abort.error}", file=sys.stderr)
-            return exit_code(abort.error)
         except BrokenPipeError:  # `rag-exp … | head`: the reader left; not an error of ours
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python docs, signal)
             return 0
-        except Exception as exc:
+        except (Exception, CallbackAbort) as exc:  # CallbackAbort: a Hydra callback stopped it
             message = error_message(exc)
             if message is None or traces:
                 raise

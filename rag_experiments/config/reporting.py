@@ -89,7 +89,7 @@ def exit_code(exc: BaseException) -> int:
     """The exit code of a reported error: our error's own
     (:attr:`~rag_experiments.errors.RagExpError.exit_code`: 1, the gate's 1 failed / 2
     undecided, 2 for a :class:`~rag_experiments.errors.UsageError`), else 1."""
-    if isinstance(exc, ReportedError):
+    if isinstance(exc, (ReportedError, CallbackAbort)):
         exc = exc.error
     return exc.exit_code if isinstance(exc, RagExpError) else 1
 
@@ -98,7 +98,8 @@ def error_message(exc: BaseException) -> str | None:
     """What ``rag-exp`` prints after ``error:`` for an error that is not a bug, or None for
     one that is (a stack trace then says where).
 
-    * our own errors (:class:`RagExpError`, also inside :class:`ReportedError`): their
+    * our own errors (:class:`RagExpError`, also inside :class:`ReportedError` or
+      :class:`CallbackAbort`): their
       message (what failed, where, the fix);
     * a mandatory config value (``???``) that was never set: which key, and how to set it;
     * Hydra's config errors (a ``CompactHydraException``: an override that does not parse,
@@ -112,7 +113,7 @@ def error_message(exc: BaseException) -> str | None:
     """
     from rag_experiments.config.keys import explain
 
-    if isinstance(exc, ReportedError):
+    if isinstance(exc, (ReportedError, CallbackAbort)):
         exc = exc.error
     if isinstance(exc, RagExpError):
         return str(exc)
