@@ -49,14 +49,10 @@ __all__ = [
     "normalised_texts",
 ]
 
-_normalised = functools.lru_cache(maxsize=4096)(NormalisedText.of)
+normalised_texts = functools.lru_cache(maxsize=4096)(NormalisedText.of)
 """:meth:`NormalisedText.of`, memoised: a run matches the same chunk and reference texts for many
 questions, and the result is an immutable function of the text alone. A caller that matches a
-whole run clears it after (:data:`normalised_texts`, :func:`~rag_experiments.common.memo.
-forgetting`)."""
-
-normalised_texts = _normalised
-"""The memo of normalised texts, for :func:`~rag_experiments.common.memo.forgetting`."""
+whole run clears it after (:func:`~rag_experiments.common.memo.forgetting`)."""
 
 
 def _covers(reference: NormalisedText, context: NormalisedText, min_overlap: float) -> bool:
@@ -85,7 +81,7 @@ def context_matches(reference: str, context: str, min_overlap: float = 0.7) -> b
         ConfigError: ``min_overlap`` outside (0, 1].
     """
     min_overlap = check_overlap(min_overlap)
-    return _covers(_normalised(reference), _normalised(context), min_overlap)
+    return _covers(normalised_texts(reference), normalised_texts(context), min_overlap)
 
 
 def match_contexts(
@@ -107,11 +103,11 @@ def match_contexts(
         ConfigError: ``min_overlap`` outside (0, 1].
     """
     min_overlap = check_overlap(min_overlap)
-    refs = [_normalised(r) for r in references]
+    refs = [normalised_texts(r) for r in references]
     found: set[int] = set()
     out: list[int | None] = []
     for text in contexts:
-        ctx = _normalised(text)
+        ctx = normalised_texts(text)
         hit = next(
             (j for j, ref in enumerate(refs) if j not in found and _covers(ref, ctx, min_overlap)),
             None,
@@ -131,4 +127,4 @@ def has_words(text: str) -> bool:
     Returns:
         True when NFKC + casefold + ``\\w+`` finds a token.
     """
-    return not _normalised(text).empty
+    return not normalised_texts(text).empty
