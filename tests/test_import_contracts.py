@@ -67,6 +67,7 @@ tree at the end of this file, so a passing run means "no forbidden import", not 
 from __future__ import annotations
 
 import ast
+import functools
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -306,9 +307,16 @@ def module_files(src_root: Path, package: str) -> dict[str, Path]:
 
 def imports_of(path: Path, module: str) -> Iterator[Import]:
     """Every import statement in ``path`` (the file of ``module``), relative ones made
-    absolute (see :class:`Import`)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    absolute (see :class:`Import`). Each text is parsed once (the checks read every file many
+    times)."""
+    text = path.read_text(encoding="utf-8")
+    yield from _imports_in(text, str(path), module, path.name == "__init__.py")
+
+
+@functools.lru_cache(maxsize=4096)
+def _imports_in(text: str, filename: str, module: str, is_init: bool) -> tuple[Import, ...]:
+    tree = ast.parse(text, filename=filename)
+    package = module if is_init else module.rpartition(".")[0]
 
     def visit(node: ast.AST, eager: bool) -> Iterator[Import]:
         for child in ast.iter_child_nodes(node):
@@ -329,7 +337,7 @@ def imports_of(path: Path, module: str) -> Iterator[Import]:
             else:
                 yield from visit(child, eager)
 
-    yield from visit(tree, True)
+    return tuple(visit(tree, True))
 
 
 def _module_name(package: str, layer: str) -> str:
