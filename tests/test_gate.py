@@ -25,7 +25,7 @@ from rag_experiments.analysis.gate import (
     UNDECIDED,
     evaluate_tables,
     gate_runs,
-    judge_noise,
+    judge_noise_of_diff,
     noninferiority_p,
     parse_settings,
 )
@@ -186,7 +186,7 @@ def test_judge_noise_keeps_a_small_drop_from_failing(store: str, runs: dict) -> 
     noisy = gate_runs(store, runs["jc"], runs["jb"], settings).results[0]
     # 1.96 * sqrt(0.3²/(40·3) + 0.3²/(40·3)) = 1.96 * 0.3 * sqrt(2/120) = 0.0759
     by_hand = 1.959963984540054 * 0.3 * math.sqrt(2 / 120)
-    assert judge_noise(N, 0.3, 3, 0.3, 3) == pytest.approx(by_hand)
+    assert judge_noise_of_diff(N, 0.3, 3, 0.3, 3) == pytest.approx(by_hand)
     assert noisy.judge_noise == pytest.approx(by_hand)
     assert noisy.diff == pytest.approx(-0.02)
     assert noisy.status == PASS and "within the judge noise ±0.0759" in noisy.message

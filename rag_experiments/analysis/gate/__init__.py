@@ -110,7 +110,7 @@ from rag_experiments.analysis.gate.rules import (
 from rag_experiments.analysis.gate.statistics import (
     SHOWN_METRICS,
     evaluate_tables,
-    judge_noise,
+    judge_noise_of_diff,
     noninferiority_p,
 )
 from rag_experiments.analysis.gate.store_io import (
@@ -145,7 +145,7 @@ __all__ = [
     "check_rule_metrics",
     "evaluate_tables",
     "gate_runs",
-    "judge_noise",
+    "judge_noise_of_diff",
     "judge_sd",
     "log_gate",
     "no_results",

@@ -34,7 +34,7 @@ class RuleResult:
         p_holm: Holm-adjusted one-sided non-inferiority p of H0 "worsening ≤ limit"
             (``max_drop``, :func:`~.statistics.noninferiority_p`), else NaN.
         judge_noise: The judge noise of the diff when known
-            (:func:`~.statistics.judge_noise`), else NaN.
+            (:func:`~.statistics.judge_noise_of_diff`), else NaN.
     """
 
     metric: str

@@ -34,7 +34,7 @@ JudgeNoise = tuple[tuple[float, int], tuple[float, int]]
 """``((sd_b, R_b), (sd_c, R_c))``: each run's pooled within-row judge SD and judge repeats."""
 
 
-def judge_noise(
+def judge_noise_of_diff(
     n: int, sd_b: float, repeats_b: int, sd_c: float, repeats_c: int, alpha: float = ALPHA
 ) -> float:
     """The judge's own noise on a difference of two means: the half-width (z times the standard
@@ -296,7 +296,7 @@ def _drop_rule(
     noise_value = math.nan
     if noise is not None:
         (sd_b, r_b), (sd_c, r_c) = noise
-        noise_value = judge_noise(n, sd_b, r_b, sd_c, r_c, settings.alpha)
+        noise_value = judge_noise_of_diff(n, sd_b, r_b, sd_c, r_c, settings.alpha)
         stat["judge_noise"] = noise_value
         facts += f", judge noise ±{noise_value:.4f}"
     facts += f", {tail}"
