@@ -737,3 +737,30 @@ def test_a_bound_outside_the_metrics_range_exits_2(
     assert main([*argv, "--no-log", "--tracking-uri", store]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert f"rules.hi.{phrase} is outside the metric's range [0, 2]: no mean can pass" in line
+
+
+def test_only_the_store_io_module_of_the_gate_imports_mlflow() -> None:
+    """Every MLflow call of the gate sits in analysis/gate/store_io.py: the other modules of the
+    package (and ``rag-exp gate``'s command module) import no ``mlflow`` module, read from
+    their syntax trees."""
+    import ast
+
+    import rag_experiments.analysis.gate as gate_pkg
+    import rag_experiments.commands.gate as gate_command
+
+    def imports_mlflow(path: Path) -> bool:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            if any(name == "mlflow" or name.startswith("mlflow.") for name in names):
+                return True
+        return False
+
+    folder = Path(gate_pkg.__file__).parent
+    found = {p.name for p in folder.glob("*.py") if imports_mlflow(p)}
+    assert found == {"store_io.py"}
+    assert not imports_mlflow(Path(gate_command.__file__))

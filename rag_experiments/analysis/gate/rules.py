@@ -19,7 +19,6 @@ PASS, FAIL, UNDECIDED = "pass", "fail", "undecided"
 EXIT_CODES = {PASS: 0, FAIL: 1, UNDECIDED: 2}
 """Process exit code of each gate result."""
 
-
 LAST = "last"
 """Run reference meaning the newest finished run of an experiment (for CI scripts, which do not
 know the id of the run they just made)."""
