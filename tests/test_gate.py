@@ -25,7 +25,7 @@ from rag_experiments.analysis.gate import (
     UNDECIDED,
     evaluate_tables,
     gate_runs,
-    judge_noise,
+    judge_noise_of_diff,
     noninferiority_p,
     parse_settings,
 )
@@ -186,7 +186,7 @@ def test_judge_noise_keeps_a_small_drop_from_failing(store: str, runs: dict) -> 
     noisy = gate_runs(store, runs["jc"], runs["jb"], settings).results[0]
     # 1.96 * sqrt(0.3²/(40·3) + 0.3²/(40·3)) = 1.96 * 0.3 * sqrt(2/120) = 0.0759
     by_hand = 1.959963984540054 * 0.3 * math.sqrt(2 / 120)
-    assert judge_noise(N, 0.3, 3, 0.3, 3) == pytest.approx(by_hand)
+    assert judge_noise_of_diff(N, 0.3, 3, 0.3, 3) == pytest.approx(by_hand)
     assert noisy.judge_noise == pytest.approx(by_hand)
     assert noisy.diff == pytest.approx(-0.02)
     assert noisy.status == PASS and "within the judge noise ±0.0759" in noisy.message
@@ -737,3 +737,30 @@ def test_a_bound_outside_the_metrics_range_exits_2(
     assert main([*argv, "--no-log", "--tracking-uri", store]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert f"rules.hi.{phrase} is outside the metric's range [0, 2]: no mean can pass" in line
+
+
+def test_only_the_store_io_module_of_the_gate_imports_mlflow() -> None:
+    """Every MLflow call of the gate sits in analysis/gate/store_io.py: the other modules of the
+    package (and ``rag-exp gate``'s command module) import no ``mlflow`` module, read from
+    their syntax trees."""
+    import ast
+
+    import rag_experiments.analysis.gate as gate_pkg
+    import rag_experiments.commands.gate as gate_command
+
+    def imports_mlflow(path: Path) -> bool:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            if any(name == "mlflow" or name.startswith("mlflow.") for name in names):
+                return True
+        return False
+
+    folder = Path(gate_pkg.__file__).parent
+    found = {p.name for p in folder.glob("*.py") if imports_mlflow(p)}
+    assert found == {"store_io.py"}
+    assert not imports_mlflow(Path(gate_command.__file__))

@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import mlflow
 import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -27,8 +26,8 @@ from rag_experiments.analysis.gate import (
     run_gate,
     set_alias,
 )
+from rag_experiments.analysis.gate.store_io import open_existing_store
 from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
-from rag_experiments.common.uri import require_existing_store
 from rag_experiments.errors import (
     ConfigError,
     GateFailed,
@@ -36,7 +35,6 @@ from rag_experiments.errors import (
     UsageError,
 )
 from rag_experiments.locations import CONF_DIR
-from rag_experiments.tracking.store import open_store
 
 GATE_PRESETS = CONF_DIR / "gate"
 """Folder of the gate presets (``gate=<name>`` of ``rag-exp run``, ``--config <name>``)."""
@@ -137,13 +135,13 @@ def gate_command(argv: list[str]) -> int:
     add_tracking_uri(parser)
     opts = parse_store_command(parser, argv, existing_store=False)  # checked in the try
     try:
-        client = _open_existing(opts.tracking_uri)
-        candidate = resolve_run(client, opts.candidate, opts.experiment)
+        store = open_existing_store(opts.tracking_uri)
+        candidate = resolve_run(store, opts.candidate, opts.experiment)
         config = gate_file(opts.config or DEFAULT_RULES)
         raw = read_gate_file(config)
         settings = parse_settings(raw, str(config))
         baseline = opts.baseline or raw.get("baseline")
-        check_gate_runs(client, candidate, baseline)
+        check_gate_runs(store, candidate, baseline)
         result = run_gate(
             opts.tracking_uri,
             candidate,
@@ -180,24 +178,12 @@ def promote_command(argv: list[str]) -> int:
     add_tracking_uri(parser)
     opts = parse_store_command(parser, argv, existing_store=False)  # checked in the try
     try:
-        run_id = resolve_run(_open_existing(opts.tracking_uri), opts.run_id, opts.experiment)
+        run_id = resolve_run(open_existing_store(opts.tracking_uri), opts.run_id, opts.experiment)
         experiment = set_alias(opts.tracking_uri, run_id, opts.alias)
     except RagExpError as exc:  # exit 2 as gate's input errors: 1 means "a rule failed"
         raise UsageError(str(exc)) from exc
     print(f"alias {opts.alias!r} of experiment {experiment!r} -> run {run_id}")
     return 0
-
-
-def _open_existing(uri: str) -> mlflow.MlflowClient:
-    """:func:`~rag_experiments.tracking.store.open_store`, refusing a sqlite file that does not
-    exist (MLflow would create an empty store there, e.g. ``mlruns.db`` in a folder where
-    ``rag-exp gate last`` was typed by mistake).
-
-    Raises:
-        TrackingError: No such sqlite file, or the store cannot be opened.
-    """
-    require_existing_store(uri)
-    return open_store(uri)
 
 
 def _add_experiment(parser: argparse.ArgumentParser) -> None:
