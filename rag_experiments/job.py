@@ -17,7 +17,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rag_experiments.build import build, build_tracker, run_caveat, used_chat_roles
+from rag_experiments.build import (
+    build,
+    build_tracker,
+    run_caveat,
+    used_chat_roles,
+)
 from rag_experiments.console import summary_table
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import (
@@ -29,7 +34,6 @@ from rag_experiments.errors import (
     TargetError,
     UsageError,
 )
-from rag_experiments.llm.factory import identity_by_role, usage_by_role
 from rag_experiments.metrics.calibration import summary_lines as calibration_lines
 
 log = logging.getLogger("rag_experiments")
@@ -219,7 +223,8 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         exp = exp or build(cfg)
         log_dropped(exp.dataset, tracker)
         tracker.set_tags({"dataset.questions_digest": exp.dataset.questions_digest})
-        apply_qualification(cfg, tracker, identity_by_role(), tags.get("mlflow.note.content"))
+        note = tags.get("mlflow.note.content")
+        apply_qualification(cfg, tracker, exp.session.identity_by_role(), note)
         checks = exp.checks
         if "target" in checks and job.answers_all(s.id for s in exp.dataset.samples):
             log.info("resume: every answer is in the checkpoint; the target is not checked")
@@ -236,7 +241,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         try:
             result = evaluate_in_run(
                 exp.dataset,
-                job.wrap(exp.target, exp.dataset.digest),
+                job.wrap(exp.target, exp.dataset.digest, exp.session),
                 exp.metrics,
                 tracker,
                 max_failure_rate=float(cfg.max_failure_rate),
@@ -248,8 +253,8 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
             )
         finally:  # LLM usage per role and model identity, also when the run fails
             gc.unfreeze()
-            tracker.set_tags(identity_by_role())
-            tracker.log_metrics(usage_by_role())
+            tracker.set_tags(exp.session.identity_by_role())
+            tracker.log_metrics(exp.session.usage_by_role())
         summary = result.metrics()
         objective = objective_value(cfg.get("objective"), summary)
         if objective is not None and math.isnan(objective):  # a failed trial, with its reason

@@ -121,3 +121,17 @@ def test_the_prompt_budget_is_the_window_minus_the_completion_limit():
     assert Windowed().prompt_budget(max_tokens=60) == 40  # 100 - 60
     assert Windowed().prompt_budget(max_tokens=120) == 0  # never negative
     assert FakeChat().prompt_budget() is None  # no window known
+
+
+def test_the_judge_is_built_with_the_jobs_repeats_and_session(compose_cfg, tmp_path):
+    """build() owns the job's model session and judge repeats: the judge's cached model reads
+    the repeats' scope, and the session's identity tags name the judge (no module state)."""
+    cfg = compose_cfg("embedder=hash", "metrics=custom", "llm=fake", "judge=fake",
+                      "judge.repeats=2", f"paths.chroma_dir={tmp_path}/c")  # fmt: skip
+    first, second = build(cfg), build(cfg)
+    judge = first.checks["judge"]
+    assert judge.repeats is first.judge_repeats.scope
+    assert first.judge_repeats.repeats == 2
+    assert first.session is not second.session
+    assert first.session.identity_by_role()["judge.provider"] == "fake"
+    assert second.checks["judge"].meter is not judge.meter  # two jobs count apart

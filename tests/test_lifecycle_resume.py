@@ -21,6 +21,7 @@ import pytest
 
 from rag_experiments.errors import ConfigError
 from rag_experiments.lifecycle.checkpoint import CheckpointedTarget, ResponseCheckpoint
+from rag_experiments.llm.factory import ModelSession
 from rag_experiments.locations import PROJECT_ROOT
 from rag_experiments.records import RagResponse, Sample
 
@@ -140,7 +141,7 @@ def test_resume_finds_the_run_from_its_job_dir_and_refuses_finished_runs(tmp_pat
         assert job.resume_run_id == run.info.run_id and job.dataset_digest == "d1"
         assert job.checkpoint is not None and job.checkpoint.job_dir == tmp_path / "job"
     with pytest.raises(ConfigError, match="dataset digest"):
-        by_id.wrap(_Target(), "d2")
+        by_id.wrap(_Target(), "d2", ModelSession())
 
     client.set_terminated(run.info.run_id, "FINISHED")
     with pytest.raises(ConfigError, match="already FINISHED"):
@@ -169,14 +170,14 @@ class _Target:
 def test_checkpoint_skips_answered_retries_failed_and_ignores_a_torn_line(tmp_path: Path) -> None:
     samples = [Sample(id=i, user_input=f"q {i}") for i in ("a", "b", "bad")]
     first = _Target()
-    wrapped = CheckpointedTarget(first, ResponseCheckpoint(tmp_path))
+    wrapped = CheckpointedTarget(first, ResponseCheckpoint(tmp_path), ModelSession())
     assert [wrapped.answer(s).response for s in samples[:2]] == ["answer a", "answer b"]
     assert wrapped.answer(samples[2]).error == "timeout"
     with (tmp_path / "responses.jsonl").open("a") as fh:
         fh.write('{"id": "c", "respo')  # cut short by a kill
 
     second = _Target()
-    resumed = CheckpointedTarget(second, ResponseCheckpoint(tmp_path))
+    resumed = CheckpointedTarget(second, ResponseCheckpoint(tmp_path), ModelSession())
     answers = [resumed.answer(s) for s in samples]
     assert second.asked == ["bad"]  # answered ones come from the checkpoint; the failure is retried
     assert answers[0] == RagResponse(response="answer a", retrieved_contexts=["c"], latency_ms=1.5)

@@ -17,6 +17,7 @@ from typing import Any
 
 from rag_experiments.errors import ConfigError
 from rag_experiments.lifecycle.checkpoint import CheckpointedTarget, ResponseCheckpoint
+from rag_experiments.llm.factory import ModelSession
 
 JOB_DIR_TAG = "job.dir"
 RESUMED_TAG = "resumed"
@@ -128,12 +129,14 @@ class JobCheckpoint:
             return False
         return set(sample_ids) <= set(self.checkpoint.load())
 
-    def wrap(self, target: Any, dataset_digest: str) -> Any:
+    def wrap(self, target: Any, dataset_digest: str, usage: ModelSession) -> Any:
         """The target to evaluate: checkpointed when there is a job directory.
 
         Args:
             target: The built system under test.
             dataset_digest: Digest of the dataset loaded for this job.
+            usage: The job's models, whose generator usage the checkpoint saves (and adds
+                the earlier attempt's to, on a resume).
 
         Returns:
             A :class:`CheckpointedTarget`, or ``target`` itself without a checkpoint.
@@ -144,7 +147,7 @@ class JobCheckpoint:
         if self.checkpoint is None:
             return target
         self.check_dataset(dataset_digest)
-        return CheckpointedTarget(target, self.checkpoint)
+        return CheckpointedTarget(target, self.checkpoint, usage)
 
 
 def job_checkpoint(cfg: Any, tracking_uri: str) -> JobCheckpoint:
