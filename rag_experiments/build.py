@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
@@ -50,6 +50,9 @@ from rag_experiments.metrics.calibration import CalibrationLabels, load_labels
 from rag_experiments.metrics.repeats import JudgeRepeats
 from rag_experiments.protocols import MetricBase, TargetBase
 from rag_experiments.retrieval.base import RerankerBase, RetrieverBase
+
+if TYPE_CHECKING:
+    from rag_experiments.qualify.registry import QualifySettings
 
 T = TypeVar("T")
 
@@ -195,6 +198,19 @@ def model_session(cfg: Any) -> ModelSession:
     """A fresh :class:`~rag_experiments.llm.factory.ModelSession` (the job's response cache,
     new per-role usage meters) from the config's :func:`cache_settings`."""
     return ModelSession(cache_settings(cfg))
+
+
+def qualify_settings(cfg: Any) -> QualifySettings:
+    """What a run asks of its judge's qualification: ``judge.min_kappa`` and
+    ``judge.require_qualified`` (defaults without a judge node)."""
+    from rag_experiments.qualify.registry import QualifySettings  # imports the probes' metrics
+
+    judge = cfg.get("judge") or {}
+    default = QualifySettings()
+    return QualifySettings(
+        min_kappa=float(judge.get("min_kappa", default.min_kappa)),
+        require_qualified=bool(judge.get("require_qualified", default.require_qualified)),
+    )
 
 
 # --- single parts ---------------------------------------------------------------------------

@@ -135,3 +135,13 @@ def test_the_judge_is_built_with_the_jobs_repeats_and_session(compose_cfg, tmp_p
     assert first.session is not second.session
     assert first.session.identity_by_role()["judge.provider"] == "fake"
     assert second.checks["judge"].meter is not judge.meter  # two jobs count apart
+
+
+def test_the_judge_qualification_settings_are_read_once_from_the_judge_node(compose_cfg):
+    from rag_experiments.build import qualify_settings
+    from rag_experiments.qualify.registry import DEFAULT_MIN_KAPPA, QualifySettings
+
+    assert qualify_settings(compose_cfg("judge=fake")) == QualifySettings(DEFAULT_MIN_KAPPA, False)
+    strict = compose_cfg("judge=fake", "judge.min_kappa=0.6", "judge.require_qualified=true")
+    assert qualify_settings(strict) == QualifySettings(min_kappa=0.6, require_qualified=True)
+    assert qualify_settings({}) == QualifySettings(0.4, False)  # no judge node: the defaults

@@ -135,8 +135,8 @@ def test_resume_finds_the_run_from_its_job_dir_and_refuses_finished_runs(tmp_pat
     run = client.create_run(exp, tags={"job.dir": str(tmp_path / "job"), "dataset.digest": "d1"})
     ResponseCheckpoint(tmp_path / "job").write_meta(run.info.run_id)
 
-    by_dir = job_checkpoint({"resume": str(tmp_path / "job")}, uri)
-    by_id = job_checkpoint({"resume": run.info.run_id}, uri)
+    by_dir = job_checkpoint(str(tmp_path / "job"), uri, None)
+    by_id = job_checkpoint(run.info.run_id, uri, None)
     for job in (by_dir, by_id):
         assert job.resume_run_id == run.info.run_id and job.dataset_digest == "d1"
         assert job.checkpoint is not None and job.checkpoint.job_dir == tmp_path / "job"
@@ -145,7 +145,7 @@ def test_resume_finds_the_run_from_its_job_dir_and_refuses_finished_runs(tmp_pat
 
     client.set_terminated(run.info.run_id, "FINISHED")
     with pytest.raises(ConfigError, match="already FINISHED"):
-        job_checkpoint({"resume": run.info.run_id}, uri)
+        job_checkpoint(run.info.run_id, uri, None)
 
 
 class _Target:
@@ -349,3 +349,12 @@ def test_a_refused_resume_leaves_a_killed_run_killed_with_its_error(tmp_path: Pa
     assert run.info.status == "KILLED"
     assert run.data.tags["error"] == killed
     assert "resumed" not in run.data.tags
+
+
+def test_a_new_job_checkpoints_in_the_job_dir_it_is_given(tmp_path: Path) -> None:
+    from rag_experiments.lifecycle.resume import job_checkpoint
+
+    new = job_checkpoint(None, "sqlite:///unused.db", tmp_path)  # no store is opened
+    assert new.checkpoint is not None and new.checkpoint.job_dir == tmp_path
+    assert new.resume_run_id is None
+    assert job_checkpoint("", "sqlite:///unused.db", None).checkpoint is None  # library use

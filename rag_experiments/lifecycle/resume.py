@@ -150,12 +150,16 @@ class JobCheckpoint:
         return CheckpointedTarget(target, self.checkpoint, usage)
 
 
-def job_checkpoint(cfg: Any, tracking_uri: str) -> JobCheckpoint:
+def job_checkpoint(
+    resume: str | None, tracking_uri: str, job_dir: str | Path | None
+) -> JobCheckpoint:
     """Decide where the job checkpoints and whether it resumes a run.
 
     Args:
-        cfg: The composed root config (``resume``: None, a run id or a job directory).
+        resume: The config's ``resume``: None (or empty), a run id or a job directory.
         tracking_uri: The resolved tracking URI (``MlflowTracker.uri``).
+        job_dir: The job's own directory (Hydra's output folder), where a new run
+            checkpoints; None outside a Hydra job (no checkpoint).
 
     Returns:
         The job's :class:`JobCheckpoint`.
@@ -164,10 +168,9 @@ def job_checkpoint(cfg: Any, tracking_uri: str) -> JobCheckpoint:
         ConfigError: ``resume`` names neither a job directory nor a run with a ``job.dir``
             tag, or the run already FINISHED.
     """
-    value = cfg.get("resume")
-    if not value:
-        return JobCheckpoint(_current_job_dir())
-    value = str(value)
+    if not resume:
+        return JobCheckpoint(ResponseCheckpoint(job_dir) if job_dir is not None else None)
+    value = str(resume)
     if Path(value).is_dir():
         run_id = str(ResponseCheckpoint(value).read_meta()["run_id"])
         job_dir = Path(value)
@@ -204,11 +207,3 @@ def _get_run(tracking_uri: str, run_id: str) -> Any:
         run_id,
         where="tracking.uri (resume=<id> looks in the configured tracking store)",
     )
-
-
-def _current_job_dir() -> ResponseCheckpoint | None:
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return None
-    return ResponseCheckpoint(HydraConfig.get().runtime.output_dir)
