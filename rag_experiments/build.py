@@ -497,7 +497,8 @@ def build(cfg: DictConfig) -> Experiment:
 
     Raises:
         ConfigError: The config holds a key no schema declares (``+retriever.topk=3``); the
-            message names the closest keys.
+            message names the closest keys. Two metrics of the suite produce the same column
+            (:func:`check_metric_columns`).
         RagExpError: A part refused its config (e.g. ``ConfigError`` for ``retriever.top_k=0``)
             or the dataset could not be loaded.
     """
@@ -506,7 +507,9 @@ def build(cfg: DictConfig) -> Experiment:
     session = model_session(cfg)  # LLM response cache + fresh per-role usage meters
     with own_errors():
         shared = SharedParts(cfg, session, judge_repeats)
-        metrics = [build_metric(node, shared) for node in cfg.metrics.suite.values()]
+        names = list(cfg.metrics.suite.keys())
+        metrics = [build_metric(cfg.metrics.suite[name], shared) for name in names]
+        check_metric_columns(dict(zip(map(str, names), metrics, strict=True)))
         calibration = build_calibration(cfg, metrics)
         generate = bool(cfg.metrics.generate)
         whole = instantiate(cfg.dataset).load()
@@ -529,6 +532,28 @@ def build(cfg: DictConfig) -> Experiment:
         calibration,
         session,
     )
+
+
+def check_metric_columns(metrics: Mapping[str, Any]) -> None:
+    """Refuse a suite in which two metrics produce the same column, before any question is
+    answered (the per-query table has one column per name).
+
+    Args:
+        metrics: ``metrics.suite`` key → the built metric (its ``specs()`` name its columns).
+
+    Raises:
+        ConfigError: One line naming the column, the two suite entries and the fix.
+    """
+    owner: dict[str, str] = {}
+    for name, metric in metrics.items():
+        for spec in metric.specs():
+            first = owner.setdefault(spec.name, name)
+            if first != name:
+                raise ConfigError(
+                    f"metrics.suite: {first} and {name} both produce the column "
+                    f"{spec.name!r}; give one a prefix (+metrics.suite.{name}.prefix={name}.) "
+                    "when its class takes one, or remove one of them from the suite"
+                )
 
 
 def build_judge_repeats(cfg: DictConfig) -> JudgeRepeats:
