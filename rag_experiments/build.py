@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
@@ -43,17 +43,16 @@ from rag_experiments.data.base import EvalDataset
 from rag_experiments.data.shard import select_shard
 from rag_experiments.errors import ConfigError, RagExpError
 from rag_experiments.llm.base import ChatModelBase
-from rag_experiments.llm.factory import (
-    build_chat,
-    configure_from_config,
-    model_arguments,
-    session_cache,
-)
+from rag_experiments.llm.factory import CacheSettings, ModelSession
+from rag_experiments.llm.factory import model_arguments as call_arguments
 from rag_experiments.llm.roles import check_judge_distinct, judge_model_node
 from rag_experiments.metrics.calibration import CalibrationLabels, load_labels
 from rag_experiments.metrics.repeats import JudgeRepeats
 from rag_experiments.protocols import MetricBase, TargetBase
 from rag_experiments.retrieval.base import RerankerBase, RetrieverBase
+
+if TYPE_CHECKING:
+    from rag_experiments.qualify.registry import QualifySettings
 
 T = TypeVar("T")
 
@@ -163,6 +162,57 @@ def own_errors() -> Iterator[None]:
         raise
 
 
+# --- settings: the config values the parts receive, read once -------------------------------
+def plain(node: Any) -> dict[str, Any]:
+    """A config node as a plain dict (interpolations resolved), or a mapping copied."""
+    if isinstance(node, DictConfig):
+        return OmegaConf.to_container(node, resolve=True)
+    return dict(node)
+
+
+def node_key(node: Any) -> str:
+    """The config key of ``node`` (``llm``, ``judge``) for error messages; ``""`` for a plain
+    mapping."""
+    return str(node._key() or "") if isinstance(node, DictConfig) else ""
+
+
+def model_arguments(node: Any) -> dict[str, Any]:
+    """A chat-model or embedder node (DictConfig or mapping) as the arguments its class takes
+    (:func:`~rag_experiments.llm.factory.model_arguments`: flat call settings as one
+    ``retry``)."""
+    return call_arguments(plain(node), where=node_key(node))
+
+
+def cache_settings(cfg: Any) -> CacheSettings:
+    """The job's LLM response cache: ``paths.llm_cache`` (null = none) and ``cache.mode``.
+
+    Raises:
+        ConfigError: Unknown ``cache.mode``.
+    """
+    paths = cfg.get("paths") or {}
+    cache = cfg.get("cache") or {}
+    return CacheSettings(paths.get("llm_cache"), str(cache.get("mode", "read_write")))
+
+
+def model_session(cfg: Any) -> ModelSession:
+    """A fresh :class:`~rag_experiments.llm.factory.ModelSession` (the job's response cache,
+    new per-role usage meters) from the config's :func:`cache_settings`."""
+    return ModelSession(cache_settings(cfg))
+
+
+def qualify_settings(cfg: Any) -> QualifySettings:
+    """What a run asks of its judge's qualification: ``judge.min_kappa`` and
+    ``judge.require_qualified`` (defaults without a judge node)."""
+    from rag_experiments.qualify.registry import QualifySettings  # imports the probes' metrics
+
+    judge = cfg.get("judge") or {}
+    default = QualifySettings()
+    return QualifySettings(
+        min_kappa=float(judge.get("min_kappa", default.min_kappa)),
+        require_qualified=bool(judge.get("require_qualified", default.require_qualified)),
+    )
+
+
 # --- single parts ---------------------------------------------------------------------------
 def build_chat_model(node: Any) -> Any:
     """The bare chat model of ``node`` (no cache, no meter): what a check asks.
@@ -174,13 +224,20 @@ def build_chat_model(node: Any) -> Any:
         return instantiate(model_arguments(node))
 
 
-def build_role_chat(node: Any, role: str) -> Any:
+def build_role_chat(
+    node: Any,
+    role: str,
+    session: ModelSession | None = None,
+    repeats: JudgeRepeats | None = None,
+) -> Any:
     """The chat model of a role node (``cfg.judge``, or ``cfg.llm`` of ``generate``) without
     its role keys (:func:`~rag_experiments.llm.roles.judge_model_node`), behind the response
-    cache and the role's usage meter."""
-    where = str(node._key() or "") if isinstance(node, DictConfig) else ""
+    cache and the role's usage meter of ``session`` (default: a new session without a cache),
+    and, for the judge, the job's ``repeats`` (which repeat a call belongs to)."""
+    session = session if session is not None else ModelSession()
+    scope = repeats.scope if repeats is not None else None
     with own_errors():
-        return build_chat(judge_model_node(node), role, where=where)
+        return session.build_chat(judge_model_node(node), role, where=node_key(node), repeats=scope)
 
 
 def build_embedder(cfg: DictConfig) -> Any:
@@ -251,13 +308,25 @@ class SharedParts:
     requires ``judge``) and the embedder (the baseline's, also handed to metrics that require
     ``embedder``).
 
+    Args:
+        cfg: The composed root config.
+        session: The job's models (default: a new one from :func:`cache_settings`).
+        repeats: The job's judge repeats; the judge is built with their scope.
+
     Attributes:
         built: Role → part built so far (``generator``, ``embedder``, ``judge``,
             ``reranker``), in build order: what the job's preflight checks.
     """
 
-    def __init__(self, cfg: DictConfig) -> None:
+    def __init__(
+        self,
+        cfg: DictConfig,
+        session: ModelSession | None = None,
+        repeats: JudgeRepeats | None = None,
+    ) -> None:
         self.cfg = cfg
+        self.session = session if session is not None else model_session(cfg)
+        self.repeats = repeats
         self._judge: Any = None
         self._embedder: Any = None
         self.built: dict[str, Any] = {}
@@ -268,7 +337,9 @@ class SharedParts:
         if self._judge is None:
             if self.cfg.metrics.generate and is_assembled(self.cfg.target):
                 check_judge_distinct(self.cfg.llm, self.cfg.judge)  # the generator is cfg.llm
-            self._judge = self.built["judge"] = build_role_chat(self.cfg.judge, "judge")
+            self._judge = self.built["judge"] = build_role_chat(
+                self.cfg.judge, "judge", self.session, self.repeats
+            )
         return self._judge
 
     def embedder(self) -> Any:
@@ -314,7 +385,7 @@ def retriever_depth(metrics: list[Any], top_k: int, candidates: int = 0) -> int:
     return max([int(m.depth) for m in metrics] + [int(top_k), int(candidates)])
 
 
-def build_reranker(cfg: DictConfig) -> RerankerBase | None:
+def build_reranker(cfg: DictConfig, session: ModelSession) -> RerankerBase | None:
     """The configured reranker (``cfg.reranker``), None for ``reranker=none`` (null); a served
     one's ``timeout_s``/``max_retries``/``backoff_s``/``backoff_max_s`` reach it as one
     :class:`~rag_experiments.common.http.RetryPolicy`, as every HTTP client's do. It comes
@@ -335,7 +406,7 @@ def build_reranker(cfg: DictConfig) -> RerankerBase | None:
     data = OmegaConf.to_container(node, resolve=True)
     with own_errors():
         inner = instantiate(nest_retry(data, where="reranker"))
-    cache, mode, meter = session_cache("reranker")
+    cache, mode, meter = session.cache_for("reranker")
     return CachedReranker(inner, meter, cache, mode)
 
 
@@ -353,7 +424,7 @@ def build_baseline(
     shared = shared or SharedParts(cfg)
     uses_vectors = part_class(cfg.retriever, RetrieverBase).uses_vectors
     embedder = shared.embedder() if uses_vectors else None
-    reranker = build_reranker(cfg)
+    reranker = build_reranker(cfg, shared.session)
     retriever_cfg = OmegaConf.to_container(cfg.retriever, resolve=True)
     candidates = int(reranker.candidates) if reranker is not None else 0
     if retriever_cfg.get("depth") is None:
@@ -362,7 +433,11 @@ def build_baseline(
         retriever_cfg["depth"] = max(int(retriever_cfg["depth"]), candidates)
     with own_errors():
         retriever = instantiate(retriever_cfg, _convert_="all")
-        generator = build_chat(cfg.llm, "generator") if generate else None
+        generator = (
+            shared.session.build_chat(plain(cfg.llm), "generator", where=node_key(cfg.llm))
+            if generate
+            else None
+        )
     if generator is not None:
         shared.built["generator"] = generator
     if reranker is not None:
@@ -398,9 +473,13 @@ class Experiment:
     generate: bool
     checks: dict[str, Any] = field(default_factory=dict)
     judge_repeats: JudgeRepeats = field(default_factory=JudgeRepeats)
-    """``judge.repeats`` / ``judge.vary`` (:func:`build_judge_repeats`)."""
+    """``judge.repeats`` / ``judge.vary`` (:func:`build_judge_repeats`); the judge's model
+    was built with their scope."""
     calibration: CalibrationLabels | None = None
     """Human labels of ``calibration.labels`` (checked against the metrics and the samples)."""
+    session: ModelSession = field(default_factory=ModelSession)
+    """The job's models: response cache, usage per role, identity tags
+    (:class:`~rag_experiments.llm.factory.ModelSession`)."""
 
 
 def build(cfg: DictConfig) -> Experiment:
@@ -418,16 +497,19 @@ def build(cfg: DictConfig) -> Experiment:
 
     Raises:
         ConfigError: The config holds a key no schema declares (``+retriever.topk=3``); the
-            message names the closest keys.
+            message names the closest keys. Two metrics of the suite produce the same column
+            (:func:`check_metric_columns`).
         RagExpError: A part refused its config (e.g. ``ConfigError`` for ``retriever.top_k=0``)
             or the dataset could not be loaded.
     """
     check_keys(cfg)
     judge_repeats = build_judge_repeats(cfg)  # a bad judge.repeats/vary fails before any work
-    configure_from_config(cfg)  # LLM response cache + fresh per-role usage meters
+    session = model_session(cfg)  # LLM response cache + fresh per-role usage meters
     with own_errors():
-        shared = SharedParts(cfg)
-        metrics = [build_metric(node, shared) for node in cfg.metrics.suite.values()]
+        shared = SharedParts(cfg, session, judge_repeats)
+        names = list(cfg.metrics.suite.keys())
+        metrics = [build_metric(cfg.metrics.suite[name], shared) for name in names]
+        check_metric_columns(dict(zip(map(str, names), metrics, strict=True)))
         calibration = build_calibration(cfg, metrics)
         generate = bool(cfg.metrics.generate)
         whole = instantiate(cfg.dataset).load()
@@ -441,8 +523,37 @@ def build(cfg: DictConfig) -> Experiment:
             target = build_target(cfg.target)
             checks["target"] = target
     return Experiment(
-        dataset, target, metrics, generate, {**shared.built, **checks}, judge_repeats, calibration
+        dataset,
+        target,
+        metrics,
+        generate,
+        {**shared.built, **checks},
+        judge_repeats,
+        calibration,
+        session,
     )
+
+
+def check_metric_columns(metrics: Mapping[str, Any]) -> None:
+    """Refuse a suite in which two metrics produce the same column, before any question is
+    answered (the per-query table has one column per name).
+
+    Args:
+        metrics: ``metrics.suite`` key → the built metric (its ``specs()`` name its columns).
+
+    Raises:
+        ConfigError: One line naming the column, the two suite entries and the fix.
+    """
+    owner: dict[str, str] = {}
+    for name, metric in metrics.items():
+        for spec in metric.specs():
+            first = owner.setdefault(spec.name, name)
+            if first != name:
+                raise ConfigError(
+                    f"metrics.suite: {first} and {name} both produce the column "
+                    f"{spec.name!r}; give one a prefix (+metrics.suite.{name}.prefix={name}.) "
+                    "when its class takes one, or remove one of them from the suite"
+                )
 
 
 def build_judge_repeats(cfg: DictConfig) -> JudgeRepeats:
@@ -499,22 +610,26 @@ class GenerationParts:
     embedder: Any
 
 
-def build_generation(cfg: DictConfig, *, with_judge: bool) -> GenerationParts:
-    """The parts of a composed ``generate`` config (after :func:`configure_from_config`).
+def build_generation(
+    cfg: DictConfig, *, with_judge: bool, session: ModelSession | None = None
+) -> GenerationParts:
+    """The parts of a composed ``generate`` config.
 
     Args:
         cfg: The composed ``generate`` config.
         with_judge: Build the judge (unanswerable questions are asked); warns, or refuses
             with ``judge.require_distinct``, when it is the question writer's model.
+        session: The generation's models (default: a new one from :func:`cache_settings`).
 
     Raises:
         ConfigError: The config holds a key no schema declares (see :func:`build`).
         RagExpError: A part refused its config.
     """
     check_keys(cfg)
-    chat = build_role_chat(cfg.llm, "dataset_generator")
+    session = session if session is not None else model_session(cfg)
+    chat = build_role_chat(cfg.llm, "dataset_generator", session)
     judge = None
     if with_judge:
         check_judge_distinct(cfg.llm, cfg.judge)
-        judge = build_role_chat(cfg.judge, "judge")
+        judge = build_role_chat(cfg.judge, "judge", session)
     return GenerationParts(chat, judge, build_chunker(cfg), build_embedder(cfg))

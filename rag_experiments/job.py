@@ -17,7 +17,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rag_experiments.build import build, build_tracker, run_caveat, used_chat_roles
+from rag_experiments.build import (
+    build,
+    build_tracker,
+    qualify_settings,
+    run_caveat,
+    used_chat_roles,
+)
 from rag_experiments.console import summary_table
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import (
@@ -29,7 +35,6 @@ from rag_experiments.errors import (
     TargetError,
     UsageError,
 )
-from rag_experiments.llm.factory import identity_by_role, usage_by_role
 from rag_experiments.metrics.calibration import summary_lines as calibration_lines
 
 log = logging.getLogger("rag_experiments")
@@ -94,6 +99,13 @@ def _default_run_name(cfg: DictConfig, dataset_name: str) -> str:
     chunker = cfg.chunker._target_.rsplit(".", 1)[-1]
     suffix = retrieval_suffix(cfg.get("retriever"), cfg.get("reranker"))
     return f"{dataset_name}-{chunker}-{cfg.metrics.name}{suffix}"
+
+
+def _hydra_job_dir() -> str | None:
+    """The Hydra job's output folder (where the job checkpoints), None outside a Hydra job."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return str(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else None
 
 
 GATE_IN_SWEEP = (
@@ -196,7 +208,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     swept_name = None if cfg.run_name else child_run_name(str(cfg.tracking.uri))
     provisional = swept_name or _default_run_name(cfg, str(cfg.dataset.get("name") or "dataset"))
     tracker = build_tracker(cfg, run_name=cfg.run_name or provisional)
-    job = job_checkpoint(cfg, tracker.uri)
+    job = job_checkpoint(cfg.get("resume"), tracker.uri, _hydra_job_dir())
     parent_run_id = parent_run_id_for_job()
     gate = gate_settings(cfg, in_sweep=parent_run_id is not None)
     # A refused command (a config value a part refuses, a missing dataset) leaves no run:
@@ -219,7 +231,8 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         exp = exp or build(cfg)
         log_dropped(exp.dataset, tracker)
         tracker.set_tags({"dataset.questions_digest": exp.dataset.questions_digest})
-        apply_qualification(cfg, tracker, identity_by_role(), tags.get("mlflow.note.content"))
+        note = tags.get("mlflow.note.content")
+        apply_qualification(qualify_settings(cfg), tracker, exp.session.identity_by_role(), note)
         checks = exp.checks
         if "target" in checks and job.answers_all(s.id for s in exp.dataset.samples):
             log.info("resume: every answer is in the checkpoint; the target is not checked")
@@ -236,7 +249,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         try:
             result = evaluate_in_run(
                 exp.dataset,
-                job.wrap(exp.target, exp.dataset.digest),
+                job.wrap(exp.target, exp.dataset.digest, exp.session),
                 exp.metrics,
                 tracker,
                 max_failure_rate=float(cfg.max_failure_rate),
@@ -248,8 +261,8 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
             )
         finally:  # LLM usage per role and model identity, also when the run fails
             gc.unfreeze()
-            tracker.set_tags(identity_by_role())
-            tracker.log_metrics(usage_by_role())
+            tracker.set_tags(exp.session.identity_by_role())
+            tracker.log_metrics(exp.session.usage_by_role())
         summary = result.metrics()
         objective = objective_value(cfg.get("objective"), summary)
         if objective is not None and math.isnan(objective):  # a failed trial, with its reason

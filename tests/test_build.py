@@ -121,3 +121,51 @@ def test_the_prompt_budget_is_the_window_minus_the_completion_limit():
     assert Windowed().prompt_budget(max_tokens=60) == 40  # 100 - 60
     assert Windowed().prompt_budget(max_tokens=120) == 0  # never negative
     assert FakeChat().prompt_budget() is None  # no window known
+
+
+def test_two_metrics_producing_one_column_are_refused_before_any_work(compose_cfg, tmp_path):
+    """The clash is found when the suite is built, before the dataset loads (here it does not
+    exist) and before any question is answered; the fix the message names builds."""
+    again = "+metrics.suite.again={_target_:rag_experiments.metrics.faithfulness.Faithfulness}"
+    fast = ("embedder=hash", "metrics=custom", "llm=fake", "judge=fake", again)
+    with pytest.raises(ConfigError) as info:
+        build(compose_cfg(*fast, "dataset.path=/nonexistent/x"))
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "metrics.suite: faithfulness and again both produce the column 'faithfulness'"
+    )
+    assert "+metrics.suite.again.prefix=again." in message
+
+    fixed = build(compose_cfg(*fast, "+metrics.suite.again.prefix=again.",
+                              f"paths.chroma_dir={tmp_path}/c"))  # fmt: skip
+    columns = [s.name for m in fixed.metrics for s in m.specs()]
+    assert "faithfulness" in columns and "again.faithfulness" in columns
+    assert len(columns) == len(set(columns))
+    plain = build(compose_cfg("embedder=hash", "metrics=both", "llm=fake", "judge=fake",
+                              f"paths.chroma_dir={tmp_path}/c"))  # fmt: skip
+    assert len(plain.metrics) > 1  # a shipped suite of two backends has no clash
+
+
+def test_the_judge_is_built_with_the_jobs_repeats_and_session(compose_cfg, tmp_path):
+    """build() owns the job's model session and judge repeats: the judge's cached model reads
+    the repeats' scope, and the session's identity tags name the judge (no module state)."""
+    cfg = compose_cfg("embedder=hash", "metrics=custom", "llm=fake", "judge=fake",
+                      "judge.repeats=2", f"paths.chroma_dir={tmp_path}/c")  # fmt: skip
+    first, second = build(cfg), build(cfg)
+    judge = first.checks["judge"]
+    assert judge.repeats is first.judge_repeats.scope
+    assert first.judge_repeats.repeats == 2
+    assert first.session is not second.session
+    assert first.session.identity_by_role()["judge.provider"] == "fake"
+    assert second.checks["judge"].meter is not judge.meter  # two jobs count apart
+
+
+def test_the_judge_qualification_settings_are_read_once_from_the_judge_node(compose_cfg):
+    from rag_experiments.build import qualify_settings
+    from rag_experiments.qualify.registry import DEFAULT_MIN_KAPPA, QualifySettings
+
+    assert qualify_settings(compose_cfg("judge=fake")) == QualifySettings(DEFAULT_MIN_KAPPA, False)
+    strict = compose_cfg("judge=fake", "judge.min_kappa=0.6", "judge.require_qualified=true")
+    assert qualify_settings(strict) == QualifySettings(min_kappa=0.6, require_qualified=True)
+    assert qualify_settings({}) == QualifySettings(0.4, False)  # no judge node: the defaults

@@ -20,7 +20,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError
 
-from rag_experiments.build import build_role_chat, chat_class, run_caveat
+from rag_experiments.build import build_role_chat, chat_class, model_arguments, run_caveat
 from rag_experiments.config.schema import (
     CHAT_MODELS,
     SCHEMAS,
@@ -30,7 +30,6 @@ from rag_experiments.config.schema import (
 )
 from rag_experiments.generate.config import register_generate_config
 from rag_experiments.llm.base import ChatModelBase, Completion, Message, Usage
-from rag_experiments.llm.factory import model_arguments
 from rag_experiments.llm.roles import JUDGE_ONLY_KEYS, judge_model_node
 from rag_experiments.locations import CONF_DIR
 from rag_experiments.qualify.config import register_judge_check_config

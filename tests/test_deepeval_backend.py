@@ -440,3 +440,30 @@ def test_a_recorded_row_without_response_is_nan_no_response_for_answer_metrics()
         assert judge.calls == 0
     precision = FakeChat(responses={"Verdicts": _verdicts("no", "yes", "no")})
     assert _one(DeepEvalContextPrecision(judge=precision), resp=missing).value == 0.5  # 1/2 at k=2
+
+
+def test_the_measure_thread_carries_the_judge_repeat_and_no_lane() -> None:
+    """DeepEval's measure() runs in its own thread: the judge repeat entered by the scheduler
+    (the job's RepeatScope) follows into it, so repeat r's calls get r's seed and cache key;
+    the scheduling lane does not (as before: DeepEval's calls never ran on one)."""
+    from rag_experiments.llm.base import LANE
+    from rag_experiments.metrics.deepeval_backend.base import _measure_with_timeout
+    from rag_experiments.metrics.repeats import JudgeRepeats
+
+    repeats = JudgeRepeats(2, "seed", base_seed=10)
+    seen: dict[str, Any] = {}
+
+    class Probe:
+        def measure(self, case: Any, _show_indicator: bool = False) -> None:
+            seen["repeat"], seen["lane"] = repeats.scope.current(), LANE.get()
+
+    token = LANE.set(3)
+    try:
+        with repeats.entered(1):
+            assert _measure_with_timeout(Probe(), None, 5.0) is None
+    finally:
+        LANE.reset(token)
+    assert seen["repeat"].index == 1 and dict(seen["repeat"].options) == {"seed": 11}
+    assert seen["lane"] is None
+    assert _measure_with_timeout(Probe(), None, 5.0) is None  # outside a repeat: none
+    assert seen["repeat"] is None

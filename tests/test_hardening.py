@@ -35,7 +35,7 @@ from rag_experiments.errors import ConfigError, PreflightError, TargetError
 from rag_experiments.job import preflight, run_job
 from rag_experiments.lifecycle.objective import NaNObjective, nan_reason, objective_value
 from rag_experiments.llm.errors import LLMHTTPError, LLMUnreachableError, ModelNotFoundError
-from rag_experiments.llm.factory import build_chat
+from rag_experiments.llm.factory import ModelSession
 from rag_experiments.llm.fake import FakeChat
 from rag_experiments.llm.ollama import OllamaChat
 from rag_experiments.llm.openai_compat import OpenAICompatChat
@@ -88,8 +88,9 @@ def _runs(cwd: Path) -> list[mlflow.entities.Run]:
 
 def test_a_refused_judge_port_fails_the_preflight_at_once() -> None:
     port = _free_port()
-    judge = build_chat(OpenAICompatChat(base_url=f"http://127.0.0.1:{port}/v1"), "judge")
-    generator = build_chat(FakeChat(), "generator")
+    session = ModelSession()
+    judge = session.build_chat(OpenAICompatChat(base_url=f"http://127.0.0.1:{port}/v1"), "judge")
+    generator = session.build_chat(FakeChat(), "generator")
     started = time.perf_counter()
     with pytest.raises(PreflightError) as info:
         preflight({"generator": generator, "embedder": HashEmbedder(), "judge": judge})

@@ -86,6 +86,8 @@ def _judge(cache: ResponseCache | None, max_concurrency: int = 4) -> CachedChat:
 
 
 def _run(judge: CachedChat, repeats: JudgeRepeats | None) -> Any:
+    if repeats is not None:  # the judge gets the repeats' scope, as build.build builds it
+        judge = CachedChat(judge.inner, judge.meter, judge.cache, repeats=repeats.scope)
     return evaluate(
         _dataset(), ScriptedTarget(), [Faithfulness(judge=judge)], progress=False,
         judge_repeats=repeats,
@@ -215,9 +217,11 @@ def test_what_each_vary_choice_changes() -> None:
 
 def test_context_order_repeats_show_other_prompts() -> None:
     judge = FakeChat(responses={"FaithfulnessOutput": SUPPORTED})
+    repeats = JudgeRepeats(2, "context_order")
+    cached = CachedChat(judge, UsageMeter("j"), repeats=repeats.scope)
     result = evaluate(
-        _dataset(3), ScriptedTarget(), [Faithfulness(judge=CachedChat(judge, UsageMeter("j")))],
-        progress=False, judge_repeats=JudgeRepeats(2, "context_order"),
+        _dataset(3), ScriptedTarget(), [Faithfulness(judge=cached)], progress=False,
+        judge_repeats=repeats,
     )  # fmt: skip
     assert judge.calls == 6
     assert result.run_values["faithfulness.flip_rate"] == 0.0  # the scripted judge is stable
@@ -238,3 +242,24 @@ def test_the_config_builds_the_repeats(compose_cfg: Callable[..., DictConfig]) -
     assert build_judge_repeats(compose_cfg("judge=fake")) == JudgeRepeats()
     cfg = compose_cfg("judge=openai", "judge.repeats=3", "judge.vary=temperature", "judge.seed=4")
     assert build_judge_repeats(cfg) == JudgeRepeats(3, "temperature", 0.7, base_seed=4)
+
+
+def test_a_judge_sees_only_the_repeats_it_was_built_with(tmp_path: Path) -> None:
+    """The repeat state is owned: a judge built with another job's scope (or none) makes the
+    plain call, so two jobs in one process never see each other's repeats."""
+    repeats, other = JudgeRepeats(2, "seed"), JudgeRepeats(2, "seed")
+    inner = CacheableFakeChat(responses={"FaithfulnessOutput": SUPPORTED})
+    mine = CachedChat(inner, UsageMeter("judge"), ResponseCache(tmp_path / "c.db"),
+                      repeats=repeats.scope)  # fmt: skip
+    theirs = CachedChat(inner, UsageMeter("judge"), mine.cache, repeats=other.scope)
+    messages = [{"role": "user", "content": "hi"}]
+    with repeats.entered(1):
+        assert repeats.scope.current() is not None and other.scope.current() is None
+        mine.complete(messages)
+        theirs.complete(messages)
+    ident = inner.describe()
+    repeat_one = request_key(ident, messages, None, {"seed": 1}, repeat=1)  # mine, in repeat 1
+    plain = request_key(ident, messages, None, {})  # theirs: the plain call's key
+    assert mine.cache.get(repeat_one) is not None and mine.cache.get(plain) is not None
+    assert len(mine.cache) == 2  # repeat 1's key (seed 1) and the plain key, nothing else
+    assert repeats.scope.current() is None  # left on exit

@@ -21,6 +21,7 @@ import pytest
 
 from rag_experiments.errors import ConfigError
 from rag_experiments.lifecycle.checkpoint import CheckpointedTarget, ResponseCheckpoint
+from rag_experiments.llm.factory import ModelSession
 from rag_experiments.locations import PROJECT_ROOT
 from rag_experiments.records import RagResponse, Sample
 
@@ -134,17 +135,17 @@ def test_resume_finds_the_run_from_its_job_dir_and_refuses_finished_runs(tmp_pat
     run = client.create_run(exp, tags={"job.dir": str(tmp_path / "job"), "dataset.digest": "d1"})
     ResponseCheckpoint(tmp_path / "job").write_meta(run.info.run_id)
 
-    by_dir = job_checkpoint({"resume": str(tmp_path / "job")}, uri)
-    by_id = job_checkpoint({"resume": run.info.run_id}, uri)
+    by_dir = job_checkpoint(str(tmp_path / "job"), uri, None)
+    by_id = job_checkpoint(run.info.run_id, uri, None)
     for job in (by_dir, by_id):
         assert job.resume_run_id == run.info.run_id and job.dataset_digest == "d1"
         assert job.checkpoint is not None and job.checkpoint.job_dir == tmp_path / "job"
     with pytest.raises(ConfigError, match="dataset digest"):
-        by_id.wrap(_Target(), "d2")
+        by_id.wrap(_Target(), "d2", ModelSession())
 
     client.set_terminated(run.info.run_id, "FINISHED")
     with pytest.raises(ConfigError, match="already FINISHED"):
-        job_checkpoint({"resume": run.info.run_id}, uri)
+        job_checkpoint(run.info.run_id, uri, None)
 
 
 class _Target:
@@ -169,14 +170,14 @@ class _Target:
 def test_checkpoint_skips_answered_retries_failed_and_ignores_a_torn_line(tmp_path: Path) -> None:
     samples = [Sample(id=i, user_input=f"q {i}") for i in ("a", "b", "bad")]
     first = _Target()
-    wrapped = CheckpointedTarget(first, ResponseCheckpoint(tmp_path))
+    wrapped = CheckpointedTarget(first, ResponseCheckpoint(tmp_path), ModelSession())
     assert [wrapped.answer(s).response for s in samples[:2]] == ["answer a", "answer b"]
     assert wrapped.answer(samples[2]).error == "timeout"
     with (tmp_path / "responses.jsonl").open("a") as fh:
         fh.write('{"id": "c", "respo')  # cut short by a kill
 
     second = _Target()
-    resumed = CheckpointedTarget(second, ResponseCheckpoint(tmp_path))
+    resumed = CheckpointedTarget(second, ResponseCheckpoint(tmp_path), ModelSession())
     answers = [resumed.answer(s) for s in samples]
     assert second.asked == ["bad"]  # answered ones come from the checkpoint; the failure is retried
     assert answers[0] == RagResponse(response="answer a", retrieved_contexts=["c"], latency_ms=1.5)
@@ -348,3 +349,12 @@ def test_a_refused_resume_leaves_a_killed_run_killed_with_its_error(tmp_path: Pa
     assert run.info.status == "KILLED"
     assert run.data.tags["error"] == killed
     assert "resumed" not in run.data.tags
+
+
+def test_a_new_job_checkpoints_in_the_job_dir_it_is_given(tmp_path: Path) -> None:
+    from rag_experiments.lifecycle.resume import job_checkpoint
+
+    new = job_checkpoint(None, "sqlite:///unused.db", tmp_path)  # no store is opened
+    assert new.checkpoint is not None and new.checkpoint.job_dir == tmp_path
+    assert new.resume_run_id is None
+    assert job_checkpoint("", "sqlite:///unused.db", None).checkpoint is None  # library use

@@ -41,11 +41,9 @@ def server() -> Iterator[FakeOllamaServer]:
         yield srv
 
 
-@pytest.fixture(autouse=True)
-def fresh_factory() -> Iterator[None]:
-    factory.configure(None)  # no cache unless a test names a file
-    yield
-    factory.configure(None)
+@pytest.fixture
+def session() -> factory.ModelSession:
+    return factory.ModelSession()  # no cache unless a test names a file
 
 
 # --- the must-show batch ----------------------------------------------------------------------
@@ -65,11 +63,11 @@ def batch() -> list[ChatRequest]:
 
 
 @pytest.mark.slow
-def test_30_requests_every_third_timing_out_then_cached(server, tmp_path):
+def test_30_requests_every_third_timing_out_then_cached(server, tmp_path, session):
     """Must show: all finish, timeouts reported as timeouts, wall time under a derived bound;
     a rerun is answered from the cache with identical outputs and no HTTP request."""
     cache = tmp_path / "llm.sqlite"
-    model = factory.build_chat(
+    model = session.build_chat(
         OllamaChat(
             model="fake-llm",
             base_url=server.url,
@@ -113,7 +111,7 @@ def test_30_requests_every_third_timing_out_then_cached(server, tmp_path):
             assert isinstance(out, Completion) and out.parsed == Answer(answer=f"q{i}")
             assert not out.cached
     assert server.counts["/api/chat"] == (N - N_SLOW) + N_SLOW * (1 + MAX_RETRIES)  # 40
-    usage = factory.usage_by_role()
+    usage = session.usage_by_role()
     assert usage["judge.llm_calls"] == 30 and usage["judge.llm_errors"] == 10
     assert usage["judge.llm_cache_hits"] == 0 and usage["judge.llm_cache_hit_rate"] == 0.0
     assert len(ResponseCache(cache)) == 20  # failures are never stored
@@ -135,12 +133,12 @@ def test_30_requests_every_third_timing_out_then_cached(server, tmp_path):
     assert server.total == 0
     assert all(o.cached and o.latency_ms == 0.0 for o in third)
     assert [(o.text, o.parsed) for o in third] == [(o.text, o.parsed) for o in second]
-    usage = factory.usage_by_role()
+    usage = session.usage_by_role()
     assert usage["judge.llm_calls"] == 90 and usage["judge.llm_cache_hits"] == 50
     assert usage["judge.llm_cache_hit_rate"] == pytest.approx(50 / 90)
 
     # A new process (new model object, same cache file): only the identity lookups, once.
-    fresh = factory.build_chat(
+    fresh = session.build_chat(
         OllamaChat(model="fake-llm", base_url=server.url), "judge", cache_path=str(cache)
     )
     fourth = complete_many(fresh, batch(), max_concurrency=CONCURRENCY, progress=False)
@@ -174,21 +172,21 @@ def test_requests_are_in_flight_up_to_max_concurrency(server):
 
 
 # --- cache semantics ------------------------------------------------------------------------
-def test_cache_modes(server, tmp_path):
+def test_cache_modes(server, tmp_path, session):
     path = str(tmp_path / "c.sqlite")
     inner = OllamaChat(model="fake-llm", base_url=server.url)
-    ro = factory.build_chat(inner, "generator", cache_path=path, cache_mode="read_only")
+    ro = session.build_chat(inner, "generator", cache_path=path, cache_mode="read_only")
     ro.complete(user("x"))
     ro.complete(user("x"))
     assert server.counts["/api/chat"] == 2 and len(ResponseCache(path)) == 0
-    rw = factory.build_chat(inner, "generator", cache_path=path, cache_mode="read_write")
+    rw = session.build_chat(inner, "generator", cache_path=path, cache_mode="read_write")
     rw.complete(user("x"))
     assert rw.complete(user("x")).cached and server.counts["/api/chat"] == 3
     assert ro.complete(user("x")).cached  # read_only reads what read_write stored
-    off = factory.build_chat(inner, "generator", cache_path=path, cache_mode="off")
+    off = session.build_chat(inner, "generator", cache_path=path, cache_mode="off")
     assert not off.complete(user("x")).cached and server.counts["/api/chat"] == 4
     with pytest.raises(ConfigError, match="cache.mode"):
-        factory.configure(path, "sometimes")
+        factory.CacheSettings(path, "sometimes")
 
 
 def test_request_key_covers_every_input():
@@ -213,14 +211,14 @@ def test_request_key_covers_every_input():
     assert len({base, *changed}) == 1 + len(changed)
 
 
-def test_fake_model_is_metered_not_cached(tmp_path):
+def test_fake_model_is_metered_not_cached(tmp_path, session):
     fake = FakeChat(text="hi")
-    model = factory.build_chat(fake, "generator", cache_path=str(tmp_path / "c.sqlite"))
+    model = session.build_chat(fake, "generator", cache_path=str(tmp_path / "c.sqlite"))
     assert isinstance(model, CachedChat) and model.cache is None
     model.complete(user("x"))
     model.complete(user("x"))
     assert fake.calls == 2
-    assert factory.usage_by_role() == {
+    assert session.usage_by_role() == {
         "generator.llm_calls": 2.0,
         "generator.llm_cache_hits": 0.0,
         "generator.llm_errors": 0.0,
@@ -231,8 +229,8 @@ def test_fake_model_is_metered_not_cached(tmp_path):
         "generator.cache_hit.completion_tokens": 0.0,
         "generator.llm_cache_hit_rate": 0.0,
     }
-    assert factory.identity_by_role()["generator.provider"] == "fake"
-    assert factory.identity_by_role()["generator.cache_mode"] == "off"
+    assert session.identity_by_role()["generator.provider"] == "fake"
+    assert session.identity_by_role()["generator.cache_mode"] == "off"
 
 
 def test_usage_meter_counts_tokens_of_model_calls_only():

@@ -12,7 +12,6 @@ from rag_experiments.build import build
 from rag_experiments.common.http import RetryPolicy
 from rag_experiments.errors import ConfigError
 from rag_experiments.fakes.ollama_server import FakeOllamaServer
-from rag_experiments.llm import factory
 from rag_experiments.llm.context import estimate_tokens, fit_contexts
 from rag_experiments.llm.errors import (
     LLMHTTPError,
@@ -58,7 +57,6 @@ def server() -> Iterator[FakeOllamaServer]:
 
 @pytest.mark.parametrize("truncate", [True, False])
 def test_baseline_truncates_contexts_to_the_window_and_flags_the_row(compose_cfg, server, truncate):
-    factory.configure(None)
     cfg = compose_cfg(
         "embedder=hash",
         "judge=fake",

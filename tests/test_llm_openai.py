@@ -85,23 +85,20 @@ def test_llama_cpp_server_context_overflow_names_both_numbers(llama_server):
 @pytest.mark.llm
 @pytest.mark.slow
 def test_llama_cpp_server_batch_and_cache(llama_server, tmp_path):
-    factory.configure(str(tmp_path / "llm.sqlite"))
-    try:
-        model = factory.build_chat(
-            {
-                "_target_": "rag_experiments.llm.openai_compat.OpenAICompatChat",
-                "base_url": llama_server,
-                "max_tokens": 8,
-                "timeout_s": 60,
-            },
-            "generator",
-        )
-        reqs = [ChatRequest(user(f"Count to {i}.")) for i in range(3)]
-        first = complete_many(model, reqs, max_concurrency=2, progress=False)
-        again = complete_many(model, reqs, max_concurrency=2, progress=False)
-        usage = factory.usage_by_role()
-    finally:
-        factory.configure(None)
+    session = factory.ModelSession(factory.CacheSettings(str(tmp_path / "llm.sqlite")))
+    model = session.build_chat(
+        {
+            "_target_": "rag_experiments.llm.openai_compat.OpenAICompatChat",
+            "base_url": llama_server,
+            "max_tokens": 8,
+            "timeout_s": 60,
+        },
+        "generator",
+    )
+    reqs = [ChatRequest(user(f"Count to {i}.")) for i in range(3)]
+    first = complete_many(model, reqs, max_concurrency=2, progress=False)
+    again = complete_many(model, reqs, max_concurrency=2, progress=False)
+    usage = session.usage_by_role()
     assert all(not o.cached for o in first) and all(o.cached for o in again)
     assert [o.text for o in again] == [o.text for o in first]
     assert usage["generator.llm_calls"] == 6 and usage["generator.llm_cache_hits"] == 3

@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 
 from rag_experiments.embedding.hash import HashEmbedder
 from rag_experiments.index.chroma import ChromaIndex
+from rag_experiments.lifecycle.callbacks import ObjectiveCheckCallback
 from rag_experiments.lifecycle.objective import (
-    ObjectiveCheckCallback,
     objective_value,
     unmoved_keys,
     unmoved_warnings,
@@ -99,7 +99,7 @@ def test_sweep_start_warns_naming_the_key_and_the_objective(
             },
         }
     )
-    with caplog.at_level(logging.WARNING, logger="rag_experiments.lifecycle.objective"):
+    with caplog.at_level(logging.WARNING, logger="rag_experiments.lifecycle.callbacks"):
         ObjectiveCheckCallback().on_multirun_start(config)
     lines = [r.getMessage() for r in caplog.records]
     assert lines == unmoved_warnings("nDCG@10", ["retriever.top_k"])

@@ -13,12 +13,11 @@ from pathlib import Path
 import mlflow
 from omegaconf import OmegaConf
 
-from rag_experiments.build import build_chunker, build_role_chat, build_tracker
+from rag_experiments.build import build_chunker, build_role_chat, build_tracker, model_session
 from rag_experiments.config.compose import compose_config
 from rag_experiments.data.jsonl import JsonlDataset, load_corpus
 from rag_experiments.generate.report import DATASETS_EXPERIMENT, build_report, write_report
 from rag_experiments.generate.stats import dataset_stats
-from rag_experiments.llm.factory import configure_from_config
 
 
 def dataset_command(argv: list[str]) -> int:
@@ -84,8 +83,7 @@ def report_command(args: argparse.Namespace, overrides: list[str]) -> int:
         documents, _ = load_corpus(args.corpus)
         chunker = build_chunker(cfg)
     if args.judge:
-        configure_from_config(cfg)
-        judge = build_role_chat(cfg.judge, "judge")
+        judge = build_role_chat(cfg.judge, "judge", model_session(cfg))
     report = build_report(
         samples,
         stats.path,

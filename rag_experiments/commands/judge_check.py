@@ -11,10 +11,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rag_experiments.build import build_embedder, build_role_chat, build_tracker
+from rag_experiments.build import build_embedder, build_role_chat, build_tracker, model_session
 from rag_experiments.config.compose import compose_config
 from rag_experiments.errors import ConfigError
-from rag_experiments.llm.factory import build_chat, configure_from_config, identity_by_role
 from rag_experiments.metrics.audit import nan_to_none
 from rag_experiments.qualify.check import JudgeCheck
 from rag_experiments.qualify.config import register_judge_check_config
@@ -60,9 +59,13 @@ def run_judge_check(
         seed=int(cfg.seed),
     )
     data_name = str(settings.data) if settings.data else "bundled"
-    configure_from_config(cfg)
+    session = model_session(cfg)  # the response cache and a fresh usage meter
     probes = list(settings.probes)
-    model = build_chat(judge, "judge") if judge is not None else build_role_chat(cfg.judge, "judge")
+    model = (
+        session.build_chat(judge, "judge")
+        if judge is not None
+        else build_role_chat(cfg.judge, "judge", session)
+    )
     embedder = build_embedder(cfg) if "answer_relevancy" in probes else None
     check = JudgeCheck(
         model,
@@ -94,7 +97,7 @@ def run_judge_check(
             try:
                 results = check.run(pairs, probes)
             finally:
-                tracker.set_tags(identity_by_role())
+                tracker.set_tags(session.identity_by_role())
             report = {k: nan_to_none(v.to_dict()) for k, v in results.items()}
             tracker.log_metrics(check_metrics(results))
             tracker.log_dict(report, "judge_check.json")

@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rag_experiments.build import build_generation, build_tracker, run_caveat
+from rag_experiments.build import build_generation, build_tracker, model_session, run_caveat
 from rag_experiments.config import register
 from rag_experiments.data.base import samples_digest
 from rag_experiments.errors import ConfigError
@@ -28,7 +28,7 @@ from rag_experiments.generate.generator import (
 )
 from rag_experiments.generate.summary import GenerationSummary
 from rag_experiments.generate.template import TemplateSettings, generate_from_template
-from rag_experiments.llm.factory import configure_from_config, identity_by_role, usage_by_role
+from rag_experiments.llm.factory import ModelSession
 
 log = logging.getLogger("rag_experiments")
 
@@ -69,6 +69,7 @@ def generate_dataset(
     *,
     on_progress: Callable[[GenerationProgress], None] | None = None,
     cancel: threading.Event | None = None,
+    session: ModelSession | None = None,
 ) -> GenerationSummary:
     """Generate the dataset a composed ``generate`` config describes (no MLflow).
 
@@ -76,6 +77,8 @@ def generate_dataset(
         cfg: The composed ``generate`` config.
         on_progress: LLM mode: progress callback (see :meth:`DatasetGenerator.run`).
         cancel: LLM mode: an event that stops the generation like Ctrl-C.
+        session: LLM mode: the models' response cache and usage meters (default: a new one
+            from the config, :func:`~rag_experiments.build.model_session`).
 
     Raises:
         ConfigError: Unknown mode or bad settings.
@@ -97,11 +100,11 @@ def generate_dataset(
         )
         return generate_from_template(_docs_value(cfg), out, settings)
 
-    configure_from_config(cfg)  # LLM response cache + fresh per-role usage meters
+    session = session if session is not None else model_session(cfg)
     settings = settings_from_config(cfg)
     # stage lines: the review page shows the latest while nothing is generated yet
     log.info("Loading the models (question writer %s)", str(cfg.llm._target_).rsplit(".", 1)[-1])
-    parts = build_generation(cfg, with_judge=bool(settings.n_unanswerable))
+    parts = build_generation(cfg, with_judge=bool(settings.n_unanswerable), session=session)
     log.info("Reading the documents (%s)", _docs_value(cfg))
     source = load_docs(_docs_value(cfg), password=cfg.docs_password)
     generator = DatasetGenerator(
@@ -158,17 +161,20 @@ def run_generate(
         tags["mlflow.note.content"] = caveat
     if tracker is None:
         tracker = build_tracker(cfg, run_name=name)
+    session: ModelSession | None = None
     with tracker.start_run(
         params=OmegaConf.to_container(cfg, resolve=True),
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
         tags=tags,
     ):
         try:
-            summary = generate_dataset(cfg, on_progress=on_progress, cancel=cancel)
+            if cfg.mode == "llm":  # the response cache and fresh usage meters
+                session = model_session(cfg)
+            summary = generate_dataset(cfg, on_progress=on_progress, cancel=cancel, session=session)
         finally:
-            if cfg.mode == "llm":
-                tracker.set_tags(identity_by_role())
-                tracker.log_metrics(usage_by_role())
+            if session is not None:
+                tracker.set_tags(session.identity_by_role())
+                tracker.log_metrics(session.usage_by_role())
         _log_summary(tracker, summary, name)
         print(summary.format())
         print(tracker.describe_location())

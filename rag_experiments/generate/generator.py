@@ -225,7 +225,7 @@ class DatasetGenerator:
     """Builds an evaluation dataset from documents with a chat model.
 
     Args:
-        chat: The question writer (``build_chat(cfg.llm, "dataset_generator")``).
+        chat: The question writer (the ``llm`` node's model, role ``dataset_generator``).
         embedder: Embeds chunks and questions (multi_hop partners, near-duplicates, the
             unanswerable check).
         chunker: Splits documents into chunks.

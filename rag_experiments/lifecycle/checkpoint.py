@@ -38,7 +38,7 @@ from typing import Any
 from rag_experiments.common.appendlog import AppendLog
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError
-from rag_experiments.llm.factory import add_usage, usage_counts
+from rag_experiments.llm.factory import ModelSession
 from rag_experiments.records import RagResponse, Sample
 
 log = logging.getLogger(__name__)
@@ -229,20 +229,22 @@ class CheckpointedTarget:
     Args:
         inner: The system under test.
         checkpoint: Where answers go.
+        usage: The job's models (the generator's meter is read and added to).
 
     Attributes:
         reused: Samples answered from the checkpoint in this run.
     """
 
-    def __init__(self, inner: Any, checkpoint: ResponseCheckpoint) -> None:
+    def __init__(self, inner: Any, checkpoint: ResponseCheckpoint, usage: ModelSession) -> None:
         self.inner = inner
         self.checkpoint = checkpoint
+        self.usage = usage
         self.done = checkpoint.load()
         self.reused = 0
         self._usage_lock = threading.Lock()
         earlier = checkpoint.read_usage() if self.done else {}
         if earlier:
-            add_usage(USAGE_ROLE, earlier)
+            usage.add_usage(USAGE_ROLE, earlier)
 
     @property
     def max_concurrency(self) -> int:
@@ -273,7 +275,7 @@ class CheckpointedTarget:
             # a call whose answer is asked again on resume (it was made: counted twice is
             # true), never a stored answer whose call is missing from the counts
             with self._usage_lock:  # counts read and written under one lock: never go back
-                counts = usage_counts(USAGE_ROLE)
+                counts = self.usage.usage_counts(USAGE_ROLE)
                 if counts is not None:
                     self.checkpoint.write_usage(counts)
             self.checkpoint.append(sample.id, resp)

@@ -18,25 +18,19 @@ Some swept keys cannot move some metrics: doc-level retrieval metrics (``nDCG@10
 are measured on a ranking as deep as the deepest cutoff whatever ``retriever.top_k`` is
 (``top_k`` only decides how many contexts the generator sees), and no retrieval metric depends
 on the generator (``llm``). :func:`unmoved_keys` finds such keys and
-:class:`ObjectiveCheckCallback` warns about them when a sweep starts.
+:class:`~rag_experiments.lifecycle.callbacks.ObjectiveCheckCallback` warns about them when a
+sweep starts.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
 
 from rag_experiments.errors import ConfigError, RagExpError
 from rag_experiments.records import MetricValue
-
-log = logging.getLogger(__name__)
 
 _DOC_RETRIEVAL = re.compile(r"^(by_type/[^/]+/)?(Hit|MRR|nDCG|P|R|MAP)@\d+$")
 """Doc-level retrieval metric names (:mod:`rag_experiments.metrics.retrieval`), also per type."""
@@ -185,32 +179,6 @@ def unmoved_keys(expr: str | None, swept: Sequence[str]) -> list[str]:
         return []
     names = [name for _, name in parse_objective(expr)]
     return [key for key in swept if all(_ignores(key, name) for name in names)]
-
-
-class ObjectiveCheckCallback(Callback):
-    """Hydra callback: when a sweep starts, warn about each swept key the ``objective`` cannot
-    depend on (:func:`unmoved_keys`), naming the key, the objective and what to do; the
-    sweeper would otherwise search a flat objective and report ties.
-
-    Hook it up in the config::
-
-        hydra:
-          callbacks:
-            objective_check:
-              _target_: rag_experiments.lifecycle.objective.ObjectiveCheckCallback
-    """
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Log one warning per swept key that cannot move the objective."""
-        from rag_experiments.tracking.sweep import swept_keys
-
-        expr = OmegaConf.select(config, "objective", default=None)
-        swept = swept_keys(
-            list(OmegaConf.select(config, "hydra.overrides.task", default=None) or []),
-            dict(OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}),
-        )
-        for warning in unmoved_warnings(expr, swept):
-            log.warning("%s", warning)
 
 
 def unmoved_warnings(expr: str | None, swept: Sequence[str]) -> list[str]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from rag_experiments.errors import ConfigError
 from rag_experiments.lifecycle.checkpoint import CheckpointedTarget, ResponseCheckpoint
+from rag_experiments.llm.factory import ModelSession
 
 JOB_DIR_TAG = "job.dir"
 RESUMED_TAG = "resumed"
@@ -128,12 +129,14 @@ class JobCheckpoint:
             return False
         return set(sample_ids) <= set(self.checkpoint.load())
 
-    def wrap(self, target: Any, dataset_digest: str) -> Any:
+    def wrap(self, target: Any, dataset_digest: str, usage: ModelSession) -> Any:
         """The target to evaluate: checkpointed when there is a job directory.
 
         Args:
             target: The built system under test.
             dataset_digest: Digest of the dataset loaded for this job.
+            usage: The job's models, whose generator usage the checkpoint saves (and adds
+                the earlier attempt's to, on a resume).
 
         Returns:
             A :class:`CheckpointedTarget`, or ``target`` itself without a checkpoint.
@@ -144,15 +147,19 @@ class JobCheckpoint:
         if self.checkpoint is None:
             return target
         self.check_dataset(dataset_digest)
-        return CheckpointedTarget(target, self.checkpoint)
+        return CheckpointedTarget(target, self.checkpoint, usage)
 
 
-def job_checkpoint(cfg: Any, tracking_uri: str) -> JobCheckpoint:
+def job_checkpoint(
+    resume: str | None, tracking_uri: str, job_dir: str | Path | None
+) -> JobCheckpoint:
     """Decide where the job checkpoints and whether it resumes a run.
 
     Args:
-        cfg: The composed root config (``resume``: None, a run id or a job directory).
+        resume: The config's ``resume``: None (or empty), a run id or a job directory.
         tracking_uri: The resolved tracking URI (``MlflowTracker.uri``).
+        job_dir: The job's own directory (Hydra's output folder), where a new run
+            checkpoints; None outside a Hydra job (no checkpoint).
 
     Returns:
         The job's :class:`JobCheckpoint`.
@@ -161,10 +168,9 @@ def job_checkpoint(cfg: Any, tracking_uri: str) -> JobCheckpoint:
         ConfigError: ``resume`` names neither a job directory nor a run with a ``job.dir``
             tag, or the run already FINISHED.
     """
-    value = cfg.get("resume")
-    if not value:
-        return JobCheckpoint(_current_job_dir())
-    value = str(value)
+    if not resume:
+        return JobCheckpoint(ResponseCheckpoint(job_dir) if job_dir is not None else None)
+    value = str(resume)
     if Path(value).is_dir():
         run_id = str(ResponseCheckpoint(value).read_meta()["run_id"])
         job_dir = Path(value)
@@ -201,11 +207,3 @@ def _get_run(tracking_uri: str, run_id: str) -> Any:
         run_id,
         where="tracking.uri (resume=<id> looks in the configured tracking store)",
     )
-
-
-def _current_job_dir() -> ResponseCheckpoint | None:
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return None
-    return ResponseCheckpoint(HydraConfig.get().runtime.output_dir)

@@ -3,7 +3,8 @@ generator), and the record of one completion."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -16,9 +17,9 @@ from rag_experiments.llm.messages import Message
 
 __all__ = [
     "LANE",
-    "REPEAT",
     "ChatModel",
     "RepeatCall",
+    "RepeatScope",
     "ChatModelBase",
     "Completion",
     "Message",
@@ -38,7 +39,7 @@ class RepeatCall:
     repeats`).
 
     Attributes:
-        index: Repeat index, ``1 .. repeats - 1`` (repeat 0 sets no :data:`REPEAT`).
+        index: Repeat index, ``1 .. repeats - 1`` (repeat 0 enters no :class:`RepeatScope`).
         options: Call options this repeat varies (``{"seed": base + index}``, a
             ``temperature``); they override the caller's options.
     """
@@ -47,11 +48,43 @@ class RepeatCall:
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
-REPEAT: ContextVar[RepeatCall | None] = ContextVar("rag_experiments_llm_repeat", default=None)
-"""The judge repeat of the calls made in this context, set by the judge scheduler around a
-repeat ``>= 1``; the response cache (:class:`~rag_experiments.llm.cache.CachedChat`) merges its
-``options`` into the call and puts its ``index`` in the cache key. None (repeat 0, every other
-role) = the call as asked, under the key it always had."""
+class RepeatScope:
+    """Which judge repeat the calls made in the current context belong to (``judge.repeats``).
+
+    One per job, made by the engine (``build.build``, on its
+    :class:`~rag_experiments.metrics.repeats.JudgeRepeats`) and passed to the two things that
+    use it: the judge scheduler enters it around a repeat ``>= 1``
+    (:meth:`entered`), and the judge's response cache
+    (:class:`~rag_experiments.llm.cache.CachedChat`, given it at build) reads it
+    (:meth:`current`), merges the repeat's ``options`` into the call and puts its ``index`` in
+    the cache key. Outside a repeat (repeat 0, every other role) :meth:`current` is None: the
+    call as asked, under the key it always had.
+
+    The value is per context (a :class:`~contextvars.ContextVar` the scope owns): concurrent
+    repeats in worker threads each see their own; a thread started inside a repeat sees it
+    only when it runs in a copy of the caller's context (:func:`contextvars.copy_context`).
+    """
+
+    def __init__(self) -> None:
+        self._var: ContextVar[RepeatCall | None] = ContextVar(
+            "rag_experiments_judge_repeat", default=None
+        )
+
+    def current(self) -> RepeatCall | None:
+        """The repeat of the calls made now, None outside a repeat ``>= 1``."""
+        return self._var.get()
+
+    @contextmanager
+    def entered(self, call: RepeatCall | None) -> Iterator[None]:
+        """Make ``call`` the current repeat inside the block (None: leave it as it is)."""
+        if call is None:
+            yield
+            return
+        token = self._var.set(call)
+        try:
+            yield
+        finally:
+            self._var.reset(token)
 
 
 @memo(maxsize=256)
@@ -140,7 +173,7 @@ class ChatModel(Protocol):
         the model is built (no request is made).
 
         Args:
-            settings: The model's config node (``cfg.llm``, ``cfg.judge``).
+            settings: The model's config node (the ``llm`` or ``judge`` node).
             role: ``generator``, ``judge`` … (named in the message).
 
         Raises:

@@ -29,11 +29,11 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 from rag_experiments.common.sqlite_store import BUSY_TIMEOUT_S, connect, init_store, is_busy
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import (
-    REPEAT,
     ChatModel,
     ChatModelBase,
     Completion,
     Message,
+    RepeatScope,
     Usage,
     schema_json,
 )
@@ -258,6 +258,8 @@ class CachedChat(ChatModelBase):
         meter: Where calls are counted.
         cache: The store, or None for no cache.
         mode: One of :data:`CACHE_MODES`.
+        repeats: The job's judge repeats (the judge's model only; None for every other role):
+            which repeat a call belongs to.
 
     Raises:
         ConfigError: Unknown ``mode``.
@@ -269,11 +271,14 @@ class CachedChat(ChatModelBase):
         meter: UsageMeter,
         cache: ResponseCache | None = None,
         mode: str = "read_write",
+        *,
+        repeats: RepeatScope | None = None,
     ) -> None:
         self.cache = cache_in_use(cache, mode, inner.cacheable)
         self.inner = inner
         self.meter = meter
         self.mode = mode
+        self.repeats = repeats
         self._flights: dict[str, Future[Completion]] = {}
         self._flights_lock = threading.Lock()
 
@@ -302,10 +307,10 @@ class CachedChat(ChatModelBase):
         saved. If the first caller fails, the waiting ones fail with its error. Models that
         are not ``cacheable`` (the free fake) are called every time.
 
-        **Judge repeats.** Inside a judge repeat ``r >= 1`` (:data:`~rag_experiments.llm.base.
-        REPEAT`, set by the judge scheduler) the repeat's options (its ``seed`` or
-        ``temperature``) override ``options`` and ``r`` is part of the key, so each repeat is
-        stored apart; repeat 0 is the plain call under its old key.
+        **Judge repeats.** Inside a judge repeat ``r >= 1`` (the :class:`~rag_experiments.llm.
+        base.RepeatScope` given at construction, entered by the judge scheduler) the repeat's
+        options (its ``seed`` or ``temperature``) override ``options`` and ``r`` is part of
+        the key, so each repeat is stored apart; repeat 0 is the plain call under its old key.
 
         Args:
             messages: Chat messages.
@@ -320,7 +325,7 @@ class CachedChat(ChatModelBase):
         Raises:
             LLMError: The model call failed (nothing is stored).
         """
-        repeat = REPEAT.get()
+        repeat = self.repeats.current() if self.repeats is not None else None
         if repeat is not None:  # a judge repeat >= 1: its options, its own key
             options = {**options, **repeat.options}
         if not self.inner.cacheable:

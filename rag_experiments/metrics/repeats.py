@@ -51,11 +51,12 @@ import math
 import random
 import statistics
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from rag_experiments.errors import ConfigError
-from rag_experiments.llm.base import RepeatCall
+from rag_experiments.llm.base import RepeatCall, RepeatScope
 from rag_experiments.metrics.audit import RATIONALE_KEY, USAGE_KEYS
 from rag_experiments.records import MetricValue, RagResponse, Sample
 
@@ -84,6 +85,9 @@ class JudgeRepeats:
         vary: One of :data:`VARY_CHOICES`.
         temperature: Sampling temperature of repeats ``>= 1`` with ``vary="temperature"``.
         base_seed: The judge's own seed; repeat ``r`` sends ``base_seed + r``.
+        scope: Which repeat the judge's calls belong to, owned by these repeats (one per job):
+            the judge scheduler enters it (:meth:`entered`), the judge's response cache is
+            built with it (``build.build``) and reads it. Not part of equality.
 
     Raises:
         ConfigError: ``repeats`` < 1, an unknown ``vary`` or a negative ``temperature``.
@@ -93,6 +97,7 @@ class JudgeRepeats:
     vary: str = "seed"
     temperature: float = 0.7
     base_seed: int = 0
+    scope: RepeatScope = field(default_factory=RepeatScope, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if int(self.repeats) < 1:
@@ -118,6 +123,11 @@ class JudgeRepeats:
                 repeat, {"temperature": float(self.temperature), "seed": self.base_seed + repeat}
             )
         return RepeatCall(repeat)  # context_order: the prompt changes, not the options
+
+    def entered(self, repeat: int) -> AbstractContextManager[None]:
+        """A block whose judge calls belong to repeat ``repeat``: :attr:`scope` entered with
+        :meth:`call` (nothing changes for repeat 0)."""
+        return self.scope.entered(self.call(repeat))
 
     def view(self, repeat: int, sample: Sample, resp: RagResponse) -> RagResponse:
         """The response the judge sees in repeat ``repeat``: ``resp`` itself, or with

@@ -32,8 +32,9 @@ reuses the shared prompt prefix.
 **Repeats.** With ``judge.repeats=N`` (:class:`~rag_experiments.metrics.repeats.
 JudgeRepeats`) every (row, metric) is judged N times: N tasks on the same pools (the
 concurrency bound is unchanged, the calls are N times as many), repeat ``r >= 1`` run with
-:data:`~rag_experiments.llm.base.REPEAT` set (its seed or temperature, its cache key) or on the
-permuted contexts. Every repeat's values are stored by (row, repeat), and :meth:`JudgeScheduler.
+the repeats' :class:`~rag_experiments.llm.base.RepeatScope` entered (its seed or temperature,
+its cache key, read by the judge's response cache built with that scope) or on the permuted
+contexts. Every repeat's values are stored by (row, repeat), and :meth:`JudgeScheduler.
 finish` combines them in repeat order (:mod:`~rag_experiments.metrics.repeats`), so the mean,
 the spread and the audit are the same at any pool size.
 
@@ -61,7 +62,7 @@ from typing import Any, ClassVar
 
 from rag_experiments.common.progress import Progress
 from rag_experiments.errors import LLMError, RagExpError
-from rag_experiments.llm.base import LANE, REPEAT, ChatModel
+from rag_experiments.llm.base import LANE, ChatModel
 from rag_experiments.metrics.audit import USAGE_KEYS
 from rag_experiments.metrics.repeats import JudgeRepeats, RepeatSummary, combine_audit, combine_row
 from rag_experiments.protocols import MetricBase
@@ -261,10 +262,10 @@ class JudgeScheduler:
         repeat: int = 0,
     ) -> None:
         if id(metric) not in self._errors:
-            call = self.repeats.call(repeat)
-            token = REPEAT.set(call) if call is not None else None
             try:
-                values, record = metric.score_row(sample, self.repeats.view(repeat, sample, resp))
+                with self.repeats.entered(repeat):
+                    view = self.repeats.view(repeat, sample, resp)
+                    values, record = metric.score_row(sample, view)
             except RagExpError as exc:
                 if isinstance(exc, LLMError):  # a model error that escaped: this row only
                     values, record = _row_error(metric, sample, exc)
@@ -274,9 +275,6 @@ class JudgeScheduler:
                     values, record = {}, {}
             except Exception as exc:  # noqa: BLE001 - one bad row never costs the others
                 values, record = _row_error(metric, sample, exc)
-            finally:
-                if token is not None:
-                    REPEAT.reset(token)
             for key in USAGE_KEYS:
                 record.setdefault(key, 0)
             self._values[id(metric)][index][repeat] = values

@@ -3,7 +3,7 @@
 A qualification is a FINISHED run of experiment :data:`JUDGES_EXPERIMENT` (``judges``) with
 
 - tags ``judge.provider``, ``judge.model``, ``judge.digest`` (the judge's identity, as
-  :func:`~rag_experiments.llm.factory.identity_by_role` tags every run) and params
+  :meth:`~rag_experiments.llm.factory.ModelSession.identity_by_role` tags every run) and params
   ``prompt.<probe>`` (the prompt id with its version each probe asked);
 - metrics ``<probe>.<statistic>`` (``faithfulness.kappa``, ``faithfulness.ci_low`` …) and the
   full report as ``judge_check.json``.
@@ -37,6 +37,21 @@ IDENTITY_TAGS = ("judge.provider", "judge.model", "judge.digest")
 """The identity tags a qualification must share with a run's judge."""
 
 DEFAULT_MIN_KAPPA = 0.4
+
+
+@dataclass(frozen=True)
+class QualifySettings:
+    """What a run asks of its judge's qualification (``build.qualify_settings`` reads them
+    from the ``judge`` node).
+
+    Attributes:
+        min_kappa: ``judge.min_kappa``: below it the run warns (or refuses).
+        require_qualified: ``judge.require_qualified``: refuse a judge without a qualification
+            or one below ``min_kappa``.
+    """
+
+    min_kappa: float = DEFAULT_MIN_KAPPA
+    require_qualified: bool = False
 
 
 @dataclass(frozen=True)
@@ -144,15 +159,19 @@ def find_qualification(uri: str, identity: Mapping[str, str]) -> Qualification |
 
 
 def apply_qualification(
-    cfg: Any, tracker: Any, identity: Mapping[str, str], note: str | None = None
+    settings: QualifySettings,
+    tracker: Any,
+    identity: Mapping[str, str],
+    note: str | None = None,
 ) -> Qualification | None:
     """Look up the run's judge qualification, tag the run with it, print it, and warn or
     refuse (rules in the module docstring). Does nothing when the run built no judge.
 
     Args:
-        cfg: The composed root config (reads ``judge.min_kappa``, ``judge.require_qualified``).
+        settings: ``judge.min_kappa`` and ``judge.require_qualified``.
         tracker: The run's tracker (its ``uri``; tags are set on its active run).
-        identity: :func:`~rag_experiments.llm.factory.identity_by_role` after the build.
+        identity: The job's :meth:`~rag_experiments.llm.factory.ModelSession.identity_by_role`
+            after the build.
         note: The run's description so far (a warning is appended to it).
 
     Returns:
@@ -164,9 +183,8 @@ def apply_qualification(
     """
     if "judge.provider" not in identity:
         return None
-    judge = cfg.get("judge") or {}
-    min_kappa = float(judge.get("min_kappa", DEFAULT_MIN_KAPPA))
-    required = bool(judge.get("require_qualified", False))
+    min_kappa = float(settings.min_kappa)
+    required = bool(settings.require_qualified)
     who = f"{identity.get('judge.provider')}/{identity.get('judge.model')}"
     fix = (
         f"run `rag-exp judge-check judge=<this judge's config>` (experiment "

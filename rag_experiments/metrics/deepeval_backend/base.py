@@ -31,6 +31,7 @@ subclass and the README's comparison table).
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import logging
 import math
@@ -42,7 +43,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from rag_experiments.errors import ConfigError, LLMError
-from rag_experiments.llm.base import REPEAT, ChatModel
+from rag_experiments.llm.base import LANE, ChatModel
 from rag_experiments.metrics.audit import RATIONALE_KEY, USAGE_KEYS
 from rag_experiments.metrics.definitions import spec
 from rag_experiments.metrics.scheduler import JudgedRowMetric
@@ -299,16 +300,21 @@ def _measure_with_timeout(metric: Any, case: Any, timeout_s: float) -> BaseExcep
         None on success, the exception ``measure`` raised, or a :class:`_Timeout`.
     """
     outcome: dict[str, BaseException] = {}
-    repeat = REPEAT.get()  # a judge repeat's options and cache key follow into the thread
+    # the caller's context follows into the thread: a judge repeat (its RepeatScope's value:
+    # its options and cache key); the scheduling lane does not (DeepEval's calls never ran on
+    # one)
+    context = contextvars.copy_context()
 
     def run() -> None:
-        REPEAT.set(repeat)
+        LANE.set(None)
         try:
             metric.measure(case, _show_indicator=False)
         except BaseException as exc:  # noqa: BLE001 - reported per row
             outcome["error"] = exc
 
-    thread = threading.Thread(target=run, name=f"deepeval-{type(metric).__name__}", daemon=True)
+    thread = threading.Thread(
+        target=context.run, args=(run,), name=f"deepeval-{type(metric).__name__}", daemon=True
+    )
     thread.start()
     thread.join(timeout_s)
     if thread.is_alive():

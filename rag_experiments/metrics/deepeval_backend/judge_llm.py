@@ -42,7 +42,8 @@ class JudgeLLM(DeepEvalBaseLLM):
     """A :class:`~rag_experiments.llm.base.ChatModel` behind DeepEval's model interface.
 
     Args:
-        chat: The judge chat model (as built by ``build_chat(cfg.judge, "judge")``).
+        chat: The judge chat model (the ``judge`` node's model, role ``judge``, as the
+            composition root builds it).
         prompt_prefix: Prefix of the audit prompt ids (``deepeval.faithfulness``); the schema's
             class name is appended (``deepeval.faithfulness.Claims``).
         max_retries: Re-asks of an output that does not match the schema.
