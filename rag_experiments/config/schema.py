@@ -16,9 +16,13 @@ defaults, and a YAML option carries only what differs from its schema (a test ch
 :class:`RemoteEmbedderConf` (embedders), :class:`DocMatchConf` (targets),
 :class:`FileDatasetConf` / :class:`RowFileDatasetConf` (datasets).
 
-A new chat provider needs one dataclass here (extending :class:`RemoteChatConf` and a server
-base, or :class:`GenerationConf`) and one entry in :data:`CHAT_MODELS`; its judge schema is
-derived (:func:`judge_schema`).
+Each schema dataclass declares the group and name it is stored under, once, with
+:func:`option` (``@option("retriever", "bm25")``); :data:`SCHEMAS` (and :data:`CHAT_MODELS`,
+its ``llm`` group) is gathered from those declarations. A new chat provider needs one
+dataclass here, declared ``@option("llm", <name>)`` (extending :class:`RemoteChatConf` and a
+server base, or :class:`GenerationConf`); its judge schema is derived (:func:`judge_schema`).
+A part with no schema here (a user's class named by a YAML file of their ``./conf``) gets one
+derived from its constructor (:mod:`rag_experiments.config.derive`).
 """
 
 from __future__ import annotations
@@ -37,7 +41,83 @@ from rag_experiments.index.bm25_params import INDEX_TITLE, Bm25Params
 # annotations at runtime and must understand them on Python 3.10.
 
 
+# --- declaring a schema --------------------------------------------------------------------
+@dataclass(frozen=True)
+class SchemaOption:
+    """What a schema dataclass declares with :func:`option`: the config group and schema name
+    it is stored as (``/schema/<group>/<name>``), and how its fields meet the constructor of
+    the class its ``_target_`` names (checked by ``tests/test_config_schemas.py``).
+
+    Attributes:
+        group: The config group (``retriever``).
+        name: The schema's name in the group (``bm25``); YAML options name it in their
+            defaults list (``/schema/retriever/bm25@_here_``).
+        built: Constructor parameters the composition root passes as built objects (the
+            baseline's ``chunker``, ``retriever`` …), never config keys.
+        consumed: Fields the composition root reads itself instead of passing them to the
+            constructor (the baseline's ``hnsw``, given to the vector index).
+        own_defaults: Fields whose config default deliberately differs from the constructor's
+            (the constructor's serves direct use in code).
+    """
+
+    group: str
+    name: str
+    built: tuple[str, ...] = ()
+    consumed: tuple[str, ...] = ()
+    own_defaults: tuple[str, ...] = ()
+
+
+def option(
+    group: str,
+    name: str,
+    *,
+    built: tuple[str, ...] = (),
+    consumed: tuple[str, ...] = (),
+    own_defaults: tuple[str, ...] = (),
+) -> Any:
+    """Class decorator: declare a schema dataclass as ``/schema/<group>/<name>``, once, where it
+    is defined; :data:`SCHEMAS` is gathered from these declarations (and a chat model's
+    ``llm`` schema also gives its ``judge`` schema, :func:`judge_schema`).
+
+    Args:
+        group: The config group.
+        name: The schema's name in the group.
+        built: See :class:`SchemaOption`.
+        consumed: See :class:`SchemaOption`.
+        own_defaults: See :class:`SchemaOption`.
+
+    Raises:
+        ValueError: The group already has a schema of that name.
+    """
+
+    def declare(cls: type) -> type:
+        schemas = SCHEMAS.setdefault(group, {})
+        if name in schemas and schemas[name] is not cls:
+            raise ValueError(
+                f"/schema/{group}/{name} is declared twice ({schemas[name].__name__} and "
+                f"{cls.__name__}): give one of them another name"
+            )
+        schemas[name] = cls
+        cls.__schema_option__ = SchemaOption(group, name, built, consumed, own_defaults)  # type: ignore[attr-defined]
+        return cls
+
+    return declare
+
+
+def schema_option(schema: type) -> SchemaOption | None:
+    """The :class:`SchemaOption` a schema dataclass declared (None for a nested or base one)."""
+    declared = schema.__dict__.get("__schema_option__")
+    return declared if isinstance(declared, SchemaOption) else None
+
+
+SCHEMAS: dict[str, dict[str, type]] = {}
+"""``{group: {schema name: dataclass}}``, gathered from the :func:`option` declarations of this
+module (``judge``: derived from ``llm``, :func:`judge_schema`); YAML files name them as
+``/schema/<group>/<name>``."""
+
+
 # --- paths -----------------------------------------------------------------------------------
+@option("paths", "paths")
 @dataclass
 class PathsConf:
     """Where things are written. Relative paths resolve against the working directory."""
@@ -133,11 +213,13 @@ class RowFileDatasetConf(FileDatasetConf):
     password: str | None = None
 
 
+@option("dataset", "jsonl")
 @dataclass
 class JsonlDatasetConf(RowFileDatasetConf):
     _target_: str = "rag_experiments.data.jsonl.JsonlDataset"
 
 
+@option("dataset", "mlflow_traces")
 @dataclass
 class MlflowTracesDatasetConf(ComponentConf):
     """Traces of an MLflow experiment (``rag_experiments.data.mlflow_traces``)."""
@@ -151,6 +233,7 @@ class MlflowTracesDatasetConf(ComponentConf):
     name: str | None = None
 
 
+@option("dataset", "beir")
 @dataclass
 class BeirDatasetConf(FileDatasetConf):
     """A BEIR folder; ``max_queries``: a seeded subset of N queries (null = all)."""
@@ -161,21 +244,25 @@ class BeirDatasetConf(FileDatasetConf):
     seed: int = 0
 
 
+@option("dataset", "seed_json")
 @dataclass
 class SeedJsonDatasetConf(RowFileDatasetConf):
     _target_: str = "rag_experiments.data.peer.SeedJsonDataset"
 
 
+@option("dataset", "keywords_jsonl")
 @dataclass
 class KeywordsJsonlDatasetConf(RowFileDatasetConf):
     _target_: str = "rag_experiments.data.peer.KeywordsJsonlDataset"
 
 
+@option("dataset", "ragas")
 @dataclass
 class RagasDatasetConf(RowFileDatasetConf):
     _target_: str = "rag_experiments.data.peer.RagasDataset"
 
 
+@option("dataset", "deepeval")
 @dataclass
 class DeepEvalDatasetConf(RowFileDatasetConf):
     _target_: str = "rag_experiments.data.peer.DeepEvalDataset"
@@ -192,6 +279,13 @@ class HnswConf:
 
 
 # --- target ----------------------------------------------------------------------------------
+@option(
+    "target",
+    "baseline",
+    built=("chunker", "embedder", "retriever", "index", "generator", "generate", "reranker"),
+    consumed=("hnsw",),
+    own_defaults=("system_prompt",),
+)
 @dataclass
 class BaselineTargetConf(ComponentConf):
     """The built-in baseline: chunker → embedder → Chroma → top-k → generator (``llm``)."""
@@ -226,6 +320,7 @@ class HttpResponseConf:
     required: list[str] = field(default_factory=lambda: ["answer", "contexts"])
 
 
+@option("target", "http")
 @dataclass
 class HttpTargetConf(DocMatchConf, BackoffConf):
     """Any RAG service over HTTP (``rag_experiments.targets.http.HttpTarget``). ``body``: a JSON
@@ -259,6 +354,7 @@ class HttpTargetConf(DocMatchConf, BackoffConf):
     """The key itself (redacted everywhere it would be written): prefer ``api_key_env``."""
 
 
+@option("target", "recorded")
 @dataclass
 class RecordedTargetConf(DocMatchConf):
     """Answers read from the dataset rows (``rag_experiments.targets.recorded.RecordedTarget``)."""
@@ -267,11 +363,13 @@ class RecordedTargetConf(DocMatchConf):
 
 
 # --- chunker ---------------------------------------------------------------------------------
+@option("chunker", "none")
 @dataclass
 class NoChunkerConf(ComponentConf):
     _target_: str = "rag_experiments.chunking.none.NoChunker"
 
 
+@option("chunker", "fixed")
 @dataclass
 class FixedChunkerConf(ComponentConf):
     """Windows of ``size`` characters; neighbours share ``overlap`` characters."""
@@ -281,6 +379,7 @@ class FixedChunkerConf(ComponentConf):
     overlap: int = 64
 
 
+@option("chunker", "semantic")
 @dataclass
 class SemanticChunkerConf(ComponentConf):
     """Paragraph- and heading-aware chunks of ``min_size`` to ``size`` characters."""
@@ -299,6 +398,7 @@ class BatchEmbedderConf(ComponentConf):
     normalize: bool = True
 
 
+@option("embedder", "sentence_transformers")
 @dataclass
 class SentenceTransformerEmbedderConf(BatchEmbedderConf):
     """A sentence-transformers model in-process. ``model``: ``minilm`` = the bundled
@@ -313,6 +413,7 @@ class SentenceTransformerEmbedderConf(BatchEmbedderConf):
     cache_dir: str = "${paths.cache_dir}"
 
 
+@option("embedder", "hash")
 @dataclass
 class HashEmbedderConf(ComponentConf):
     _target_: str = "rag_experiments.embedding.hash.HashEmbedder"
@@ -330,6 +431,7 @@ class RemoteEmbedderConf(RemoteConf, BatchEmbedderConf):
     dim: int | None = None
 
 
+@option("embedder", "ollama")
 @dataclass
 class OllamaEmbedderConf(OllamaServerConf, RemoteEmbedderConf):
     """Ollama ``/api/embed``; the id holds the model's digest."""
@@ -339,6 +441,7 @@ class OllamaEmbedderConf(OllamaServerConf, RemoteEmbedderConf):
     truncate: bool = True
 
 
+@option("embedder", "openai")
 @dataclass
 class OpenAIEmbedderConf(OpenAIServerConf, RemoteEmbedderConf):
     """OpenAI-compatible ``/v1/embeddings``; ``dimensions`` is sent to models that can shorten
@@ -349,6 +452,7 @@ class OpenAIEmbedderConf(OpenAIServerConf, RemoteEmbedderConf):
 
 
 # --- retriever -------------------------------------------------------------------------------
+@option("retriever", "retriever")
 @dataclass
 class RetrieverConf(ComponentConf):
     """``top_k`` contexts go to the generator; retrieval metrics see a ranking ``depth`` deep
@@ -379,6 +483,7 @@ class Bm25Conf:
     index_dir: str = "${paths.bm25_dir}"
 
 
+@option("retriever", "bm25")
 @dataclass
 class Bm25RetrieverConf(Bm25Conf, RetrieverConf):
     """BM25 over the chunks (``bm25s``); the index is cached in ``paths.bm25_dir``."""
@@ -386,6 +491,7 @@ class Bm25RetrieverConf(Bm25Conf, RetrieverConf):
     _target_: str = "rag_experiments.retrieval.bm25.Bm25Retriever"
 
 
+@option("retriever", "hybrid")
 @dataclass
 class HybridRetrieverConf(RetrieverConf):
     """Dense and BM25 rankings fused: ``fusion=rrf`` (``Σ 1/(k + rank)``) or ``convex``
@@ -414,6 +520,7 @@ class RerankerConf(ComponentConf):
     candidates: int = 20
 
 
+@option("reranker", "fake")
 @dataclass
 class FakeRerankerConf(RerankerConf):
     """Deterministic reranker: the share of the question's words each document holds."""
@@ -444,6 +551,7 @@ class RerankResponseConf:
     score: str = "relevance_score"
 
 
+@option("reranker", "http")
 @dataclass
 class HttpRerankerConf(RerankerConf, BackoffConf):
     """A cross-encoder behind an HTTP rerank API (``rag_experiments.retrieval.rerank.
@@ -505,6 +613,7 @@ class RemoteChatConf(RemoteConf, GenerationConf):
     slots themselves) and for throughput at many slots."""
 
 
+@option("llm", "embedded")
 @dataclass
 class EmbeddedLLMConf(GenerationConf):
     """llama-cpp-python in-process; ``model_path: null`` = the bundled SmolLM2-135M GGUF."""
@@ -518,6 +627,7 @@ class EmbeddedLLMConf(GenerationConf):
     """Wall clock of one call, seconds."""
 
 
+@option("llm", "fake")
 @dataclass
 class FakeLLMConf(ComponentConf):
     """Deterministic fake model (tests, dry runs): no model call."""
@@ -535,6 +645,7 @@ class FakeLLMConf(ComponentConf):
     noisy_responses: dict[str, Any] = field(default_factory=dict)  # the coin's other script
 
 
+@option("llm", "ollama")
 @dataclass
 class OllamaLLMConf(OllamaServerConf, RemoteChatConf):
     """Ollama's native ``/api/chat``; ``max_tokens`` is sent as ``num_predict`` and ``num_ctx``
@@ -547,6 +658,7 @@ class OllamaLLMConf(OllamaServerConf, RemoteChatConf):
     options: dict[str, Any] = field(default_factory=dict)
 
 
+@option("llm", "openai")
 @dataclass
 class OpenAILLMConf(OpenAIServerConf, RemoteChatConf):
     """OpenAI-compatible ``/v1/chat/completions`` (vLLM, llama.cpp server, LM Studio).
@@ -590,6 +702,7 @@ class JudgeRoleConf:
 
 
 # --- metrics ---------------------------------------------------------------------------------
+@option("metrics", "metrics")
 @dataclass
 class MetricsConf:
     """A metric set. ``suite`` maps a short key to one metric component (each with a
@@ -602,6 +715,7 @@ class MetricsConf:
 
 
 # --- tracking --------------------------------------------------------------------------------
+@option("tracking", "mlflow", built=("run_name",))
 @dataclass
 class TrackingConf(ComponentConf):
     """MLflow location. ``uri``: ``sqlite:///mlruns.db`` (a file in the working directory) or
@@ -626,6 +740,7 @@ class TrackingConf(ComponentConf):
 
 
 # --- gate ------------------------------------------------------------------------------------
+@option("gate", "gate")
 @dataclass
 class GateConf:
     """The regression gate run at the end of ``rag-exp run`` (``gate=default``; rules and
@@ -714,14 +829,10 @@ class RootConf:
     """Human labels for some rows: prediction-powered estimates of judged means."""
 
 
-CHAT_MODELS: dict[str, type] = {
-    "embedded": EmbeddedLLMConf,
-    "fake": FakeLLMConf,
-    "ollama": OllamaLLMConf,
-    "openai": OpenAILLMConf,
-}
-"""Chat-model providers: option name → schema. One entry here gives ``/schema/llm/<name>``
-and the derived ``/schema/judge/<name>`` (:func:`judge_schema`)."""
+CHAT_MODELS: dict[str, type] = SCHEMAS["llm"]
+"""Chat-model providers: option name → schema, the ``llm`` group of :data:`SCHEMAS` (the same
+dict). Each gives ``/schema/llm/<name>`` and the derived ``/schema/judge/<name>``
+(:func:`judge_schema`)."""
 
 
 def judge_schema(chat: type) -> type:
@@ -747,47 +858,7 @@ def judge_schema(chat: type) -> type:
     return made
 
 
-SCHEMAS: dict[str, dict[str, type]] = {
-    "paths": {"paths": PathsConf},
-    "dataset": {
-        "jsonl": JsonlDatasetConf,
-        "beir": BeirDatasetConf,
-        "seed_json": SeedJsonDatasetConf,
-        "keywords_jsonl": KeywordsJsonlDatasetConf,
-        "ragas": RagasDatasetConf,
-        "deepeval": DeepEvalDatasetConf,
-        "mlflow_traces": MlflowTracesDatasetConf,
-    },
-    "target": {
-        "baseline": BaselineTargetConf,
-        "http": HttpTargetConf,
-        "recorded": RecordedTargetConf,
-    },
-    "chunker": {
-        "none": NoChunkerConf,
-        "fixed": FixedChunkerConf,
-        "semantic": SemanticChunkerConf,
-    },
-    "embedder": {
-        "sentence_transformers": SentenceTransformerEmbedderConf,
-        "hash": HashEmbedderConf,
-        "ollama": OllamaEmbedderConf,
-        "openai": OpenAIEmbedderConf,
-    },
-    "retriever": {
-        "retriever": RetrieverConf,
-        "bm25": Bm25RetrieverConf,
-        "hybrid": HybridRetrieverConf,
-    },
-    "reranker": {"http": HttpRerankerConf, "fake": FakeRerankerConf},  # none = null
-    "llm": CHAT_MODELS,
-    "judge": {name: judge_schema(chat) for name, chat in CHAT_MODELS.items()},
-    "metrics": {"metrics": MetricsConf},
-    "tracking": {"mlflow": TrackingConf},
-    "gate": {"gate": GateConf},
-}
-"""``{group: {schema name: dataclass}}``; YAML files name them as ``/schema/<group>/<name>``.
-Add a schema with one entry here (a chat model: one entry in :data:`CHAT_MODELS`)."""
+SCHEMAS["judge"] = {name: judge_schema(chat) for name, chat in CHAT_MODELS.items()}
 
 
 def register_configs() -> None:
