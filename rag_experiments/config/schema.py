@@ -864,10 +864,10 @@ SCHEMAS["judge"] = {name: judge_schema(chat) for name, chat in CHAT_MODELS.items
 def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent). Call before composing.
 
-    The ``judge`` schemas are derived again from :data:`CHAT_MODELS` (:func:`judge_schema`), so
-    a chat model added to the table after import (a plugin, a test) can serve as judge too.
+    The ``judge`` schemas are derived again from the ``llm`` schemas (:func:`judge_schema`), so
+    a chat model declared after import (a plugin, a test) can serve as judge too.
     """
-    SCHEMAS["judge"].update({name: judge_schema(chat) for name, chat in CHAT_MODELS.items()})
+    SCHEMAS["judge"].update({name: judge_schema(chat) for name, chat in SCHEMAS["llm"].items()})
     cs = ConfigStore.instance()
     cs.store(name="root_schema", node=RootConf)
     for group, schemas in SCHEMAS.items():
