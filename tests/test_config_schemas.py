@@ -19,6 +19,7 @@ from hydra.utils import get_class
 from omegaconf import MISSING
 
 from rag_experiments.common.http import RETRY_FIELDS, TakesRetry
+from rag_experiments.config.derive import constructor_parameters
 from rag_experiments.config.schema import SCHEMAS, JudgeRoleConf, option, schema_option
 
 RETRY_KEYS = frozenset({*RETRY_FIELDS, "max_retries", "retries"})
@@ -34,18 +35,7 @@ PARTS = [
 
 def _parameters(cls: type) -> dict[str, inspect.Parameter]:
     """Keyword parameters of ``cls``'s constructor, following ``**kwargs`` into the bases."""
-    found: dict[str, inspect.Parameter] = {}
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        params = list(inspect.signature(init).parameters.values())[1:]
-        for p in params:
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
-                found.setdefault(p.name, p)
-        if not any(p.kind == p.VAR_KEYWORD for p in params):
-            break
-    return found
+    return {p.name: p for p in constructor_parameters(cls)}
 
 
 def _default(f: dataclasses.Field[Any]) -> Any:

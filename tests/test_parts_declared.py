@@ -228,3 +228,22 @@ def _cell(value: object) -> list[str]:
     import json
 
     return json.loads(value) if isinstance(value, str) else list(value)  # type: ignore[arg-type]
+
+
+def test_every_export_format_is_declared_by_its_writer_and_read_by_a_dataset_option() -> None:
+    from rag_experiments.commands.export import WRITERS
+    from rag_experiments.data.jsonl import write_jsonl
+    from rag_experiments.data.peer import write_deepeval, write_ragas
+    from rag_experiments.data.writers import ExportFormat, writes
+    from rag_experiments.locations import CONF_DIR
+
+    assert {name: f.write for name, f in WRITERS.items()} == {
+        "deepeval": write_deepeval,
+        "jsonl": write_jsonl,
+        "ragas": write_ragas,
+    }
+    for name in WRITERS:  # `rag-exp run dataset=<format>` reads the file back
+        assert (CONF_DIR / "dataset" / f"{name}.yaml").is_file(), name
+    assert isinstance(WRITERS["ragas"], ExportFormat) and ".csv" in WRITERS["ragas"].help
+    with pytest.raises(ValueError, match="declared twice"):
+        writes("jsonl", "another JSONL")(write_ragas)
