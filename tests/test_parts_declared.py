@@ -247,3 +247,33 @@ def test_every_export_format_is_declared_by_its_writer_and_read_by_a_dataset_opt
     assert isinstance(WRITERS["ragas"], ExportFormat) and ".csv" in WRITERS["ragas"].help
     with pytest.raises(ValueError, match="declared twice"):
         writes("jsonl", "another JSONL")(write_ragas)
+
+
+def test_a_config_typed_by_a_derived_schema_pickles_into_a_fresh_process(project: Path) -> None:
+    """A multirun launcher pickles each job's config; the derived schema is made again from
+    the same ``./conf`` where it is unpickled."""
+    import pickle
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from rag_experiments.config import derive, register
+    from rag_experiments.locations import CONF_DIR
+
+    sys.path.append(str(project))
+    register()  # the current folder's ./conf
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose("config", [f"hydra.searchpath=[file://{project}/conf]", "retriever=pick"])
+    finally:
+        GlobalHydra.instance().clear()
+    data = pickle.dumps(cfg)
+    schema = OmegaConf.get_type(cfg.retriever)
+    assert schema.__module__ == derive.__name__
+    delattr(derive, schema.__name__)  # as in a process that has not derived it yet
+    derive._MADE.clear()
+    back = pickle.loads(data)
+    assert OmegaConf.get_type(back.retriever).__name__ == schema.__name__
+    assert (back.retriever.first, back.retriever.top_k) == ("d2", 5)

@@ -258,3 +258,21 @@ def register_derived(config_dirs: Iterable[Path | None]) -> dict[str, dict[str, 
                 )
                 stored.setdefault(group, {})[path.stem] = schema
     return stored
+
+
+def __getattr__(name: str) -> type:
+    """A derived schema another process made (a config typed with it was pickled there, e.g.
+    by a multirun launcher): derived again from the current folder's ``./conf`` overlay, as
+    that process did, then returned.
+
+    Raises:
+        AttributeError: ``name`` is no derived schema of the overlay.
+    """
+    if "Derived_" in name and not name.startswith("__"):
+        from rag_experiments.locations import user_conf_dir
+
+        register_derived([user_conf_dir()])
+        made = sys.modules[__name__].__dict__.get(name)
+        if isinstance(made, type):
+            return made
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
