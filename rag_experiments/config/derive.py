@@ -150,8 +150,9 @@ def constructor_schema(cls: type, group: str, hydra_keys: dict[str, Any] | None 
             values, which become fields too.
 
     Returns:
-        The dataclass, made once per (class, group, Hydra keys) and kept as an attribute of
-        this module (so configs typed with it pickle).
+        The dataclass ``<Class>Conf`` (``<Class>JudgeConf`` for a judge; a hash appended when
+        another class took that name), made once per (class, group, Hydra keys) and kept as
+        an attribute of this module (so configs typed with it pickle).
     """
     from rag_experiments.common.http import RetryPolicy, TakesRetry
     from rag_experiments.config.schema import JudgeRoleConf
@@ -184,8 +185,10 @@ def constructor_schema(cls: type, group: str, hydra_keys: dict[str, Any] | None 
             for f in dataclasses.fields(JudgeRoleConf)
             if f.name not in taken
         ]
-    digest = hashlib.sha1("|".join(map(str, memo)).encode()).hexdigest()[:8]
-    name = f"{cls.__name__}{group.title()}Derived_{digest}"
+    name = f"{cls.__name__}{'Judge' if group == 'judge' else ''}Conf"  # as the bundled ones
+    if name in vars(sys.modules[__name__]):  # another class of that name: told apart by a hash
+        digest = hashlib.sha1("|".join(map(str, memo)).encode()).hexdigest()[:8]
+        name = f"{name}_{digest}"
     made = dataclasses.make_dataclass(name, specs)
     made.__module__ = __name__
     made.__doc__ = (
@@ -268,7 +271,7 @@ def __getattr__(name: str) -> type:
     Raises:
         AttributeError: ``name`` is no derived schema of the overlay.
     """
-    if "Derived_" in name and not name.startswith("__"):
+    if name.endswith("Conf") or "Conf_" in name:
         from rag_experiments.locations import user_conf_dir
 
         register_derived([user_conf_dir()])
