@@ -6,8 +6,10 @@ Used two ways:
   ``reference/config.md`` and ``reference/cli.md`` to the site at every build (``make docs``),
   generated in memory, never written into ``docs/`` (the files there are committed
   placeholders that say so, which the hook replaces, so links to them work on GitHub too);
-* as a script, ``python docs/gen_ref.py OUT_DIR``: writes the two pages into ``OUT_DIR`` (to
-  read them without building the site).
+* as a script, ``python docs/gen_ref.py OUT_DIR [--config-dir DIR …]``: writes the two pages
+  into ``OUT_DIR`` (to read them without building the site), with the options of each
+  overlay folder too (a user's ``./conf``; a part there with only a class and a YAML file is
+  listed with the schema derived from its class, :mod:`rag_experiments.config.derive`).
 
 **Config reference** (:func:`config_reference`). Every YAML file of ``conf/`` is one option of
 a Hydra config group (``conf/<group>/<option>.yaml``; ``hydra/launcher``, ``hydra/sweeper``
@@ -279,12 +281,17 @@ def _default_options(cfg_path: Path) -> dict[str, str]:
 
 
 class _Composer:
-    def __init__(self, conf_dir: Path) -> None:
+    def __init__(self, conf_dir: Path, overlays: tuple[Path, ...] = ()) -> None:
         from hydra import initialize_config_dir
 
         from rag_experiments.config import register
 
-        register()
+        register(overlays)  # and the derived schemas of the overlays' class-only parts
+        self._search = (
+            ["hydra.searchpath=[" + ",".join(f"file://{d}" for d in overlays) + "]"]
+            if overlays
+            else []
+        )
         for module, function in SCHEMA_REGISTRARS.values():
             getattr(importlib.import_module(module), function)()
         from hydra.core.global_hydra import GlobalHydra
@@ -296,7 +303,9 @@ class _Composer:
     def __call__(self, name: str, overrides: list[str], hydra_cfg: bool = False) -> Any:
         from hydra import compose
 
-        return compose(config_name=name, overrides=overrides, return_hydra_config=hydra_cfg)
+        return compose(
+            config_name=name, overrides=[*self._search, *overrides], return_hydra_config=hydra_cfg
+        )
 
     def close(self) -> None:
         self._ctx.__exit__(None, None, None)
@@ -356,21 +365,43 @@ def _schema_line(node: Any) -> str:
     return f"Schema `{schema.__module__}.{schema.__name__}`" + (f": {doc}" if doc else ".")
 
 
-def config_reference(conf_dir: Path | None = None) -> str:
-    """The Markdown of the config reference page (see the module docstring)."""
+def config_reference(conf_dir: Path | None = None, overlays: tuple[Path, ...] = ()) -> str:
+    """The Markdown of the config reference page (see the module docstring).
+
+    Args:
+        conf_dir: The bundled config folder (default: the checkout's ``conf/``).
+        overlays: Overlay folders (a user's ``./conf``, as ``--config-dir``): their options
+            are listed too, a class-only part with its derived schema
+            (:mod:`rag_experiments.config.derive`).
+    """
     _setup_path()
     from omegaconf import OmegaConf
 
     conf_dir = conf_dir or ROOT / "conf"
-    compose = _Composer(conf_dir)
+    overlays = tuple(Path(d).resolve() for d in overlays)
+    compose = _Composer(conf_dir, overlays)
     try:
-        return _config_reference(conf_dir, compose, OmegaConf)
+        return _config_reference(conf_dir, compose, OmegaConf, overlays)
     finally:
         compose.close()
 
 
-def _config_reference(conf_dir: Path, compose: _Composer, OmegaConf: Any) -> str:
-    options = config_options(conf_dir)
+def _option_file(dirs: tuple[Path, ...], group: str, name: str) -> Path | None:
+    """``<dir>/<group>/<name>.yaml`` of the first of ``dirs`` that has it (Hydra's order)."""
+    for folder in dirs:
+        if (folder / group / f"{name}.yaml").exists():
+            return folder / group / f"{name}.yaml"
+    return None
+
+
+def _config_reference(
+    conf_dir: Path, compose: _Composer, OmegaConf: Any, overlays: tuple[Path, ...] = ()
+) -> str:
+    dirs = (conf_dir, *overlays)
+    options: dict[str, list[str]] = {}
+    for folder in dirs:
+        for group, names in config_options(folder).items():
+            options[group] = sorted({*options.get(group, []), *names})
     stored = store_options()
     for group, nodes in stored.items():
         options[group] = sorted({*options.get(group, []), *nodes})
@@ -433,10 +464,11 @@ def _config_reference(conf_dir: Path, compose: _Composer, OmegaConf: Any) -> str
     for group, names in options.items():
         out += [f"## `{group}`", ""]
         for name in names:
-            if not (conf_dir / group / f"{name}.yaml").exists():
+            path = _option_file(dirs, group, name)
+            if path is None:
                 out += _stored_section(group, name, stored[group][name])
                 continue
-            out += _option_section(conf_dir, compose, group, name, defaults)
+            out += _option_section(path, compose, group, name, defaults)
     for primary in sorted(p.stem for p in conf_dir.glob("*.yaml") if p.stem != "config"):
         out += _primary_section(conf_dir, compose, primary, set(options))
     return "\n".join(out).rstrip() + "\n"
@@ -447,12 +479,11 @@ def _anchor(group: str, option: str) -> str:
 
 
 def _option_section(
-    conf_dir: Path, compose: _Composer, group: str, name: str, defaults: dict[str, str]
+    path: Path, compose: _Composer, group: str, name: str, defaults: dict[str, str]
 ) -> list[str]:
     import yaml
     from omegaconf import OmegaConf
 
-    path = conf_dir / group / f"{name}.yaml"
     mark = " (default)" if defaults.get(group) == name else ""
     out = [f"### `{group}={name}`{mark} {{ #{_anchor(group, name)} }}", ""]
     header = [line for line in _header(path)]
@@ -562,8 +593,12 @@ class _Captured(Exception):
         self.parser = parser
 
 
-def command_parser(handler: Any) -> argparse.ArgumentParser:
+def command_parser(handler: Any, name: str = "") -> argparse.ArgumentParser:
     """The first argparse parser ``handler([])`` parses, captured before it parses anything.
+
+    Args:
+        handler: The command's function (``argv -> exit code``).
+        name: What to call it in the error (default: its ``__name__``).
 
     Raises:
         RuntimeError: The handler returned without parsing an argparse parser.
@@ -582,7 +617,7 @@ def command_parser(handler: Any) -> argparse.ArgumentParser:
     finally:
         argparse.ArgumentParser.parse_known_args = original  # type: ignore[method-assign]
         sys.argv = saved_argv
-    raise RuntimeError(f"{handler.__name__} parsed no argparse parser: cannot document it")
+    raise RuntimeError(f"{name or handler.__name__} parsed no argparse parser: cannot document it")
 
 
 _LAUNCHERS = (f"python {sys.argv[0]}", Path(sys.argv[0]).name) if sys.argv[0] else ()
@@ -660,11 +695,12 @@ def cli_reference() -> str:
         "|---|---|",
     ]
     out += [
-        f"| [`{name}`](#rag-exp-{name}) | {_cell(h)} |" for name, (_, h) in cli.COMMANDS.items()
+        f"| [`{name}`](#rag-exp-{name}) | {_cell(c.help)} |" for name, c in cli.COMMANDS.items()
     ]
     out.append("")
-    for name, (handler, help_text) in cli.COMMANDS.items():
-        parser = command_parser(handler)
+    for name, command in cli.COMMANDS.items():
+        help_text = command.help
+        parser = command_parser(command.run, command.function)
         out += [f"## `rag-exp {name}` {{ #rag-exp-{name} }}", "", help_text, ""]
         if parser.description == "Hydra":
             out += [
@@ -684,9 +720,10 @@ def cli_reference() -> str:
 
 
 # --- MkDocs hook and script ------------------------------------------------------------------
-def pages() -> dict[str, str]:
-    """``{site path: Markdown}`` of the generated pages."""
-    return {CONFIG_PAGE: config_reference(), CLI_PAGE: cli_reference()}
+def pages(overlays: tuple[Path, ...] = ()) -> dict[str, str]:
+    """``{site path: Markdown}`` of the generated pages (the config page with the options of
+    ``overlays`` too)."""
+    return {CONFIG_PAGE: config_reference(overlays=overlays), CLI_PAGE: cli_reference()}
 
 
 def on_files(files: Any, config: Any) -> Any:
@@ -703,13 +740,19 @@ def on_files(files: Any, config: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python docs/gen_ref.py OUT_DIR``: write the generated pages under ``OUT_DIR``."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python docs/gen_ref.py OUT_DIR", file=sys.stderr)
-        return 2
-    for uri, text in pages().items():
-        target = Path(args[0]) / uri
+    """``python docs/gen_ref.py OUT_DIR [--config-dir DIR …]``: write the generated pages
+    under ``OUT_DIR``; each ``--config-dir`` overlay's options (a user's ``./conf``, its
+    modules importable from the current folder) are documented too."""
+    parser = argparse.ArgumentParser(prog="python docs/gen_ref.py")
+    parser.add_argument("out_dir", help="folder the pages are written under")
+    parser.add_argument(
+        "--config-dir", action="append", default=[], type=Path, help="an overlay config folder"
+    )
+    opts = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if any(d.is_dir() for d in opts.config_dir) and str(Path.cwd()) not in sys.path:
+        sys.path.append(str(Path.cwd()))  # the overlay's modules, as rag-exp finds them
+    for uri, text in pages(tuple(opts.config_dir)).items():
+        target = Path(opts.out_dir) / uri
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
         print(f"wrote {target}")

@@ -61,11 +61,13 @@ from __future__ import annotations
 import argparse
 import atexit
 import gc
+import importlib
 import os
 import signal
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from rag_experiments.common import interrupt
@@ -110,26 +112,36 @@ def _without_hydra_job_line() -> Iterator[None]:
         sys.stderr = err
 
 
-def _run(argv: list[str]) -> int:
+def run_command(argv: list[str]) -> int:
+    """``rag-exp run [hydra flags] [overrides…]``: ``--help`` from ``conf/`` alone (Hydra's
+    own composes: ~30 s), else the Hydra app, composing the config once
+    (:func:`~rag_experiments.config.compose.compose_once`).
 
-    from rag_experiments.run_help import run_help
+    Args:
+        argv: The arguments after ``run``, with the ``./conf`` overlay already added
+            (:func:`~rag_experiments.locations.with_user_conf`).
+    """
+    from rag_experiments.run_help import config_dirs, run_help
 
-    text = run_help(with_user_conf(argv))  # --help from conf/ alone: Hydra's composes (~30 s)
+    text = run_help(argv)
     if text is not None:
         print(text)
         return 0
     from rag_experiments.app import hydra_main, refuse_gated_sweep
+    from rag_experiments.config import register
     from rag_experiments.config.compose import compose_once
 
+    register(config_dirs(argv)[1:])  # the derived schemas of a --config-dir overlay too
     refuse_gated_sweep(argv)  # before Hydra makes the sweep's folder and parent run
-    sys.argv = ["rag-exp run", *with_user_conf(argv)]
+    sys.argv = ["rag-exp run", *argv]
     # the cyclic collector is off from the command's start (main, _collector_paused)
     with compose_once(), _without_hydra_job_line():  # Hydra composes once, not twice
         hydra_main()
     return 0
 
 
-def _serve(argv: list[str]) -> int:
+def serve_command(argv: list[str]) -> int:
+    """``rag-exp serve [--host H] [--port P] [hydra overrides…]``."""
     from rag_experiments.commands.serve import main as serve_main
 
     parser = argparse.ArgumentParser(
@@ -148,111 +160,100 @@ def _serve(argv: list[str]) -> int:
     return 0
 
 
-def _generate(argv: list[str]) -> int:
-    from rag_experiments.commands.generate import generate_command
+@dataclass(frozen=True)
+class Command:
+    """One ``rag-exp`` command, as :data:`COMMANDS` declares it.
 
-    return generate_command(with_user_conf(argv))
+    Attributes:
+        function: ``"module:function"``; the function takes the command's arguments (a list
+            of strings) and returns the exit code. Imported when the command runs.
+        help: The one-line help of ``rag-exp --help``.
+        hydra: A Hydra app (its arguments are overrides): the current folder's ``./conf``
+            overlay is put on its config search path first
+            (:func:`~rag_experiments.locations.with_user_conf`).
+    """
 
+    function: str
+    help: str
+    hydra: bool = False
 
-def _dataset(argv: list[str]) -> int:
-    from rag_experiments.commands.dataset import dataset_command
-
-    return dataset_command(argv)
-
-
-def _judge_check(argv: list[str]) -> int:
-    from rag_experiments.commands.judge_check import judge_check_command
-
-    return judge_check_command(argv)
-
-
-def _review(argv: list[str]) -> int:
-    from rag_experiments.review.server import review_command
-
-    return review_command(argv)
-
-
-def _rerun(argv: list[str]) -> int:
-    from rag_experiments.commands.rerun import rerun_command
-
-    return rerun_command(argv)
+    def run(self, argv: list[str]) -> int:
+        """Import the command's function and call it with ``argv``; its exit code."""
+        module, _, name = self.function.partition(":")
+        handler = getattr(importlib.import_module(module), name)
+        return int(handler(with_user_conf(argv) if self.hydra else list(argv)))
 
 
-def _grade_sheet(argv: list[str]) -> int:
-    from rag_experiments.commands.agreement import grade_sheet_command
-
-    return grade_sheet_command(argv)
-
-
-def _export(argv: list[str]) -> int:
-    from rag_experiments.commands.export import export_command
-
-    return export_command(argv)
-
-
-def _agreement(argv: list[str]) -> int:
-    from rag_experiments.commands.agreement import agreement_command
-
-    return agreement_command(argv)
-
-
-def _compare(argv: list[str]) -> int:
-    from rag_experiments.commands.compare import compare_command
-
-    return compare_command(argv)
-
-
-def _gate(argv: list[str]) -> int:
-    from rag_experiments.commands.gate import gate_command
-
-    return gate_command(argv)
-
-
-def _promote(argv: list[str]) -> int:
-    from rag_experiments.commands.gate import promote_command
-
-    return promote_command(argv)
-
-
-def _init(argv: list[str]) -> int:
-    from rag_experiments.starter import init_command
-
-    return init_command(argv)
-
-
-def _merge(argv: list[str]) -> int:
-    from rag_experiments.commands.merge import merge_command
-
-    return merge_command(argv)
-
-
-def _report(argv: list[str]) -> int:
-    from rag_experiments.commands.report import report_command
-
-    return report_command(argv)
-
-
-COMMANDS = {
-    "run": (_run, "evaluate a RAG configuration (Hydra overrides follow; -m sweeps)"),
-    "serve": (_serve, "serve the built-in baseline as an HTTP endpoint (POST /ask, GET /health)"),
-    "generate": (_generate, "generate an evaluation dataset from PDF/DOCX/MD/TXT with a local LLM"),
-    "dataset": (_dataset, "inspect a dataset: `dataset stats|report <path> [--json]`"),
-    "judge-check": (
-        _judge_check,
+COMMANDS: dict[str, Command] = {
+    "run": Command(
+        "rag_experiments.cli:run_command",
+        "evaluate a RAG configuration (Hydra overrides follow; -m sweeps)",
+        hydra=True,
+    ),
+    "serve": Command(
+        "rag_experiments.cli:serve_command",
+        "serve the built-in baseline as an HTTP endpoint (POST /ask, GET /health)",
+    ),
+    "generate": Command(
+        "rag_experiments.commands.generate:generate_command",
+        "generate an evaluation dataset from PDF/DOCX/MD/TXT with a local LLM",
+        hydra=True,
+    ),
+    "dataset": Command(
+        "rag_experiments.commands.dataset:dataset_command",
+        "inspect a dataset: `dataset stats|report <path> [--json]`",
+    ),
+    "judge-check": Command(
+        "rag_experiments.commands.judge_check:judge_check_command",
         "judge agreement with labeled pairs (kappa, CIs), logged to `judges`",
     ),
-    "review": (_review, "review generated pairs in the browser: upload, generate, edit, approve"),
-    "rerun": (_rerun, "repeat a logged run exactly (`rerun <run_id>`) and diff its metrics"),
-    "grade-sheet": (_grade_sheet, "export a blinded CSV of a run's answers for human grading"),
-    "agreement": (_agreement, "judge-human agreement (Cohen's kappa) from a filled grade sheet"),
-    "compare": (_compare, "did run b beat run a? paired diff, CI, p-value, flipped questions"),
-    "report": (_report, "sweep report on the parent run: table, best configs, plots, Pareto"),
-    "merge": (_merge, "join a sweep's shard runs (shard.index=0..N-1) into one run"),
-    "export": (_export, "write a run's answers as a RAGAS, DeepEval or JSONL dataset file"),
-    "gate": (_gate, "CI regression gate: rules vs a baseline run or alias; exit 0/1/2, JUnit"),
-    "promote": (_promote, "set a baseline alias (e.g. production) of the run's experiment"),
-    "init": (_init, "write a starter conf/ overlay here (an experiment, an HTTP target)"),
+    "review": Command(
+        "rag_experiments.review.server:review_command",
+        "review generated pairs in the browser: upload, generate, edit, approve",
+    ),
+    "rerun": Command(
+        "rag_experiments.commands.rerun:rerun_command",
+        "repeat a logged run exactly (`rerun <run_id>`) and diff its metrics",
+    ),
+    "grade-sheet": Command(
+        "rag_experiments.commands.agreement:grade_sheet_command",
+        "export a blinded CSV of a run's answers for human grading",
+    ),
+    "agreement": Command(
+        "rag_experiments.commands.agreement:agreement_command",
+        "judge-human agreement (Cohen's kappa) from a filled grade sheet",
+    ),
+    "compare": Command(
+        "rag_experiments.commands.compare:compare_command",
+        "did run b beat run a? paired diff, CI, p-value, flipped questions",
+    ),
+    "report": Command(
+        "rag_experiments.commands.report:report_command",
+        "sweep report on the parent run: table, best configs, plots, Pareto",
+    ),
+    "merge": Command(
+        "rag_experiments.commands.merge:merge_command",
+        "join a sweep's shard runs (shard.index=0..N-1) into one run",
+    ),
+    "export": Command(
+        "rag_experiments.commands.export:export_command",
+        "write a run's answers as a RAGAS, DeepEval or JSONL dataset file",
+    ),
+    "gate": Command(
+        "rag_experiments.commands.gate:gate_command",
+        "CI regression gate: rules vs a baseline run or alias; exit 0/1/2, JUnit",
+    ),
+    "promote": Command(
+        "rag_experiments.commands.gate:promote_command",
+        "set a baseline alias (e.g. production) of the run's experiment",
+    ),
+    "init": Command(
+        "rag_experiments.starter:init_command",
+        "write a starter conf/ overlay here (an experiment, an HTTP target)",
+    ),
 }
+"""Every ``rag-exp`` command: name → :class:`Command`. A new command is one entry here and
+its function (in its own module); nothing else of the CLI names it."""
 
 
 @contextmanager
@@ -337,12 +338,12 @@ def _main(args: list[str]) -> int:
         help="show the stack trace of errors (as HYDRA_FULL_ERROR=1 does)",
     )
     sub = parser.add_subparsers(dest="command", metavar="command")
-    for name, (_, help_text) in COMMANDS.items():
-        sub.add_parser(name, help=help_text, add_help=False)
+    for name, declared in COMMANDS.items():
+        sub.add_parser(name, help=declared.help, add_help=False)
     if not args or args[0] not in COMMANDS:
         parser.parse_args(args or ["--help"])
         return 2
-    command, handler = args[0], COMMANDS[args[0]][0]
+    command, handler = args[0], COMMANDS[args[0]].run
     add_user_code_path()  # the user's metric/target modules beside ./conf, for every command
     with scrubbed_console(args[1:]):  # a secret typed as an argument is never echoed
         try:

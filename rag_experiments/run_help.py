@@ -4,8 +4,9 @@ Hydra answers ``--help`` by importing the task's module and the whole package, r
 schemas and walking its config repository: about half a minute on a busy machine, for a text
 that only needs ``conf/config.yaml``'s ``hydra.help`` section and the names of the YAML files
 under ``conf/``. This module prints the same text from those files alone (PyYAML), so the
-listing is the groups a user can pick: the internal ``schema/*`` groups of the structured
-configs (registered in Hydra's ConfigStore, not files) are not shown.
+listing is the groups a user can pick: the internal ``schema/*`` and ``derived/*`` groups of
+the structured configs (registered in Hydra's ConfigStore, not files;
+:mod:`rag_experiments.config.derive`) are not shown.
 """
 
 from __future__ import annotations

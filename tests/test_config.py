@@ -26,6 +26,7 @@ from rag_experiments.config.schema import (
     SCHEMAS,
     GenerationConf,
     JudgeRoleConf,
+    option,
     register_configs,
 )
 from rag_experiments.generate.config import register_generate_config
@@ -243,8 +244,9 @@ class EchoLLMConf(GenerationConf):
 
 
 def test_a_new_chat_provider_is_one_module_one_schema_entry_one_yaml(tmp_path, monkeypatch):
-    monkeypatch.setitem(CHAT_MODELS, "echo", EchoLLMConf)  # the one line in CHAT_MODELS
-    monkeypatch.setitem(SCHEMAS, "judge", dict(SCHEMAS["judge"]))  # restored after the test
+    monkeypatch.setitem(SCHEMAS, "llm", dict(SCHEMAS["llm"]))  # restored after the test
+    monkeypatch.setitem(SCHEMAS, "judge", dict(SCHEMAS["judge"]))
+    option("llm", "echo")(EchoLLMConf)  # the schema's one declaration (@option on the class)
     register_configs()
     overlay = tmp_path / "conf"
     for group, extra in (("llm", "reply: hello\n"), ("judge", "max_tokens: 1024\n")):

@@ -224,7 +224,7 @@ def _help_text(argv: list[str]) -> str:
 
     out = io.StringIO()
     with redirect_stdout(out), pytest.raises(SystemExit):
-        cli.COMMANDS[argv[0]][0](argv[1:])
+        cli.COMMANDS[argv[0]].run(argv[1:])
     return out.getvalue()
 
 

@@ -1,6 +1,6 @@
 """``rag-exp run --help`` is answered from ``conf/`` without composing: the same groups and
 options as Hydra's config repository lists (its reference), minus the internal ``schema/*``
-groups, and a user's overlay adds its own."""
+and ``derived/*`` groups, and a user's overlay adds its own."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _hydra_groups(parent: str = "") -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for group in loader.list_groups(parent):
         name = f"{parent}/{group}" if parent else group
-        if name.split("/")[0] in ("hydra", "schema"):
+        if name.split("/")[0] in ("hydra", "schema", "derived"):
             continue
         options = loader.get_group_options(name, ObjectType.CONFIG)
         if options:

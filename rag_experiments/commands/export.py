@@ -25,22 +25,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
-from rag_experiments.data.jsonl import write_jsonl
-from rag_experiments.data.peer import write_deepeval, write_ragas
+from rag_experiments.data.writers import ExportFormat, export_writers
 from rag_experiments.errors import DatasetError
 from rag_experiments.records import RecordedAnswer, Sample
 
-WRITERS: dict[str, Callable[[Sequence[Sample], str | Path], Path]] = {
-    "ragas": write_ragas,
-    "deepeval": write_deepeval,
-    "jsonl": write_jsonl,
-}
-"""Export format → writer."""
+WRITERS: dict[str, ExportFormat] = export_writers()
+"""Export format → writer, as the writers of :mod:`rag_experiments.data` declare them."""
 
 
 def _missing(value: Any) -> bool:
@@ -134,7 +129,7 @@ def export_run(run_id: str, fmt: str, out: str | Path, tracking_uri: str) -> Pat
     client = open_store(tracking_uri)
     table = read_table(client, run_id)
     samples = table_samples(table.to_dict(orient="records"))
-    return WRITERS[fmt](samples, out)
+    return WRITERS[fmt].write(samples, out)
 
 
 def export_command(argv: list[str]) -> int:
@@ -150,8 +145,7 @@ def export_command(argv: list[str]) -> int:
         "--format",
         required=True,
         choices=sorted(WRITERS),
-        help="ragas: RAGAS EvaluationDataset (.jsonl, .json or .csv by --out's "
-        "extension); deepeval: DeepEval goldens JSON; jsonl: our JSONL",
+        help="; ".join(f"{f.name}: {f.help}" for f in WRITERS.values()),
     )
     parser.add_argument("--out", required=True, help="output file (overwritten)")
     add_tracking_uri(parser, "the run")

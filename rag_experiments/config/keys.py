@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -142,20 +141,9 @@ def constructor_parameters(cls: type) -> list[str]:
     Returns:
         Parameter names (``self`` and ``*args``/``**kwargs`` left out).
     """
-    names: list[str] = []
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        params = list(inspect.signature(init).parameters.values())[1:]
-        names += [
-            p.name
-            for p in params
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in names
-        ]
-        if not any(p.kind == p.VAR_KEYWORD for p in params):
-            break
-    return names
+    from rag_experiments.config.derive import constructor_parameters as parameters
+
+    return [p.name for p in parameters(cls)]
 
 
 def _explain_suite(cause: OmegaConfBaseException) -> str | None:

@@ -16,9 +16,13 @@ defaults, and a YAML option carries only what differs from its schema (a test ch
 :class:`RemoteEmbedderConf` (embedders), :class:`DocMatchConf` (targets),
 :class:`FileDatasetConf` / :class:`RowFileDatasetConf` (datasets).
 
-A new chat provider needs one dataclass here (extending :class:`RemoteChatConf` and a server
-base, or :class:`GenerationConf`) and one entry in :data:`CHAT_MODELS`; its judge schema is
-derived (:func:`judge_schema`).
+Each schema dataclass declares the group and name it is stored under, once, with
+:func:`option` (``@option("retriever", "bm25")``); :data:`SCHEMAS` (and :data:`CHAT_MODELS`,
+its ``llm`` group) is gathered from those declarations. A new chat provider needs one
+dataclass here, declared ``@option("llm", <name>)`` (extending :class:`RemoteChatConf` and a
+server base, or :class:`GenerationConf`); its judge schema is derived (:func:`judge_schema`).
+A part with no schema here (a user's class named by a YAML file of their ``./conf``) gets one
+derived from its constructor (:mod:`rag_experiments.config.derive`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from omegaconf import MISSING
 
 from rag_experiments.analysis.defaults import ALPHA, MIN_PAIRS, N_RESAMPLES, SEED
 from rag_experiments.common.http import TARGET_RETRY, RetryPolicy
+from rag_experiments.config.declare import SCHEMAS, option
+from rag_experiments.config.declare import SchemaOption as SchemaOption  # re-exported
+from rag_experiments.config.declare import schema_option as schema_option  # re-exported
 from rag_experiments.index.bm25_params import INDEX_TITLE, Bm25Params
 
 # NOTE: Optional[...] / Dict / List (not PEP 604 unions) because OmegaConf inspects these
@@ -38,6 +45,7 @@ from rag_experiments.index.bm25_params import INDEX_TITLE, Bm25Params
 
 
 # --- paths -----------------------------------------------------------------------------------
+@option("paths", "paths")
 @dataclass
 class PathsConf:
     """Where things are written. Relative paths resolve against the working directory."""
@@ -133,11 +141,13 @@ class RowFileDatasetConf(FileDatasetConf):
     password: str | None = None
 
 
+@option("dataset", "jsonl")
 @dataclass
 class JsonlDatasetConf(RowFileDatasetConf):
     _target_: str = "rag_experiments.data.jsonl.JsonlDataset"
 
 
+@option("dataset", "mlflow_traces")
 @dataclass
 class MlflowTracesDatasetConf(ComponentConf):
     """Traces of an MLflow experiment (``rag_experiments.data.mlflow_traces``)."""
@@ -151,6 +161,7 @@ class MlflowTracesDatasetConf(ComponentConf):
     name: str | None = None
 
 
+@option("dataset", "beir")
 @dataclass
 class BeirDatasetConf(FileDatasetConf):
     """A BEIR folder; ``max_queries``: a seeded subset of N queries (null = all)."""
@@ -161,21 +172,25 @@ class BeirDatasetConf(FileDatasetConf):
     seed: int = 0
 
 
+@option("dataset", "seed_json")
 @dataclass
 class SeedJsonDatasetConf(RowFileDatasetConf):
     _target_: str = "rag_experiments.data.peer.SeedJsonDataset"
 
 
+@option("dataset", "keywords_jsonl")
 @dataclass
 class KeywordsJsonlDatasetConf(RowFileDatasetConf):
     _target_: str = "rag_experiments.data.peer.KeywordsJsonlDataset"
 
 
+@option("dataset", "ragas")
 @dataclass
 class RagasDatasetConf(RowFileDatasetConf):
     _target_: str = "rag_experiments.data.peer.RagasDataset"
 
 
+@option("dataset", "deepeval")
 @dataclass
 class DeepEvalDatasetConf(RowFileDatasetConf):
     _target_: str = "rag_experiments.data.peer.DeepEvalDataset"
@@ -192,6 +207,13 @@ class HnswConf:
 
 
 # --- target ----------------------------------------------------------------------------------
+@option(
+    "target",
+    "baseline",
+    built=("chunker", "embedder", "retriever", "index", "generator", "generate", "reranker"),
+    consumed=("hnsw",),
+    own_defaults=("system_prompt",),
+)
 @dataclass
 class BaselineTargetConf(ComponentConf):
     """The built-in baseline: chunker → embedder → Chroma → top-k → generator (``llm``)."""
@@ -226,6 +248,7 @@ class HttpResponseConf:
     required: list[str] = field(default_factory=lambda: ["answer", "contexts"])
 
 
+@option("target", "http")
 @dataclass
 class HttpTargetConf(DocMatchConf, BackoffConf):
     """Any RAG service over HTTP (``rag_experiments.targets.http.HttpTarget``). ``body``: a JSON
@@ -259,6 +282,7 @@ class HttpTargetConf(DocMatchConf, BackoffConf):
     """The key itself (redacted everywhere it would be written): prefer ``api_key_env``."""
 
 
+@option("target", "recorded")
 @dataclass
 class RecordedTargetConf(DocMatchConf):
     """Answers read from the dataset rows (``rag_experiments.targets.recorded.RecordedTarget``)."""
@@ -267,11 +291,13 @@ class RecordedTargetConf(DocMatchConf):
 
 
 # --- chunker ---------------------------------------------------------------------------------
+@option("chunker", "none")
 @dataclass
 class NoChunkerConf(ComponentConf):
     _target_: str = "rag_experiments.chunking.none.NoChunker"
 
 
+@option("chunker", "fixed")
 @dataclass
 class FixedChunkerConf(ComponentConf):
     """Windows of ``size`` characters; neighbours share ``overlap`` characters."""
@@ -281,6 +307,7 @@ class FixedChunkerConf(ComponentConf):
     overlap: int = 64
 
 
+@option("chunker", "semantic")
 @dataclass
 class SemanticChunkerConf(ComponentConf):
     """Paragraph- and heading-aware chunks of ``min_size`` to ``size`` characters."""
@@ -299,6 +326,7 @@ class BatchEmbedderConf(ComponentConf):
     normalize: bool = True
 
 
+@option("embedder", "sentence_transformers")
 @dataclass
 class SentenceTransformerEmbedderConf(BatchEmbedderConf):
     """A sentence-transformers model in-process. ``model``: ``minilm`` = the bundled
@@ -313,6 +341,7 @@ class SentenceTransformerEmbedderConf(BatchEmbedderConf):
     cache_dir: str = "${paths.cache_dir}"
 
 
+@option("embedder", "hash")
 @dataclass
 class HashEmbedderConf(ComponentConf):
     _target_: str = "rag_experiments.embedding.hash.HashEmbedder"
@@ -330,6 +359,7 @@ class RemoteEmbedderConf(RemoteConf, BatchEmbedderConf):
     dim: int | None = None
 
 
+@option("embedder", "ollama")
 @dataclass
 class OllamaEmbedderConf(OllamaServerConf, RemoteEmbedderConf):
     """Ollama ``/api/embed``; the id holds the model's digest."""
@@ -339,6 +369,7 @@ class OllamaEmbedderConf(OllamaServerConf, RemoteEmbedderConf):
     truncate: bool = True
 
 
+@option("embedder", "openai")
 @dataclass
 class OpenAIEmbedderConf(OpenAIServerConf, RemoteEmbedderConf):
     """OpenAI-compatible ``/v1/embeddings``; ``dimensions`` is sent to models that can shorten
@@ -349,6 +380,7 @@ class OpenAIEmbedderConf(OpenAIServerConf, RemoteEmbedderConf):
 
 
 # --- retriever -------------------------------------------------------------------------------
+@option("retriever", "retriever")
 @dataclass
 class RetrieverConf(ComponentConf):
     """``top_k`` contexts go to the generator; retrieval metrics see a ranking ``depth`` deep
@@ -379,6 +411,7 @@ class Bm25Conf:
     index_dir: str = "${paths.bm25_dir}"
 
 
+@option("retriever", "bm25")
 @dataclass
 class Bm25RetrieverConf(Bm25Conf, RetrieverConf):
     """BM25 over the chunks (``bm25s``); the index is cached in ``paths.bm25_dir``."""
@@ -386,6 +419,7 @@ class Bm25RetrieverConf(Bm25Conf, RetrieverConf):
     _target_: str = "rag_experiments.retrieval.bm25.Bm25Retriever"
 
 
+@option("retriever", "hybrid")
 @dataclass
 class HybridRetrieverConf(RetrieverConf):
     """Dense and BM25 rankings fused: ``fusion=rrf`` (``Σ 1/(k + rank)``) or ``convex``
@@ -414,6 +448,7 @@ class RerankerConf(ComponentConf):
     candidates: int = 20
 
 
+@option("reranker", "fake")
 @dataclass
 class FakeRerankerConf(RerankerConf):
     """Deterministic reranker: the share of the question's words each document holds."""
@@ -444,6 +479,7 @@ class RerankResponseConf:
     score: str = "relevance_score"
 
 
+@option("reranker", "http")
 @dataclass
 class HttpRerankerConf(RerankerConf, BackoffConf):
     """A cross-encoder behind an HTTP rerank API (``rag_experiments.retrieval.rerank.
@@ -505,6 +541,7 @@ class RemoteChatConf(RemoteConf, GenerationConf):
     slots themselves) and for throughput at many slots."""
 
 
+@option("llm", "embedded")
 @dataclass
 class EmbeddedLLMConf(GenerationConf):
     """llama-cpp-python in-process; ``model_path: null`` = the bundled SmolLM2-135M GGUF."""
@@ -518,6 +555,7 @@ class EmbeddedLLMConf(GenerationConf):
     """Wall clock of one call, seconds."""
 
 
+@option("llm", "fake")
 @dataclass
 class FakeLLMConf(ComponentConf):
     """Deterministic fake model (tests, dry runs): no model call."""
@@ -535,6 +573,7 @@ class FakeLLMConf(ComponentConf):
     noisy_responses: dict[str, Any] = field(default_factory=dict)  # the coin's other script
 
 
+@option("llm", "ollama")
 @dataclass
 class OllamaLLMConf(OllamaServerConf, RemoteChatConf):
     """Ollama's native ``/api/chat``; ``max_tokens`` is sent as ``num_predict`` and ``num_ctx``
@@ -547,6 +586,7 @@ class OllamaLLMConf(OllamaServerConf, RemoteChatConf):
     options: dict[str, Any] = field(default_factory=dict)
 
 
+@option("llm", "openai")
 @dataclass
 class OpenAILLMConf(OpenAIServerConf, RemoteChatConf):
     """OpenAI-compatible ``/v1/chat/completions`` (vLLM, llama.cpp server, LM Studio).
@@ -590,6 +630,7 @@ class JudgeRoleConf:
 
 
 # --- metrics ---------------------------------------------------------------------------------
+@option("metrics", "metrics")
 @dataclass
 class MetricsConf:
     """A metric set. ``suite`` maps a short key to one metric component (each with a
@@ -602,6 +643,7 @@ class MetricsConf:
 
 
 # --- tracking --------------------------------------------------------------------------------
+@option("tracking", "mlflow", built=("run_name",))
 @dataclass
 class TrackingConf(ComponentConf):
     """MLflow location. ``uri``: ``sqlite:///mlruns.db`` (a file in the working directory) or
@@ -626,6 +668,7 @@ class TrackingConf(ComponentConf):
 
 
 # --- gate ------------------------------------------------------------------------------------
+@option("gate", "gate")
 @dataclass
 class GateConf:
     """The regression gate run at the end of ``rag-exp run`` (``gate=default``; rules and
@@ -714,14 +757,10 @@ class RootConf:
     """Human labels for some rows: prediction-powered estimates of judged means."""
 
 
-CHAT_MODELS: dict[str, type] = {
-    "embedded": EmbeddedLLMConf,
-    "fake": FakeLLMConf,
-    "ollama": OllamaLLMConf,
-    "openai": OpenAILLMConf,
-}
-"""Chat-model providers: option name → schema. One entry here gives ``/schema/llm/<name>``
-and the derived ``/schema/judge/<name>`` (:func:`judge_schema`)."""
+CHAT_MODELS: dict[str, type] = SCHEMAS["llm"]
+"""Chat-model providers: option name → schema, the ``llm`` group of :data:`SCHEMAS` (the same
+dict). Each gives ``/schema/llm/<name>`` and the derived ``/schema/judge/<name>``
+(:func:`judge_schema`)."""
 
 
 def judge_schema(chat: type) -> type:
@@ -747,56 +786,16 @@ def judge_schema(chat: type) -> type:
     return made
 
 
-SCHEMAS: dict[str, dict[str, type]] = {
-    "paths": {"paths": PathsConf},
-    "dataset": {
-        "jsonl": JsonlDatasetConf,
-        "beir": BeirDatasetConf,
-        "seed_json": SeedJsonDatasetConf,
-        "keywords_jsonl": KeywordsJsonlDatasetConf,
-        "ragas": RagasDatasetConf,
-        "deepeval": DeepEvalDatasetConf,
-        "mlflow_traces": MlflowTracesDatasetConf,
-    },
-    "target": {
-        "baseline": BaselineTargetConf,
-        "http": HttpTargetConf,
-        "recorded": RecordedTargetConf,
-    },
-    "chunker": {
-        "none": NoChunkerConf,
-        "fixed": FixedChunkerConf,
-        "semantic": SemanticChunkerConf,
-    },
-    "embedder": {
-        "sentence_transformers": SentenceTransformerEmbedderConf,
-        "hash": HashEmbedderConf,
-        "ollama": OllamaEmbedderConf,
-        "openai": OpenAIEmbedderConf,
-    },
-    "retriever": {
-        "retriever": RetrieverConf,
-        "bm25": Bm25RetrieverConf,
-        "hybrid": HybridRetrieverConf,
-    },
-    "reranker": {"http": HttpRerankerConf, "fake": FakeRerankerConf},  # none = null
-    "llm": CHAT_MODELS,
-    "judge": {name: judge_schema(chat) for name, chat in CHAT_MODELS.items()},
-    "metrics": {"metrics": MetricsConf},
-    "tracking": {"mlflow": TrackingConf},
-    "gate": {"gate": GateConf},
-}
-"""``{group: {schema name: dataclass}}``; YAML files name them as ``/schema/<group>/<name>``.
-Add a schema with one entry here (a chat model: one entry in :data:`CHAT_MODELS`)."""
+SCHEMAS["judge"] = {name: judge_schema(chat) for name, chat in CHAT_MODELS.items()}
 
 
 def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent). Call before composing.
 
-    The ``judge`` schemas are derived again from :data:`CHAT_MODELS` (:func:`judge_schema`), so
-    a chat model added to the table after import (a plugin, a test) can serve as judge too.
+    The ``judge`` schemas are derived again from the ``llm`` schemas (:func:`judge_schema`), so
+    a chat model declared after import (a plugin, a test) can serve as judge too.
     """
-    SCHEMAS["judge"].update({name: judge_schema(chat) for name, chat in CHAT_MODELS.items()})
+    SCHEMAS["judge"].update({name: judge_schema(chat) for name, chat in SCHEMAS["llm"].items()})
     cs = ConfigStore.instance()
     cs.store(name="root_schema", node=RootConf)
     for group, schemas in SCHEMAS.items():

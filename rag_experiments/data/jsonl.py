@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.data.corpus import load_corpus_folder, load_corpus_jsonl
+from rag_experiments.data.writers import writes
 from rag_experiments.errors import DatasetError, RowProblem
 from rag_experiments.records import Document, Sample
 
@@ -474,6 +475,7 @@ class JsonlDataset(RowDataset):
         return row
 
 
+@writes("jsonl", "our JSONL")
 def write_jsonl(samples: Iterable[Sample], path: str | Path) -> Path:
     """Write samples in our JSONL format, one JSON object per line.
 

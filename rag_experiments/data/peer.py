@@ -40,6 +40,7 @@ from rag_experiments.data.jsonl import (
     read_json_array_items,
     read_jsonl_rows,
 )
+from rag_experiments.data.writers import writes
 from rag_experiments.errors import DatasetError
 from rag_experiments.records import Sample
 
@@ -520,6 +521,7 @@ def ragas_row(sample: Sample) -> dict[str, Any]:
     return row
 
 
+@writes("ragas", "RAGAS EvaluationDataset (.jsonl, .json or .csv by --out's extension)")
 def write_ragas(samples: Sequence[Sample], path: str | Path) -> Path:
     """Write samples as a RAGAS EvaluationDataset: ``.csv`` (lists as JSON, which RAGAS'
     and Python's literal readers both read), ``.json`` (an array) or else JSON Lines.
@@ -584,6 +586,7 @@ def deepeval_row(sample: Sample) -> dict[str, Any]:
     }
 
 
+@writes("deepeval", "DeepEval goldens JSON")
 def write_deepeval(samples: Sequence[Sample], path: str | Path) -> Path:
     """Write samples as a DeepEval goldens JSON array; :class:`DeepEvalDataset` reads it back
     into equal samples (a sample's metadata keys must not clash with the extras' names).
