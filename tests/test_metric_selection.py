@@ -22,12 +22,15 @@ AGGS = [
     Aggregate("Hit@1", "procedural", 0.5, 2, 0, 0.0, 1.0),
 ]
 NAMES = ["nDCG@10", "Hit@1", "faithfulness"]
+SPECS = [MetricSpec("nDCG@10", key=0), MetricSpec("Hit@1"), MetricSpec("faithfulness", key=6)]
+"""The key metrics carry a priority (as :func:`~rag_experiments.metrics.keys.declared_specs`
+gives them: nDCG@10 and faithfulness are key metrics, Hit@1 is not)."""
 RUN_VALUES = {"n_samples": 4.0, "latency_ms_p50": 12.5, "judge.errors.timeout": 1.0}
 
 
 def test_headline_keeps_key_metrics_types_with_two_values_and_run_values() -> None:
     values = {**to_metrics(AGGS), **RUN_VALUES}
-    assert select_metrics(values, NAMES) == {
+    assert select_metrics(values, SPECS) == {
         "nDCG@10": 0.5,
         "nDCG@10_ci_low": 0.25,
         "nDCG@10_ci_high": 0.75,
@@ -36,9 +39,9 @@ def test_headline_keeps_key_metrics_types_with_two_values_and_run_values() -> No
         "by_type/procedural/nDCG@10": 0.75,  # compliance has one value: not a type's mean
         **RUN_VALUES,
     }
-    assert select_metrics(values, NAMES, "all") == values
+    assert select_metrics(values, SPECS, "all") == values
     with pytest.raises(ConfigError, match="headline"):
-        select_metrics(values, NAMES, "some")
+        select_metrics(values, SPECS, "some")
 
 
 def test_console_table_has_a_retrieval_block_an_answer_block_and_a_legend() -> None:

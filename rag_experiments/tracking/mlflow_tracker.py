@@ -57,6 +57,7 @@ from rag_experiments.common import interrupt
 from rag_experiments.common.redact import REDACTED, is_secret_key, redact
 from rag_experiments.common.uri import resolve_tracking_uri
 from rag_experiments.errors import TrackingError
+from rag_experiments.records import MetricSpec
 from rag_experiments.tracking.names import (
     hash_suffixed,
     sanitize_metric_name,
@@ -628,19 +629,20 @@ class MlflowTracker:
             self.outage.call("metrics", client.log_batch, run_id, metrics=batch)
             self._logged.update((m.key, m.value) for m in batch)
 
-    def log_summary(self, values: Mapping[str, float], metric_names: Sequence[str]) -> None:
+    def log_summary(self, values: Mapping[str, float], specs: Sequence[MetricSpec]) -> None:
         """Log a run's summary values: those :func:`~rag_experiments.tracking.selection.
         select_metrics` selects for the tracker's ``metrics`` mode, as metrics
         (:meth:`log_metrics`). The caller logs the full aggregates as a table.
 
         Args:
             values: ``{canonical name: value}`` (aggregates and run-level values).
-            metric_names: The run's metric columns (whose aggregates ``values`` holds).
+            specs: The run's metric columns (whose aggregates ``values`` holds; those with a
+                key priority are the key metrics).
 
         Raises:
             TrackingError: As :meth:`log_metrics`.
         """
-        self.log_metrics(select_metrics(values, metric_names, self.metrics_mode))
+        self.log_metrics(select_metrics(values, specs, self.metrics_mode))
 
     def log_table(self, rows: Sequence[Mapping[str, Any]], name: str = "per_query") -> None:
         """Log per-row results: ``<name>.json`` for the UI and a full ``<name>_results.csv``.
@@ -742,17 +744,16 @@ class MlflowTracker:
         batch = [RunTag(k, hash_suffixed(v, MAX_TAG_VAL_LENGTH)) for k, v in tags.items()]
         self.outage.call("tags", self._client().log_batch, run_id, tags=batch)
 
-    def log_traces(
-        self, result: Any, metrics: Sequence[Any], target_tags: Mapping[str, str]
-    ) -> None:
+    def log_traces(self, result: Any, target_tags: Mapping[str, str]) -> None:
         """Log one trace per question of ``result`` into the run's experiment, linked to the
-        run (:func:`~rag_experiments.tracking.traces.log_traces`); nothing when the tracker was
+        run (:func:`~rag_experiments.tracking.trace_log.log_traces`); nothing when the tracker was
         built with ``traces=False``. A store that refuses traces (a folder store) costs a
         warning and the run tag ``traces.error``, not the run.
 
         Args:
-            result: The run's :class:`~rag_experiments.runner.EvalResult`.
-            metrics: The run's metrics (who computed each column: judge model or code).
+            result: The run's evaluation result: ``samples``, ``responses``, ``values``,
+                ``audit`` and ``specs`` (each spec says whether it is a key metric and which
+                judge computed it, :class:`~rag_experiments.records.MetricSpec`).
             target_tags: The target's ``describe()`` (``llm.model`` names the generator).
 
         Raises:
@@ -761,7 +762,7 @@ class MlflowTracker:
         run_id = self._require_run()
         if not self.traces_enabled or not result.samples:
             return
-        from rag_experiments.tracking.traces import column_sources, log_traces
+        from rag_experiments.tracking.trace_log import log_traces
 
         try:
             self.outage.call(
@@ -774,7 +775,6 @@ class MlflowTracker:
                 result.responses,
                 result.values,
                 result.specs,
-                sources=column_sources(metrics),
                 audit=result.audit,
                 model=target_tags.get("llm.model"),
             )
