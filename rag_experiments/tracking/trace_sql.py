@@ -56,6 +56,51 @@ from rag_experiments.tracking.trace_shape import (
 
 log = logging.getLogger(__name__)
 
+SCHEMA_REVISION = "dc11669786a5"
+"""MLflow's database schema revision (its alembic head) that the rows written here were written
+and tested against: the head of MLflow 3.17.2, the installed version when this was recorded,
+found with ``python -c "from mlflow.store.db.utils import _get_latest_schema_revision as h;
+print(h())"`` (also the ``version_num`` of ``alembic_version`` in a store that MLflow creates).
+After an MLflow upgrade whose head differs, the writer steps aside (MLflow's API writes the
+traces) until ``tests/test_traces.py`` passes at the new head and this is set to it."""
+
+_REVISION_REPORTED: set[tuple[str, str | None]] = set()
+"""(store URL, revision) pairs whose fallback was already logged (one line per store)."""
+
+
+def schema_revision(store: Any) -> str | None:
+    """The schema revision of a database store: ``version_num`` of MLflow's alembic table
+    ``alembic_version``, or None when it cannot be read (no such table or row)."""
+    import sqlalchemy
+
+    try:
+        with store.engine.connect() as connection:
+            row = connection.execute(
+                sqlalchemy.text("SELECT version_num FROM alembic_version")
+            ).first()
+    except sqlalchemy.exc.SQLAlchemyError:
+        return None
+    return str(row[0]) if row is not None else None
+
+
+def _at_known_revision(store: Any) -> bool:
+    """Whether ``store``'s schema is at :data:`SCHEMA_REVISION`; when not, one log line per
+    store says why traces take MLflow's API instead."""
+    revision = schema_revision(store)
+    if revision == SCHEMA_REVISION:
+        return True
+    where = store.engine.url.render_as_string(hide_password=True)
+    if (where, revision) not in _REVISION_REPORTED:
+        _REVISION_REPORTED.add((where, revision))
+        log.info(
+            "MLflow store %s is at schema revision %s, not %s (the revision the multi-row trace "
+            "writer was tested against): traces go through MLflow's API (slower)",
+            where,
+            revision,
+            SCHEMA_REVISION,
+        )
+    return False
+
 
 class TraceIdConflictError(TrackingError):
     """A trace id to write already belongs to another experiment of the store (the batch
@@ -84,7 +129,8 @@ class SqlTraceWriter:
     @staticmethod
     def _models(store: Any) -> Any:
         """MLflow's table models when ``store`` is a database store this code knows, else None
-        (a server, another MLflow layout, trace rollups on)."""
+        (a server, another MLflow layout, trace rollups on, a schema revision other than
+        :data:`SCHEMA_REVISION`)."""
         from mlflow.store.tracking.rest_store import RestStore
 
         if isinstance(store, RestStore):  # a server: skip the SQL store's imports
@@ -103,6 +149,8 @@ class SqlTraceWriter:
             return None
         if type(store) is not SqlAlchemyStore or rollups_enabled():
             return None
+        if not _at_known_revision(store):
+            return None
         return models
 
     @classmethod
@@ -113,8 +161,8 @@ class SqlTraceWriter:
     @classmethod
     def open(cls, store: Any, experiment_id: str) -> SqlTraceWriter | None:
         """A writer for ``store`` (a client's store, or a tracking server's own backend store
-        in :mod:`~rag_experiments.tracking.server_app`), or None when :meth:`supports` says no:
-        then the API is used."""
+        in :mod:`~rag_experiments.tracking.server_app`), or None when :meth:`supports` says no
+        (another MLflow layout or schema revision, a server): then the API is used."""
         models = cls._models(store)
         if models is None:
             return None
