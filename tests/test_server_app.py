@@ -21,7 +21,7 @@ from test_traces import _log, _rows_of, _store
 
 from rag_experiments.errors import TrackingError
 from rag_experiments.tracking import trace_batch as traces_mod
-from rag_experiments.tracking.mlflow_tracker import open_client
+from rag_experiments.tracking.client import open_client
 from rag_experiments.tracking.server_app import MAX_MB_ENV, create_app
 from rag_experiments.tracking.trace_sql import TraceIdConflictError
 

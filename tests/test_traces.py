@@ -20,7 +20,7 @@ from rag_experiments.metrics.audit import RATIONALE_KEY
 from rag_experiments.metrics.keys import KEY_METRICS
 from rag_experiments.records import ColumnSource, MetricSpec, MetricValue, RagResponse, Sample
 from rag_experiments.tracking import trace_entities, trace_log, trace_shape, trace_sql
-from rag_experiments.tracking.mlflow_tracker import ensure_experiment, open_client
+from rag_experiments.tracking.client import ensure_experiment, open_client
 from rag_experiments.tracking.store import read_table
 from rag_experiments.tracking.trace_log import log_traces
 from rag_experiments.tracking.trace_shape import FAILURE_REASONS, rationale, trace_id_for

@@ -10,7 +10,7 @@ import pytest
 from mlflow_server import mlflow_server  # noqa: F401  (fixture)
 from test_traces import _check_rows_written, _log, _store, _summaries
 
-from rag_experiments.tracking.mlflow_tracker import ensure_experiment, open_client
+from rag_experiments.tracking.client import ensure_experiment, open_client
 from rag_experiments.tracking.trace_shape import trace_id_for
 
 pytestmark = pytest.mark.slow

@@ -29,14 +29,9 @@ from omegaconf import OmegaConf
 from rag_experiments.common import interrupt
 from rag_experiments.common.redact import REDACTED
 from rag_experiments.errors import TrackingError
+from rag_experiments.lifecycle.sweep_callback import MlflowSweepCallback, announce_sweep_end
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
-from rag_experiments.tracking.sweep import (
-    PARENT_RUN_ID_FILE,
-    MlflowSweepCallback,
-    announce_sweep_end,
-    close_sweep,
-    read_parent_run_id,
-)
+from rag_experiments.tracking.sweep import PARENT_RUN_ID_FILE, close_sweep, read_parent_run_id
 
 CONFIG_YAML = "retriever:\n  top_k: 5\nllm:\n  api_key: sk-secret\n"
 
