@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import time
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -121,26 +122,44 @@ def seed_sqlite_store(uri: str) -> bool:
 
 
 def open_client(uri: str, attempts: int = 4) -> mlflow.MlflowClient:
-    """An MLflow client for ``uri`` whose store is created safely when several processes
-    start together on a fresh sqlite file.
+    """The MLflow client of ``uri`` in this process, opened once and shared by every caller
+    (the run's tracker, the sweep's parent run, the job's run name), whose store is created
+    safely when several processes start together on a fresh sqlite file.
 
     A new sqlite file gets MLflow's tables from a cached empty schema
     (:func:`seed_sqlite_store`); otherwise the client's constructor creates the tables when
     they are missing. Both run under :func:`store_lock`, and a race with a process that does
     not take the lock (``UNIQUE constraint``, ``already exists``) is retried with a short
-    backoff.
+    backoff. A failed open is not remembered: the next call tries again.
 
     Args:
         uri: Resolved tracking URI.
         attempts: Tries before the race error is raised.
 
     Returns:
-        The client.
+        The client (the same object for the same ``uri`` within one process).
 
     Raises:
         TrackingError: The lock was not free within :data:`STORE_LOCK_TIMEOUT_S`, or the
             store cannot be opened.
     """
+    key = (os.getpid(), uri)  # a forked worker opens its own
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+    if client is None:
+        client = _open_client(uri, attempts)
+        with _CLIENTS_LOCK:
+            client = _CLIENTS.setdefault(key, client)
+    return client
+
+
+_CLIENTS: dict[tuple[int, str], mlflow.MlflowClient] = {}
+"""The clients :func:`open_client` opened, by (process id, URI)."""
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _open_client(uri: str, attempts: int) -> mlflow.MlflowClient:
+    """A new client for ``uri`` (see :func:`open_client`)."""
     for attempt in range(1, attempts + 1):
         try:
             with store_lock(uri):
