@@ -12,7 +12,6 @@ store the same ids.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -46,8 +45,6 @@ from rag_experiments.tracking.trace_shape import (
     rationale,
     trace_metadata,
 )
-
-log = logging.getLogger(__name__)
 
 
 class _SeededIds(IdGenerator):

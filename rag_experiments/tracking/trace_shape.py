@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -72,8 +71,6 @@ from mlflow.tracing.utils import (
 
 from rag_experiments.llm.errors import JUDGE_ERROR_REASONS
 from rag_experiments.records import ColumnSource, MetricSpec, MetricValue, RagResponse, Sample
-
-log = logging.getLogger(__name__)
 
 CODE_SOURCE_ID = "rag-experiments"
 """Source id of assessments computed by code (retrieval metrics, keyword metrics, refusal)."""
@@ -110,6 +107,8 @@ def otel_span_id(otel_trace_id: int, n: int) -> int:
 
 
 def otel_trace_id_for(run_id: str, question_key: str) -> int:
+    """The OpenTelemetry trace id (128 bits, never 0) of one question of one run: a BLAKE2b
+    hash of both."""
     digest = hashlib.blake2b(f"{run_id}\n{question_key}".encode(), digest_size=16).digest()
     return int.from_bytes(digest, "big") or 1
 
@@ -231,6 +230,7 @@ class TraceParts:
 
 
 def assessment_id(trace_id: str, name: str) -> str:
+    """The id of assessment ``name`` of a trace (``a-`` + 32 hex digits)."""
     return "a-" + hashlib.blake2b(f"{trace_id}/{name}".encode(), digest_size=16).hexdigest()
 
 
@@ -368,6 +368,7 @@ def question_parts(
 
 
 def trace_metadata(parts: TraceParts) -> dict[str, str]:
+    """A trace's metadata: MLflow's trace schema version and the run it belongs to."""
     return {
         TRACE_SCHEMA_VERSION_KEY: str(TRACE_SCHEMA_VERSION),
         TraceMetadataKey.SOURCE_RUN: parts.run_id,
@@ -410,5 +411,6 @@ def question_keys(samples: Sequence[Sample]) -> list[str]:
 
 
 def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    """``items`` in consecutive slices of at most ``size``."""
     for i in range(0, len(items), size):
         yield items[i : i + size]
