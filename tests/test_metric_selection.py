@@ -10,7 +10,7 @@ import pytest
 from rag_experiments.console import summary_table
 from rag_experiments.errors import ConfigError
 from rag_experiments.metrics.aggregate import Aggregate, to_metrics
-from rag_experiments.records import MetricSpec, MetricValue
+from rag_experiments.records import ColumnSource, MetricSpec, MetricValue
 from rag_experiments.tracking.selection import select_metrics
 
 AGGS = [
@@ -98,3 +98,28 @@ def test_console_table_ends_a_repeated_metric_row_with_its_judge_noise() -> None
     lines = summary_table(specs, aggs, run_metrics=run)
     assert lines[2].endswith("  12  judge sd 0.167, flips 33%")
     assert lines[3].endswith("  10")  # judged once: no noise to show
+
+
+def test_specs_carry_their_key_priority_and_judge_as_plain_data() -> None:
+    """What the tracker reads of a metric travels on its specs (issue 37): the key priority
+    declared for the column (nDCG@10: 10, faithfulness: 70 in the built-in declarations), and
+    for a judged metric the judge's model with the audit record that explains the value."""
+    from rag_experiments.llm.fake import FakeChat
+    from rag_experiments.metrics.faithfulness import Faithfulness
+    from rag_experiments.metrics.keys import declared_specs, keyed
+    from rag_experiments.metrics.retrieval import RetrievalMetrics
+
+    retrieval = {
+        s.name: s for s in declared_specs(RetrievalMetrics(cutoffs=(10,), measures=("nDCG", "MAP")))
+    }
+    assert retrieval["nDCG@10"].key == 10 and retrieval["MAP@10"].key is None
+    assert all(s.source is None for s in retrieval.values())  # computed by code
+    (faith,) = declared_specs(Faithfulness(judge=FakeChat(model="judge-m")))
+    assert faith.key == 70
+    assert faith.source == ColumnSource("judge-m", "faithfulness", "rationale")
+    (unjudged,) = declared_specs(Faithfulness(judge=None))
+    assert unjudged.source == ColumnSource("judge", "faithfulness", "rationale")
+    # specs read back from a run's metric_specs.json carry no key: keyed() adds it
+    read_back = [MetricSpec("nDCG@10"), MetricSpec("MAP@10"), MetricSpec("nDCG@10", key=1)]
+    assert [s.key for s in keyed(read_back)] == [10, None, 1]
+    assert MetricSpec("nDCG@10", key=10) == MetricSpec("nDCG@10")  # not part of equality
