@@ -161,7 +161,7 @@ def _log(
             tracker.log_text("\n".join(json.dumps(r) for r in result.audit), "judge_audit.jsonl")
         started = lap("tables/artifacts", started)
 
-        tracker.log_traces(result, exp.metrics, tags)
+        tracker.log_traces(result, tags)
         started = lap("traces", started)
     lap("params/metrics", started)  # ending the run
     return {phase: (wall, cpu) for phase, (wall, cpu) in times.items()}

@@ -193,9 +193,9 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
     """
     from rag_experiments.lifecycle.objective import NaNObjective, nan_reason, objective_value
     from rag_experiments.lifecycle.resume import job_checkpoint
+    from rag_experiments.lifecycle.sweep_callback import child_run_name, parent_run_id_for_job
     from rag_experiments.qualify.registry import apply_qualification
     from rag_experiments.runner import evaluate_in_run
-    from rag_experiments.tracking.sweep import child_run_name, parent_run_id_for_job
 
     params = OmegaConf.to_container(cfg, resolve=True)
     params.pop("resume", None)  # a resumed run must log the params it started with

@@ -40,20 +40,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mlflow.entities import AssessmentSourceType, Feedback
+from mlflow.entities import Feedback
 from mlflow.genai.scorers import Scorer, scorer
 
 from rag_experiments.data.mlflow_traces import REFERENCE_EXPECTATION, answer_of, question_of
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import ChatModel
 from rag_experiments.metrics.answer_relevancy import AnswerRelevancy
+from rag_experiments.metrics.audit import RATIONALE_KEY
 from rag_experiments.metrics.context_precision import ContextPrecision
 from rag_experiments.metrics.context_recall import ContextRecall
 from rag_experiments.metrics.definitions import declared_metrics
 from rag_experiments.metrics.faithfulness import Faithfulness
 from rag_experiments.metrics.judge import JudgedMetric
-from rag_experiments.records import RagResponse, Sample
-from rag_experiments.tracking.traces import ColumnSource, feedback
+from rag_experiments.records import ColumnSource, RagResponse, Sample
+from rag_experiments.tracking.trace_entities import feedback
 
 
 def resolve_judge(judge: Any) -> Any:
@@ -145,7 +146,7 @@ def metric_scorer(metric: JudgedMetric, name: str | None = None) -> Scorer:
         = ``LLM_JUDGE`` with the judge's model id).
     """
     model = str(metric.judge.describe().get("model", "judge")) if metric.judge else "judge"
-    source = ColumnSource(AssessmentSourceType.LLM_JUDGE, model, str(metric.name))
+    source = ColumnSource(model, str(metric.name), RATIONALE_KEY)
 
     def score(inputs: Any, outputs: Any, expectations: Any, trace: Any) -> list[Feedback]:
         sample, response = row_of(inputs, outputs, expectations, trace)

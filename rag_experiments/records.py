@@ -218,6 +218,23 @@ class MetricValue:
 
 
 @dataclass(frozen=True)
+class ColumnSource:
+    """Who computed an LLM-judged metric column, in plain values: what a reader of the run
+    (a trace assessment) needs without knowing the metric's class.
+
+    Attributes:
+        judge: The judge's model id (``"judge"`` when the judge names none).
+        audit_key: Key of the column's metric in each ``judge_audit.jsonl`` row (the metric's
+            name), whose record explains the column's value.
+        rationale_key: Field of that record holding the explanation lines (``list[str]``).
+    """
+
+    judge: str
+    audit_key: str
+    rationale_key: str
+
+
+@dataclass(frozen=True)
 class MetricSpec:
     """Declaration of one metric column.
 
@@ -227,6 +244,11 @@ class MetricSpec:
         low: Lowest possible value.
         high: Highest possible value.
         description: One line for the README and the MLflow run.
+        key: Priority of a key metric (smaller = more important), None for any other column;
+            filled in from the metric declarations (:func:`~rag_experiments.metrics.keys.
+            declared_specs`). Not part of equality.
+        source: The judge that computed an LLM-judged column, None for a column computed by
+            code. Not part of equality.
     """
 
     name: str
@@ -234,3 +256,5 @@ class MetricSpec:
     low: float = 0.0
     high: float = 1.0
     description: str = ""
+    key: int | None = field(default=None, compare=False)
+    source: ColumnSource | None = field(default=None, compare=False)

@@ -27,6 +27,7 @@ from rag_experiments.llm.errors import JUDGE_ERROR_REASONS, SERVICE_ERROR_REASON
 from rag_experiments.metrics.aggregate import Aggregate, aggregate, percentile, to_metrics
 from rag_experiments.metrics.audit import collect_audit, to_jsonl
 from rag_experiments.metrics.calibration import CalibrationLabels, calibrated_estimates
+from rag_experiments.metrics.keys import declared_specs, keyed
 from rag_experiments.metrics.repeats import FLIP_SUFFIX, SD_SUFFIX, JudgeRepeats
 from rag_experiments.metrics.scheduler import JudgedRowMetric, JudgeScheduler, RowResults
 from rag_experiments.protocols import Metric, Target
@@ -51,7 +52,7 @@ class Tracker(Protocol):
 
     def log_metrics(self, values: dict[str, float], step: int | None = None) -> None: ...
 
-    def log_summary(self, values: dict[str, float], metric_names: list[str]) -> None: ...
+    def log_summary(self, values: dict[str, float], specs: Sequence[MetricSpec]) -> None: ...
 
     def log_table(self, rows: list[dict], name: str = "per_query") -> None: ...
 
@@ -63,9 +64,7 @@ class Tracker(Protocol):
 
     def log_dataset(self, name: str, digest: str, source: str, rows: list[dict]) -> None: ...
 
-    def log_traces(
-        self, result: EvalResult, metrics: Sequence[Metric], target_tags: dict[str, str]
-    ) -> None: ...
+    def log_traces(self, result: EvalResult, target_tags: dict[str, str]) -> None: ...
 
     def set_tags(self, tags: dict[str, str]) -> None: ...
 
@@ -80,7 +79,9 @@ class EvalResult:
         samples: The samples, in dataset order.
         responses: One response per sample.
         values: One ``{metric: MetricValue}`` per sample.
-        specs: Declared metric columns, in output order.
+        specs: Declared metric columns, in output order, each with its key priority and, for
+            a judged column, its judge (:func:`~rag_experiments.metrics.keys.declared_specs`):
+            what the tracker reads of a metric.
         aggregates: Means and counts, overall and per question type.
         counts: ``n_samples``, ``n_failed``, ``n_unanswerable``, ``n_cached_answers``,
             ``duration_s``, ``latency_ms_p50`` and ``latency_ms_p95`` (see :func:`summarise`).
@@ -224,7 +225,7 @@ def _score_all(
     values: list[dict[str, MetricValue]] = [{} for _ in samples]
     audits: dict[str, list[dict[str, Any]]] = {}
     for metric in metrics:
-        mspecs = metric.specs()
+        mspecs = declared_specs(metric)  # key priority and judge source on each spec
         specs.extend(mspecs)
         try:
             result = judged.get(id(metric))
@@ -518,7 +519,7 @@ def evaluate_in_run(
     and per type), the metric specs, the headline metrics (:mod:`~rag_experiments.tracking.
     selection`: key metrics, counts, judge usage), tags (target
     identity), with judged metrics ``judge_audit.jsonl``, and one trace per question
-    (:mod:`~rag_experiments.tracking.traces`). Everything is logged before the failure-rate
+    (:mod:`~rag_experiments.tracking.trace_log`). Everything is logged before the failure-rate
     checks.
 
     Args:
@@ -564,7 +565,7 @@ def evaluate_in_run(
         result.run_values.update(calibrated_estimates(calibration, ids, result.values))
     tracker.set_tags(target.describe())
     log_result(result, tracker, dataset)
-    tracker.log_traces(result, metrics, target.describe())  # one MLflow trace per question
+    tracker.log_traces(result, target.describe())  # one MLflow trace per question
     n = max(1, len(result.samples))
     rate = result.counts["n_failed"] / n
     log.info("logged %d samples to %s", len(result.samples), tracker.describe_location())
@@ -610,7 +611,7 @@ def log_result(result: EvalResult, tracker: Tracker, dataset: EvalDataset) -> No
         tracker.log_dict(dataset.skipped, "skipped_files.json")
     if result.audit:
         tracker.log_text(to_jsonl(result.audit), "judge_audit.jsonl")
-    tracker.log_summary(result.metrics(), [s.name for s in result.specs])
+    tracker.log_summary(result.metrics(), keyed(result.specs))
 
 
 def _check_judge_gave_verdicts(result: EvalResult, metrics: Sequence[Metric]) -> None:

@@ -27,7 +27,7 @@ from rag_experiments.retrieval.base import Hit, RerankerBase, RetrievalResult, r
 from rag_experiments.retrieval.bm25 import Bm25Retriever
 from rag_experiments.retrieval.hybrid import HybridRetriever, convex, rrf
 from rag_experiments.targets.baseline import BaselineTarget
-from rag_experiments.tracking.traces import _documents
+from rag_experiments.tracking.trace_shape import _documents
 
 DOCS = {
     "d1": "the cat sat on the mat",

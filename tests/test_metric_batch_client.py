@@ -35,7 +35,7 @@ def _send(monkeypatch: pytest.MonkeyPatch, answer: _Answer, host: str) -> bool:
         return answer
 
     monkeypatch.setattr(rest_utils, "http_request", http_request)
-    monkeypatch.setattr(metric_batch, "_has_batch_endpoint", lambda store: True)
+    monkeypatch.setattr(metric_batch, "has_batch_endpoint", lambda store: True)
     store = SimpleNamespace(get_host_creds=lambda: SimpleNamespace(host=host))
     sent = metric_batch.send_metrics(store, "r1", METRICS)
     assert requests == [metric_batch.METRICS_PATH]

@@ -10,7 +10,7 @@ import pytest
 from rag_experiments.console import summary_table
 from rag_experiments.errors import ConfigError
 from rag_experiments.metrics.aggregate import Aggregate, to_metrics
-from rag_experiments.records import MetricSpec, MetricValue
+from rag_experiments.records import ColumnSource, MetricSpec, MetricValue
 from rag_experiments.tracking.selection import select_metrics
 
 AGGS = [
@@ -22,12 +22,15 @@ AGGS = [
     Aggregate("Hit@1", "procedural", 0.5, 2, 0, 0.0, 1.0),
 ]
 NAMES = ["nDCG@10", "Hit@1", "faithfulness"]
+SPECS = [MetricSpec("nDCG@10", key=0), MetricSpec("Hit@1"), MetricSpec("faithfulness", key=6)]
+"""The key metrics carry a priority (as :func:`~rag_experiments.metrics.keys.declared_specs`
+gives them: nDCG@10 and faithfulness are key metrics, Hit@1 is not)."""
 RUN_VALUES = {"n_samples": 4.0, "latency_ms_p50": 12.5, "judge.errors.timeout": 1.0}
 
 
 def test_headline_keeps_key_metrics_types_with_two_values_and_run_values() -> None:
     values = {**to_metrics(AGGS), **RUN_VALUES}
-    assert select_metrics(values, NAMES) == {
+    assert select_metrics(values, SPECS) == {
         "nDCG@10": 0.5,
         "nDCG@10_ci_low": 0.25,
         "nDCG@10_ci_high": 0.75,
@@ -36,9 +39,9 @@ def test_headline_keeps_key_metrics_types_with_two_values_and_run_values() -> No
         "by_type/procedural/nDCG@10": 0.75,  # compliance has one value: not a type's mean
         **RUN_VALUES,
     }
-    assert select_metrics(values, NAMES, "all") == values
+    assert select_metrics(values, SPECS, "all") == values
     with pytest.raises(ConfigError, match="headline"):
-        select_metrics(values, NAMES, "some")
+        select_metrics(values, SPECS, "some")
 
 
 def test_console_table_has_a_retrieval_block_an_answer_block_and_a_legend() -> None:
@@ -95,3 +98,28 @@ def test_console_table_ends_a_repeated_metric_row_with_its_judge_noise() -> None
     lines = summary_table(specs, aggs, run_metrics=run)
     assert lines[2].endswith("  12  judge sd 0.167, flips 33%")
     assert lines[3].endswith("  10")  # judged once: no noise to show
+
+
+def test_specs_carry_their_key_priority_and_judge_as_plain_data() -> None:
+    """What the tracker reads of a metric travels on its specs (issue 37): the key priority
+    declared for the column (nDCG@10: 10, faithfulness: 70 in the built-in declarations), and
+    for a judged metric the judge's model with the audit record that explains the value."""
+    from rag_experiments.llm.fake import FakeChat
+    from rag_experiments.metrics.faithfulness import Faithfulness
+    from rag_experiments.metrics.keys import declared_specs, keyed
+    from rag_experiments.metrics.retrieval import RetrievalMetrics
+
+    retrieval = {
+        s.name: s for s in declared_specs(RetrievalMetrics(cutoffs=(10,), measures=("nDCG", "MAP")))
+    }
+    assert retrieval["nDCG@10"].key == 10 and retrieval["MAP@10"].key is None
+    assert all(s.source is None for s in retrieval.values())  # computed by code
+    (faith,) = declared_specs(Faithfulness(judge=FakeChat(model="judge-m")))
+    assert faith.key == 70
+    assert faith.source == ColumnSource("judge-m", "faithfulness", "rationale")
+    (unjudged,) = declared_specs(Faithfulness(judge=None))
+    assert unjudged.source == ColumnSource("judge", "faithfulness", "rationale")
+    # specs read back from a run's metric_specs.json carry no key: keyed() adds it
+    read_back = [MetricSpec("nDCG@10"), MetricSpec("MAP@10"), MetricSpec("nDCG@10", key=1)]
+    assert [s.key for s in keyed(read_back)] == [10, None, 1]
+    assert MetricSpec("nDCG@10", key=10) == MetricSpec("nDCG@10")  # not part of equality

@@ -20,9 +20,10 @@ from mlflow.tracing.client import TracingClient
 from test_traces import _log, _rows_of, _store
 
 from rag_experiments.errors import TrackingError
-from rag_experiments.tracking import traces as traces_mod
-from rag_experiments.tracking.mlflow_tracker import open_client
+from rag_experiments.tracking import trace_batch as traces_mod
+from rag_experiments.tracking.client import open_client
 from rag_experiments.tracking.server_app import MAX_MB_ENV, create_app
+from rag_experiments.tracking.trace_sql import TraceIdConflictError
 
 pytestmark = pytest.mark.slow  # a sqlite store per test: 2-20 s on the shared machine
 
@@ -56,7 +57,7 @@ def app_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, str
         response.encoding = "utf-8"
         return response
 
-    monkeypatch.setattr(traces_mod._PluginTraceWriter, "_post", post)
+    monkeypatch.setattr(traces_mod.PluginTraceWriter, "_post", post)
     return flask_client, uri, experiment_id
 
 
@@ -149,6 +150,6 @@ def test_a_trace_id_of_another_experiment_is_refused_with_409_never_overwritten(
         _log(PLUGIN_URI, other, "run-0")  # the same trace ids, another experiment
     assert [s for s, _ in SENT] == [409]
     assert raised.value.error_code == "RESOURCE_ALREADY_EXISTS"
-    with pytest.raises(traces_mod.TraceIdConflictError, match=f"experiment {experiment_id}"):
+    with pytest.raises(TraceIdConflictError, match=f"experiment {experiment_id}"):
         _log(server_uri, other, "run-0")  # the direct path refuses it the same way
     assert _rows_of(server_uri) == before  # nothing deleted, nothing written

@@ -44,7 +44,7 @@ from mlflow_server import (  # noqa: F401  (fixtures)
 
 from rag_experiments.errors import TrackingError
 from rag_experiments.locations import CONF_DIR
-from rag_experiments.tracking import traces
+from rag_experiments.tracking import trace_batch as traces
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker
 from rag_experiments.tracking.store import read_table
 
@@ -420,7 +420,7 @@ def test_the_app_server_restarted_during_a_trace_batch_loses_and_doubles_nothing
 ) -> None:
     uri = own_pg_app_server.url
     reference = _run_in_process(tmp_path / "ref", uri, "reference")
-    original = traces._PluginTraceWriter._post
+    original = traces.PluginTraceWriter._post
     posts: list[float] = []
 
     def post(self: Any, data: bytes) -> Any:  # a requests.Response
@@ -430,7 +430,7 @@ def test_the_app_server_restarted_during_a_trace_batch_loses_and_doubles_nothing
             threading.Timer(5.0, own_pg_app_server.start).start()
         return original(self, data)
 
-    monkeypatch.setattr(traces._PluginTraceWriter, "_post", post)
+    monkeypatch.setattr(traces.PluginTraceWriter, "_post", post)
     run_id = _run_in_process(tmp_path / "faulty", uri, "restarted")
     assert len(posts) >= 2, "the batch request was not retried"
     assert posts[-1] - posts[0] >= 4.0  # the retry that succeeded came after the restart

@@ -8,7 +8,8 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from rag_experiments.tracking.mlflow_tracker import MlflowTracker, seed_sqlite_store
+from rag_experiments.tracking.client import seed_sqlite_store
+from rag_experiments.tracking.mlflow_tracker import MlflowTracker
 
 pytestmark = pytest.mark.slow  # MLflow's own migrations on a new file take seconds
 

@@ -1,4 +1,4 @@
-"""The client of the trace batch endpoint keeps :data:`~rag_experiments.tracking.traces.
+"""The client of the trace batch endpoint keeps :data:`~rag_experiments.tracking.trace_batch.
 BATCH_IN_FLIGHT` requests in flight, never more, and a failed request is raised only once every
 request of the call has ended (a retry of the call never races one of them), alone: a later
 failure neither replaces it nor is chained onto it."""
@@ -15,7 +15,7 @@ import pytest
 import requests
 from mlflow.exceptions import MlflowException
 
-import rag_experiments.tracking.traces as traces
+import rag_experiments.tracking.trace_batch as traces
 
 
 def _answer(n: int) -> requests.Response:
@@ -61,18 +61,18 @@ class _Posts:
 
 
 @pytest.fixture
-def writer(monkeypatch: pytest.MonkeyPatch) -> traces._PluginTraceWriter:
+def writer(monkeypatch: pytest.MonkeyPatch) -> traces.PluginTraceWriter:
     monkeypatch.setattr(traces, "parts_to_json", lambda parts: parts)
-    monkeypatch.setattr(traces._PluginTraceWriter, "_encode", lambda self, t: str(len(t)).encode())
+    monkeypatch.setattr(traces.PluginTraceWriter, "_encode", lambda self, t: str(len(t)).encode())
     store = SimpleNamespace(get_host_creds=lambda: SimpleNamespace(host="http://app"))
-    return traces._PluginTraceWriter(store, "1")
+    return traces.PluginTraceWriter(store, "1")
 
 
 def test_two_requests_are_in_flight_and_every_answer_is_counted(
-    writer: traces._PluginTraceWriter, monkeypatch: pytest.MonkeyPatch
+    writer: traces.PluginTraceWriter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     posts = _Posts(fail_first=False)
-    monkeypatch.setattr(traces._PluginTraceWriter, "_post", lambda w, data: posts.post(w, data))
+    monkeypatch.setattr(traces.PluginTraceWriter, "_post", lambda w, data: posts.post(w, data))
     for size in (100, 100, 100, 45):
         writer.write([object()] * size)  # type: ignore[list-item]
     writer.close()
@@ -83,10 +83,10 @@ def test_two_requests_are_in_flight_and_every_answer_is_counted(
 
 
 def test_a_failed_request_is_raised_after_the_other_in_flight_has_ended(
-    writer: traces._PluginTraceWriter, monkeypatch: pytest.MonkeyPatch
+    writer: traces.PluginTraceWriter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     posts = _Posts(fail_first=True)
-    monkeypatch.setattr(traces._PluginTraceWriter, "_post", lambda w, data: posts.post(w, data))
+    monkeypatch.setattr(traces.PluginTraceWriter, "_post", lambda w, data: posts.post(w, data))
     writer.write([object()] * 100)  # type: ignore[list-item]
     writer.write([object()] * 100)  # type: ignore[list-item]
     with pytest.raises(MlflowException, match="boom"):
@@ -96,12 +96,12 @@ def test_a_failed_request_is_raised_after_the_other_in_flight_has_ended(
 
 
 def test_the_first_failure_is_raised_by_write_alone_after_the_other_request_ended(
-    writer: traces._PluginTraceWriter, monkeypatch: pytest.MonkeyPatch
+    writer: traces.PluginTraceWriter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Requests 1 and 2 both fail; the third write waits for request 1 and raises its failure,
     after request 2 ended, with nothing chained; close() then has nothing left to raise."""
     posts = _Posts(fail_first=True, fail_second=True)
-    monkeypatch.setattr(traces._PluginTraceWriter, "_post", lambda w, data: posts.post(w, data))
+    monkeypatch.setattr(traces.PluginTraceWriter, "_post", lambda w, data: posts.post(w, data))
     writer.write([object()] * 100)  # type: ignore[list-item]
     writer.write([object()] * 100)  # type: ignore[list-item]
     with pytest.raises(MlflowException, match="boom") as raised:

@@ -1,4 +1,4 @@
-"""One MLflow trace per evaluated question (rag_experiments.tracking.traces): the issue's
+"""One MLflow trace per evaluated question (rag_experiments.tracking.trace_*): the issue's
 must-show run, the batch writer against MLflow's own API, rationales and tracking.traces=false."""
 
 from __future__ import annotations
@@ -16,18 +16,14 @@ from omegaconf import DictConfig
 
 from rag_experiments.errors import TrackingError
 from rag_experiments.job import run_job
+from rag_experiments.metrics.audit import RATIONALE_KEY
 from rag_experiments.metrics.keys import KEY_METRICS
-from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
-from rag_experiments.tracking import traces as traces_mod
-from rag_experiments.tracking.mlflow_tracker import ensure_experiment, open_client
+from rag_experiments.records import ColumnSource, MetricSpec, MetricValue, RagResponse, Sample
+from rag_experiments.tracking import trace_entities, trace_log, trace_shape, trace_sql
+from rag_experiments.tracking.client import ensure_experiment, open_client
 from rag_experiments.tracking.store import read_table
-from rag_experiments.tracking.traces import (
-    FAILURE_REASONS,
-    ColumnSource,
-    log_traces,
-    rationale,
-    trace_id_for,
-)
+from rag_experiments.tracking.trace_log import log_traces
+from rag_experiments.tracking.trace_shape import FAILURE_REASONS, rationale, trace_id_for
 
 FAKE = ("llm=fake", "judge=fake", "embedder=hash", "metrics=custom")
 
@@ -195,7 +191,11 @@ def _rows() -> tuple[list[Sample], list[RagResponse], list[dict], list[MetricSpe
         ),
         RagResponse(error="timeout", error_message="no answer in 30 s", latency_ms=30000.0),
     ]
-    specs = [MetricSpec("faithfulness"), MetricSpec("nDCG@10"), MetricSpec("MAP@10")]
+    specs = [  # a judged column, a key metric (priority 0), a column computed by code
+        MetricSpec("faithfulness", source=ColumnSource("judge-x", "faithfulness", RATIONALE_KEY)),
+        MetricSpec("nDCG@10", key=0),
+        MetricSpec("MAP@10"),
+    ]
     values = [
         {"faithfulness": MetricValue(0.5), "nDCG@10": MetricValue(1.0), "MAP@10": MetricValue(1.0)},
         {
@@ -207,11 +207,6 @@ def _rows() -> tuple[list[Sample], list[RagResponse], list[dict], list[MetricSpe
     return samples, responses, values, specs
 
 
-SOURCES = {
-    "faithfulness": ColumnSource(AssessmentSourceType.LLM_JUDGE, "judge-x", "faithfulness"),
-    "nDCG@10": ColumnSource(AssessmentSourceType.CODE, "rag-experiments"),
-    "MAP@10": ColumnSource(AssessmentSourceType.CODE, "rag-experiments"),
-}
 AUDIT = [{"id": "a", "faithfulness": {"claims": [{"claim": "c"}], "rationale": ["✓ c (ctx 1)"]}}]
 
 
@@ -226,7 +221,7 @@ def _log(uri: str, experiment_id: str, run_id: str):
     samples, responses, values, specs = _rows()
     return log_traces(
         uri, experiment_id, run_id, samples, responses, values, specs,
-        sources=SOURCES, audit=AUDIT, model="m-1",
+        audit=AUDIT, model="m-1",
     )  # fmt: skip
 
 
@@ -289,7 +284,7 @@ def test_batch_writer_stores_what_mlflow_start_trace_stores(
     summaries = []
     for name, batch in (("bulk", True), ("api", False)):
         if not batch:  # MLflow's own start_trace, one trace per call
-            monkeypatch.setattr(traces_mod._SqlTraceWriter, "open", lambda *a: None)
+            monkeypatch.setattr(trace_sql.SqlTraceWriter, "open", lambda *a: None)
         uri, experiment_id, run_id = _store(tmp_path, name)
         stats = _log(uri, experiment_id, run_id)
         assert (stats.traces, stats.spans, stats.assessments, stats.replaced) == (2, 5, 4, 0)
@@ -345,7 +340,7 @@ def test_batch_writer_writes_the_rows_mlflows_start_trace_and_log_spans_write(
     found = []
     for name, batch in (("bulk", True), ("api", False)):
         if not batch:
-            monkeypatch.setattr(traces_mod._SqlTraceWriter, "open", lambda *a: None)
+            monkeypatch.setattr(trace_sql.SqlTraceWriter, "open", lambda *a: None)
         uri, experiment_id, _ = _store(tmp_path, name)
         _log(uri, experiment_id, "run-0")
         found.append(_rows_of(uri))
@@ -368,14 +363,14 @@ def test_writing_again_after_a_partial_write_leaves_one_complete_trace_per_quest
     calls = []
     # the API path (a server's): trace infos and their spans are separate requests (the
     # sqlite path writes a trace and its spans in one transaction)
-    monkeypatch.setattr(traces_mod._SqlTraceWriter, "open", lambda *a: None)
+    monkeypatch.setattr(trace_sql.SqlTraceWriter, "open", lambda *a: None)
 
     def refuse(self, location, spans):  # noqa: ANN001, ANN202
         calls.append(len(spans))
         raise RuntimeError("connection dropped")
 
     with monkeypatch.context() as patch:
-        patch.setattr(traces_mod.TracingClient, "log_spans", refuse)
+        patch.setattr(trace_log.TracingClient, "log_spans", refuse)
         with pytest.raises(RuntimeError, match="connection dropped"):
             _log(uri, experiment_id, run_id)
     assert calls == [5]
@@ -394,8 +389,8 @@ def test_trace_ids_depend_on_the_run_and_the_question_only() -> None:
     samples, responses, values, specs = _rows()
 
     def build(run_id: str, start_ns: int):
-        return traces_mod.question_trace(
-            samples[0], responses[0], values[0], specs, sources=SOURCES, audit=None,
+        return trace_entities.question_trace(
+            samples[0], responses[0], values[0], specs, audit=None,
             experiment_id="1", run_id=run_id, model="m-1", start_ns=start_ns,
         )  # fmt: skip
 
@@ -406,13 +401,13 @@ def test_trace_ids_depend_on_the_run_and_the_question_only() -> None:
     ids = [a.assessment_id for a in info1.assessments]
     assert ids == [a.assessment_id for a in info2.assessments] and len(set(ids)) == len(ids)
     assert build("r2", 1)[0].trace_id != info1.trace_id
-    assert traces_mod.question_keys([samples[0], samples[1], samples[0]]) == ["a", "b", "a#1"]
+    assert trace_shape.question_keys([samples[0], samples[1], samples[0]]) == ["a", "b", "a#1"]
 
 
 def test_retriever_documents_and_llm_span_timing(tmp_path: Path) -> None:
     samples, responses, values, specs = _rows()
-    info, spans = traces_mod.question_trace(
-        samples[0], responses[0], values[0], specs, sources={}, audit=None,
+    info, spans = trace_entities.question_trace(
+        samples[0], responses[0], values[0], specs, audit=None,
         experiment_id="1", run_id="r", model="m-1", start_ns=1_000_000_000,
     )  # fmt: skip
     root, retrieve, generate = spans
@@ -447,14 +442,14 @@ def test_bulk_span_content_is_mlflows_translation_of_its_own_span(model: str, an
     responses[0].response = answer
     stored = []
     for sample, response, row in zip(samples, responses, values, strict=True):
-        parts = traces_mod._question_parts(
-            sample, response, row, specs, sources=SOURCES, audit=None, run_id="r",
+        parts = trace_shape.question_parts(
+            sample, response, row, specs, audit=None, run_id="r",
             model=model, start_ns=10**18,
         )  # fmt: skip
-        _, spans = traces_mod._entities(parts, "1")
+        _, spans = trace_entities.entities(parts, "1")
         assert len(spans) == len(parts.spans)
         for span, part in zip(spans, parts.spans, strict=True):
-            content = traces_mod._span_content(parts, part)
+            content = trace_sql._span_content(parts, part)
             assert content == translate_span_when_storing(span)
             stored.append(content)
     generate = stored[2]  # question a: root, retrieve, generate
@@ -464,9 +459,12 @@ def test_bulk_span_content_is_mlflows_translation_of_its_own_span(model: str, an
 
 def test_rationale_reads_the_records_lines_after_the_nan_reason_or_flag() -> None:
     record = {"rationale": ["context 1: relevant", "context 2: not relevant"], "verdicts": []}
-    assert rationale(MetricValue(1.0), record) == "context 1: relevant\ncontext 2: not relevant"
+    assert (
+        rationale(MetricValue(1.0), record, RATIONALE_KEY)
+        == "context 1: relevant\ncontext 2: not relevant"
+    )
     failed = {"rationale": ["bad JSON at line 1"], "judgement": {"error": "parse_error"}}
-    assert rationale(MetricValue.nan("parse_error"), failed) == (
+    assert rationale(MetricValue.nan("parse_error"), failed, RATIONALE_KEY) == (
         "NaN: parse_error\nbad JSON at line 1"
     )
     assert rationale(MetricValue(0.0, "empty_context"), None) == "flag: empty_context"
@@ -506,7 +504,5 @@ def test_a_folder_store_is_refused_before_anything_is_written(
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     samples, responses, values, specs = _rows()
     with pytest.raises(TrackingError, match="keeps no trace spans"):
-        log_traces(
-            str(tmp_path / "mlruns"), "0", "r", samples, responses, values, specs, sources={}
-        )
+        log_traces(str(tmp_path / "mlruns"), "0", "r", samples, responses, values, specs)
     assert not (tmp_path / "mlruns").exists() or not list((tmp_path / "mlruns").rglob("traces"))

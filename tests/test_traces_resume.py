@@ -6,7 +6,7 @@ The run is killed at several points of its end-of-run trace logging, one after t
 time in the resumed run: after the first transaction of traces (3 of 8 written), after the
 second one of the resumed run (the old ones replaced, 6 of 8 written), and right after the
 old traces were deleted. A small driver process makes the kill: it wraps one function of
-:mod:`rag_experiments.tracking.traces` so the process sends itself SIGKILL after its
+:mod:`rag_experiments.tracking.trace_sql` so the process sends itself SIGKILL after its
 ``n``-th call, then runs ``rag-exp run`` as usual."""
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ N_QUESTIONS = 8
 
 DRIVER = """
 import os, signal, sys
-from rag_experiments.tracking import traces
+from rag_experiments.tracking import trace_log, trace_sql
 
-traces.TRACES_PER_TRANSACTION = 3  # several transactions and span calls for 8 questions
-traces.SPANS_PER_CALL = 5
+trace_log.TRACES_PER_TRANSACTION = 3  # several transactions and span calls for 8 questions
+trace_sql.TRACES_PER_TRANSACTION = 3
+trace_log.SPANS_PER_CALL = 5
 where, nth = sys.argv[1].split(":")
 calls = []
 
@@ -45,9 +46,9 @@ def killing(original):
     return wrapped
 
 if where == "insert":
-    traces._insert_sql = killing(traces._insert_sql)
+    trace_sql._insert_sql = killing(trace_sql._insert_sql)
 elif where == "delete":
-    traces._SqlTraceWriter.delete_existing = killing(traces._SqlTraceWriter.delete_existing)
+    trace_sql.SqlTraceWriter.delete_existing = killing(trace_sql.SqlTraceWriter.delete_existing)
 sys.argv = ["rag-exp", *sys.argv[2:]]
 from rag_experiments.app import hydra_main
 hydra_main()

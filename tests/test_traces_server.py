@@ -1,5 +1,5 @@
 """Traces logged to a real MLflow tracking server (``http://``, the batched API path of
-rag_experiments.tracking.traces) equal the ones the sqlite fast path stores, and writing them
+rag_experiments.tracking.trace_log) equal the ones the sqlite fast path stores, and writing them
 again (a resume, a retry) replaces instead of adding."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from mlflow_server import mlflow_server  # noqa: F401  (fixture)
 from test_traces import _check_rows_written, _log, _store, _summaries
 
-from rag_experiments.tracking.mlflow_tracker import ensure_experiment, open_client
-from rag_experiments.tracking.traces import trace_id_for
+from rag_experiments.tracking.client import ensure_experiment, open_client
+from rag_experiments.tracking.trace_shape import trace_id_for
 
 pytestmark = pytest.mark.slow
 

@@ -29,12 +29,14 @@ from omegaconf import OmegaConf
 from rag_experiments.common import interrupt
 from rag_experiments.common.redact import REDACTED
 from rag_experiments.errors import TrackingError
+from rag_experiments.lifecycle.sweep_callback import MlflowSweepCallback, announce_sweep_end
+from rag_experiments.tracking import client as client_mod
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
 from rag_experiments.tracking.sweep import (
     PARENT_RUN_ID_FILE,
-    MlflowSweepCallback,
-    announce_sweep_end,
     close_sweep,
+    open_sweep,
+    parent_swept_keys,
     read_parent_run_id,
 )
 
@@ -546,3 +548,28 @@ def test_log_input_retries_only_the_parallel_insert_race(monkeypatch):
     with pytest.raises(RuntimeError, match="permission denied"):
         mt._log_input_racing(object(), {})
     assert len(calls) == 1
+
+
+def test_a_sweep_and_its_job_open_the_store_once(
+    uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 37: the store used to be opened again by every step before a job's run started
+    (the sweep's parent, the job's run name, the tracker); now the process opens it once and
+    every step shares that client."""
+    opened: list[str] = []
+    real = client_mod._open_client
+
+    def counting(uri: str, attempts: int):  # noqa: ANN202
+        opened.append(uri)
+        return real(uri, attempts)
+
+    monkeypatch.setattr(client_mod, "_open_client", counting)
+    sweep_dir = tmp_path / "sw"
+    parent = open_sweep(uri, "sweep-exp", sweep_dir, ["retriever.top_k"])
+    assert parent_swept_keys(uri, parent) == ["retriever.top_k"]  # the job's run name
+    tracker = MlflowTracker(uri, "sweep-exp")
+    with tracker.start_run(params={}, config_yaml="", tags={}, parent_run_id=parent):
+        tracker.log_metrics({"nDCG@10": 0.5})
+    assert close_sweep(uri, str(sweep_dir)) == "FINISHED"
+    assert opened == [uri]
+    assert client_mod.open_client(uri) is client_mod.open_client(uri)

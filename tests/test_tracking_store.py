@@ -10,7 +10,7 @@ import pytest
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from rag_experiments.errors import TrackingError
-from rag_experiments.tracking.mlflow_tracker import ensure_experiment, open_client
+from rag_experiments.tracking.client import ensure_experiment, open_client
 from rag_experiments.tracking.store import (
     child_runs,
     find_runs,

@@ -9,9 +9,16 @@ output declared with ``key=<priority>`` is a key metric, smaller priorities firs
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
+from rag_experiments.metrics.audit import RATIONALE_KEY
 from rag_experiments.metrics.definitions import LiveSequence, declared_outputs
+from rag_experiments.records import ColumnSource, MetricSpec
+
+if TYPE_CHECKING:
+    from rag_experiments.metrics.scheduler import JudgedRowMetric
 
 
 def _key_metrics() -> tuple[str, ...]:
@@ -38,3 +45,50 @@ def key_metrics_among(names: Iterable[str]) -> list[str]:
     """
     present = set(names)
     return [m for m in KEY_METRICS if m in present]
+
+
+def key_priorities() -> dict[str, int]:
+    """``{key metric: priority}`` of every declared key metric (smaller = more important)."""
+    return {d.name: int(d.key) for d in declared_outputs() if d.key is not None}
+
+
+def keyed(specs: Iterable[MetricSpec]) -> list[MetricSpec]:
+    """``specs`` with :attr:`~rag_experiments.records.MetricSpec.key` filled in from the
+    declarations (a spec that already has one keeps it), e.g. for specs read back from a
+    run's ``metric_specs.json``.
+
+    Args:
+        specs: Metric columns.
+
+    Returns:
+        The same columns, in the same order.
+    """
+    priority = key_priorities()
+    return [
+        s
+        if s.key is not None or s.name not in priority
+        else dataclasses.replace(s, key=priority[s.name])
+        for s in specs
+    ]
+
+
+def declared_specs(metric: Any) -> list[MetricSpec]:
+    """A built metric's columns (``metric.specs()``) with what readers of the run need from
+    the metric as plain data on each spec: its key-metric priority
+    (:attr:`~rag_experiments.records.MetricSpec.key`) and, for an LLM-judged metric
+    (``per_row``), the judge's model id with the audit record field that explains the value
+    (:attr:`~rag_experiments.records.MetricSpec.source`, :data:`~rag_experiments.metrics.
+    audit.RATIONALE_KEY`). The tracker reads these instead of the metric.
+
+    Args:
+        metric: A built :class:`~rag_experiments.protocols.Metric`.
+
+    Returns:
+        Its specs, in its order.
+    """
+    source = None
+    if metric.per_row:
+        judge = cast("JudgedRowMetric", metric).judge
+        model = str(judge.describe().get("model", "")) if judge is not None else ""
+        source = ColumnSource(model or "judge", str(metric.name), RATIONALE_KEY)
+    return [dataclasses.replace(s, source=source) for s in keyed(metric.specs())]

@@ -9,19 +9,13 @@ from rag_experiments.common.redact import REDACTED, is_secret_key, redact
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
 from rag_experiments.tracking.names import sanitize_metric_name, sanitize_metric_names
 from rag_experiments.tracking.params import flatten_params
-from rag_experiments.tracking.sweep import (
-    MlflowSweepCallback,
-    parent_run_id_for_job,
-    read_parent_run_id,
-)
+from rag_experiments.tracking.sweep import read_parent_run_id
 
 __all__ = [
     "REDACTED",
-    "MlflowSweepCallback",
     "MlflowTracker",
     "flatten_params",
     "is_secret_key",
-    "parent_run_id_for_job",
     "read_parent_run_id",
     "redact",
     "resolve_tracking_uri",

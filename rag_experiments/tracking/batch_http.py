@@ -1,6 +1,6 @@
 """One gzip'd JSON ``POST`` to an endpoint of ``mlflow server --app-name rag-experiments``
 (:mod:`~rag_experiments.tracking.server_app`): the request both batch clients send, the traces
-(:class:`~rag_experiments.tracking.traces._PluginTraceWriter`) and the metrics
+(:class:`~rag_experiments.tracking.trace_batch.PluginTraceWriter`) and the metrics
 (:func:`~rag_experiments.tracking.metric_batch.send_metrics`).
 
 The request goes through MLflow's own ``http_request`` with the client store's credentials,

@@ -27,7 +27,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.utils.validation import MAX_METRICS_PER_BATCH
 
 from rag_experiments.tracking.batch_http import encode_gzip_json, post_gzip_json
-from rag_experiments.tracking.traces import _has_batch_endpoint, _insert_rows, _SqlTraceWriter
+from rag_experiments.tracking.trace_batch import has_batch_endpoint
+from rag_experiments.tracking.trace_sql import SqlTraceWriter, insert_rows
 
 __all__ = ["METRICS_PATH", "send_metrics", "write_metrics"]
 
@@ -65,7 +66,7 @@ def send_metrics(store: Any, run_id: str, metrics: Sequence[Metric]) -> bool:
     with _LOCK:
         if creds.host in _MISSING:
             return False
-    if not _has_batch_endpoint(store):
+    if not has_batch_endpoint(store):
         return False
     rows = [[m.key, m.value, m.timestamp, m.step] for m in metrics]
     response = post_gzip_json(
@@ -110,7 +111,7 @@ def write_metrics(store: Any, payload: Mapping[str, Any]) -> dict[str, Any]:
     from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric
     from mlflow.utils.validation import _validate_metric, _validate_run_id
 
-    if not _SqlTraceWriter.supports(store):
+    if not SqlTraceWriter.supports(store):
         raise ValueError("the server's backend store is not a database store this app can write")
     run_id = str(payload["run_id"])
     _validate_run_id(run_id)
@@ -156,8 +157,8 @@ def write_metrics(store: Any, payload: Mapping[str, Any]) -> dict[str, Any]:
                 for i in range(0, len(keys), 500)
             )
             if not history:
-                _insert_rows(session, SqlMetric.__table__, rows)
-                _insert_rows(session, table, list(latest.values()))
+                insert_rows(session, SqlMetric.__table__, rows)
+                insert_rows(session, table, list(latest.values()))
                 return {"metrics": len(metrics), "fast": True}
     except MlflowException as exc:  # the session wraps a concurrent writer's key collision
         if not _is_integrity_error(exc.__cause__):
@@ -178,7 +179,7 @@ def _is_mlflow_error(response: Any) -> bool:
 
 def _is_integrity_error(exc: BaseException | None) -> bool:
     """Whether ``exc`` is a key collision: SQLAlchemy's ``IntegrityError`` (multi-row INSERT)
-    or psycopg's (the COPY path of :func:`~rag_experiments.tracking.traces._insert_rows` runs
+    or psycopg's (the COPY path of :func:`~rag_experiments.tracking.trace_sql.insert_rows` runs
     on the driver's cursor, so its errors are not wrapped by SQLAlchemy)."""
     import sqlalchemy.exc
 

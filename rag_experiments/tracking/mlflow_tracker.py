@@ -24,13 +24,12 @@ import math
 import os
 import platform
 import re
-import shutil
 import subprocess
 import time
 import traceback
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -38,8 +37,6 @@ from urllib.parse import urlparse
 import mlflow
 import mlflow.data
 import pandas as pd
-import yaml
-from filelock import FileLock, Timeout
 from mlflow.data.dataset_source import DatasetSource
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
@@ -51,18 +48,18 @@ from mlflow.utils.validation import (
     MAX_PARAMS_TAGS_PER_BATCH,
     MAX_TAG_VAL_LENGTH,
 )
-from sqlalchemy.engine import make_url
 
 from rag_experiments.common import interrupt
-from rag_experiments.common.redact import REDACTED, is_secret_key, redact
+from rag_experiments.common.redact import redact
 from rag_experiments.common.uri import resolve_tracking_uri
 from rag_experiments.errors import TrackingError
+from rag_experiments.records import MetricSpec
+from rag_experiments.tracking.client import ensure_experiment, open_client, racing
 from rag_experiments.tracking.names import (
     hash_suffixed,
-    sanitize_metric_name,
     sanitize_metric_names,
 )
-from rag_experiments.tracking.params import flatten_params
+from rag_experiments.tracking.params import flatten_params, redact_yaml
 from rag_experiments.tracking.resilience import (
     MIN_REQUEST_TIMEOUT_S,
     Outage,
@@ -92,196 +89,8 @@ limit (``MAX_BATCH_LOG_REQUEST_SIZE``) even when JSON escapes non-ASCII text."""
 
 _ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
 _ERROR_TAG_CHARS = 500
-_YAML_LINE = re.compile(r"^(\s*(?:-\s*)?)([^:#\s][^:#]*?)(\s*:\s*)\S.*$")
-"""``<indent><key>: <value>`` in YAML that did not parse (fallback redaction)."""
 
 _T = TypeVar("_T", Param, RunTag)
-
-
-STORE_LOCK_TIMEOUT_S = 300.0
-"""Longest wait for another process creating the same sqlite store or experiment."""
-
-
-def _racing(exc: BaseException) -> bool:
-    """True for the errors of two processes creating the same row or table at once."""
-    text = str(exc)
-    return any(s in text for s in ("UNIQUE constraint", "IntegrityError", "already exists"))
-
-
-def store_lock(uri: str) -> AbstractContextManager[Any]:
-    """A lock held while a sqlite store or an experiment is created: a :class:`filelock.
-    FileLock` on ``<db file>.lock`` next to the database (so processes started together create
-    the tables and the experiment once); no lock for a server URI (the server serialises).
-
-    Args:
-        uri: Resolved tracking URI (see :func:`resolve_tracking_uri`).
-
-    Returns:
-        A context manager.
-    """
-    if not uri.startswith("sqlite:"):
-        return nullcontext()
-    database = make_url(uri).database or "mlruns.db"
-    return FileLock(f"{database}.lock", timeout=STORE_LOCK_TIMEOUT_S)
-
-
-def schema_cache_dir() -> Path:
-    """Folder of the empty MLflow sqlite schemas (:func:`seed_sqlite_store`):
-    ``$XDG_CACHE_HOME/rag-experiments/mlflow-schema`` (``~/.cache/...`` by default)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "rag-experiments" / "mlflow-schema"
-
-
-def _schema_template() -> Path:
-    """An empty sqlite database holding MLflow's tables at its latest schema revision, made
-    once per MLflow version and revision, exactly as MLflow makes a new store's tables
-    (``mlflow.store.db.utils._initialize_tables``: the initial tables, then every alembic
-    migration) on MLflow's own engine, without the rows a store adds when it opens."""
-    from mlflow.store.db import utils as db_utils
-
-    head = db_utils._get_latest_schema_revision()
-    folder = schema_cache_dir()
-    path = folder / f"mlflow-{mlflow.__version__}-{head}.db"
-    if path.is_file():
-        return path
-    folder.mkdir(parents=True, exist_ok=True)
-    with FileLock(f"{path}.lock", timeout=STORE_LOCK_TIMEOUT_S):
-        if not path.is_file():
-            partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-            partial.unlink(missing_ok=True)
-            engine = db_utils.create_sqlalchemy_engine_with_retry(f"sqlite:///{partial}")
-            try:
-                db_utils._initialize_tables(engine)
-            finally:
-                engine.dispose()
-            os.replace(partial, path)
-    return path
-
-
-def seed_sqlite_store(uri: str) -> bool:
-    """Give a sqlite store that does not exist yet MLflow's empty tables by copying them from
-    :func:`_schema_template`, instead of MLflow running its ~60 schema migrations on every new
-    file (about 2 s). MLflow then finds every table at the latest revision and opens the
-    store as one it made itself (``SqlAlchemyStore.__init__``: ``_all_tables_exist``,
-    ``_verify_schema``); the default experiment is added by MLflow when it opens it, as for
-    any new store. Call it under :func:`store_lock`.
-
-    Args:
-        uri: Resolved tracking URI.
-
-    Returns:
-        True when the file was created from the template; False for a server, an existing
-        file, or when no template can be made (MLflow then creates the tables itself).
-    """
-    if not uri.startswith("sqlite:"):
-        return False
-    database = make_url(uri).database
-    if not database or database == ":memory:" or Path(database).exists():
-        return False
-    target = Path(database)
-    try:
-        template = _schema_template()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
-        shutil.copyfile(template, partial)
-        os.replace(partial, target)
-    except Exception as exc:  # noqa: BLE001 - MLflow creates the tables itself instead
-        log.info(
-            "no MLflow schema template (%s: %s); MLflow creates the tables", type(exc).__name__, exc
-        )
-        return False
-    return True
-
-
-def open_client(uri: str, attempts: int = 4) -> mlflow.MlflowClient:
-    """An MLflow client for ``uri`` whose store is created safely when several processes
-    start together on a fresh sqlite file.
-
-    A new sqlite file gets MLflow's tables from a cached empty schema
-    (:func:`seed_sqlite_store`); otherwise the client's constructor creates the tables when
-    they are missing. Both run under :func:`store_lock`, and a race with a process that does
-    not take the lock (``UNIQUE constraint``, ``already exists``) is retried with a short
-    backoff.
-
-    Args:
-        uri: Resolved tracking URI.
-        attempts: Tries before the race error is raised.
-
-    Returns:
-        The client.
-
-    Raises:
-        TrackingError: The lock was not free within :data:`STORE_LOCK_TIMEOUT_S`, or the
-            store cannot be opened.
-    """
-    for attempt in range(1, attempts + 1):
-        try:
-            with store_lock(uri):
-                seed_sqlite_store(uri)
-                return mlflow.MlflowClient(tracking_uri=uri)
-        except Timeout as exc:
-            raise TrackingError(
-                f"Waited {STORE_LOCK_TIMEOUT_S:.0f} s for {exc.lock_file} (another process "
-                f"creating the tracking store {uri}); delete the lock file if no such process "
-                "runs"
-            ) from exc
-        except Exception as exc:  # noqa: BLE001 - sqlalchemy/alembic/MLflow errors alike
-            if not _racing(exc) or attempt == attempts:
-                raise TrackingError(f"Cannot open the MLflow store {uri}: {exc}") from exc
-            log.info("tracking store created by a parallel process; retrying (%d)", attempt)
-            time.sleep(0.2 * attempt)
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def ensure_experiment(client: mlflow.MlflowClient, name: str, uri: str) -> str:
-    """Return the id of experiment ``name``, creating it when missing.
-
-    For a sqlite store the experiment's artifacts go to ``<db folder>/mlartifacts/<name>``
-    (MLflow's default, ``./mlruns``, would depend on the working directory); a server picks its
-    own artifact root.
-
-    Args:
-        client: Client bound to ``uri``.
-        name: Experiment name.
-        uri: Resolved tracking URI (see :func:`resolve_tracking_uri`).
-
-    Returns:
-        The experiment id.
-
-    Raises:
-        TrackingError: If the store cannot be reached or the experiment is deleted.
-    """
-    try:
-        with store_lock(uri):  # processes started together create the experiment once
-            exp = client.get_experiment_by_name(name)
-            if exp is None:
-                location = None
-                if uri.startswith("sqlite:"):
-                    folder = Path(make_url(uri).database or ".").parent / "mlartifacts"
-                    location = (folder / sanitize_metric_name(name).replace("/", "_")).as_uri()
-                try:
-                    return client.create_experiment(name, artifact_location=location)
-                except MlflowException:
-                    exp = client.get_experiment_by_name(name)  # made meanwhile by a server job
-                    if exp is None:
-                        raise
-    except Timeout as e:
-        raise TrackingError(
-            f"Waited {STORE_LOCK_TIMEOUT_S:.0f} s for {e.lock_file} to create experiment "
-            f"{name!r}; delete the lock file if no other process runs"
-        ) from e
-    except MlflowException as e:
-        raise TrackingError(
-            f"Cannot open MLflow experiment {name!r} at {uri}: {e.message}. Check tracking.uri "
-            "(is the server running? is the sqlite file writable?)."
-        ) from e
-    if exp.lifecycle_stage == "deleted":
-        raise TrackingError(
-            f"MLflow experiment {name!r} at {uri} is deleted: restore it "
-            f"(mlflow experiments restore --experiment-id {exp.experiment_id}) or choose "
-            "another tracking.experiment."
-        )
-    return exp.experiment_id
 
 
 def _log_input_racing(dataset: Any, tags: dict[str, str], attempts: int = 4) -> None:
@@ -298,7 +107,7 @@ def _log_input_racing(dataset: Any, tags: dict[str, str], attempts: int = 4) -> 
             mlflow.log_input(dataset, context="evaluation", tags=tags)
             return
         except Exception as exc:  # noqa: BLE001 - MLflow raises MlflowException/RestException
-            if not _racing(exc) or attempt == attempts:
+            if not racing(exc) or attempt == attempts:
                 raise
             log.info("dataset row written by a parallel job; retrying log_input (%d)", attempt)
             time.sleep(0.2 * attempt)
@@ -310,7 +119,7 @@ class MlflowTracker:
     Usage::
 
         tracker = MlflowTracker("sqlite:///mlruns.db", "rag-experiments")
-        with tracker.start_run(params=cfg, config_yaml=text, tags={"dataset": "demo"}) as run_id:
+        with tracker.start_run(params=config, config_yaml=text, tags={"dataset": "demo"}) as run_id:
             tracker.log_metrics({"nDCG@10": 0.71})
             tracker.log_table(rows)
         print(tracker.describe_location())
@@ -628,19 +437,20 @@ class MlflowTracker:
             self.outage.call("metrics", client.log_batch, run_id, metrics=batch)
             self._logged.update((m.key, m.value) for m in batch)
 
-    def log_summary(self, values: Mapping[str, float], metric_names: Sequence[str]) -> None:
+    def log_summary(self, values: Mapping[str, float], specs: Sequence[MetricSpec]) -> None:
         """Log a run's summary values: those :func:`~rag_experiments.tracking.selection.
         select_metrics` selects for the tracker's ``metrics`` mode, as metrics
         (:meth:`log_metrics`). The caller logs the full aggregates as a table.
 
         Args:
             values: ``{canonical name: value}`` (aggregates and run-level values).
-            metric_names: The run's metric columns (whose aggregates ``values`` holds).
+            specs: The run's metric columns (whose aggregates ``values`` holds; those with a
+                key priority are the key metrics).
 
         Raises:
             TrackingError: As :meth:`log_metrics`.
         """
-        self.log_metrics(select_metrics(values, metric_names, self.metrics_mode))
+        self.log_metrics(select_metrics(values, specs, self.metrics_mode))
 
     def log_table(self, rows: Sequence[Mapping[str, Any]], name: str = "per_query") -> None:
         """Log per-row results: ``<name>.json`` for the UI and a full ``<name>_results.csv``.
@@ -742,17 +552,16 @@ class MlflowTracker:
         batch = [RunTag(k, hash_suffixed(v, MAX_TAG_VAL_LENGTH)) for k, v in tags.items()]
         self.outage.call("tags", self._client().log_batch, run_id, tags=batch)
 
-    def log_traces(
-        self, result: Any, metrics: Sequence[Any], target_tags: Mapping[str, str]
-    ) -> None:
+    def log_traces(self, result: Any, target_tags: Mapping[str, str]) -> None:
         """Log one trace per question of ``result`` into the run's experiment, linked to the
-        run (:func:`~rag_experiments.tracking.traces.log_traces`); nothing when the tracker was
+        run (:func:`~rag_experiments.tracking.trace_log.log_traces`); nothing when the tracker was
         built with ``traces=False``. A store that refuses traces (a folder store) costs a
         warning and the run tag ``traces.error``, not the run.
 
         Args:
-            result: The run's :class:`~rag_experiments.runner.EvalResult`.
-            metrics: The run's metrics (who computed each column: judge model or code).
+            result: The run's evaluation result: ``samples``, ``responses``, ``values``,
+                ``audit`` and ``specs`` (each spec says whether it is a key metric and which
+                judge computed it, :class:`~rag_experiments.records.MetricSpec`).
             target_tags: The target's ``describe()`` (``llm.model`` names the generator).
 
         Raises:
@@ -761,7 +570,7 @@ class MlflowTracker:
         run_id = self._require_run()
         if not self.traces_enabled or not result.samples:
             return
-        from rag_experiments.tracking.traces import column_sources, log_traces
+        from rag_experiments.tracking.trace_log import log_traces
 
         try:
             self.outage.call(
@@ -774,7 +583,6 @@ class MlflowTracker:
                 result.responses,
                 result.values,
                 result.specs,
-                sources=column_sources(metrics),
                 audit=result.audit,
                 model=target_tags.get("llm.model"),
             )
@@ -845,39 +653,6 @@ def _no_url_print() -> Iterator[None]:
             os.environ.pop(name, None)
         else:
             os.environ[name] = before
-
-
-def redact_yaml(text: str) -> str:
-    """Redact secrets in a YAML document.
-
-    The document is parsed, redacted with :func:`~rag_experiments.tracking.names.redact` and
-    dumped again (key order kept); when nothing is secret the text is returned unchanged. Text
-    that is not YAML is redacted line by line (``key: value`` lines with a secret key, and
-    ``Bearer`` credentials).
-
-    Args:
-        text: YAML text (e.g. ``OmegaConf.to_yaml(cfg)``).
-
-    Returns:
-        The redacted YAML text.
-    """
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        data = None
-    if isinstance(data, (dict, list)):
-        clean = redact(data)
-        if clean == data:
-            return text
-        return yaml.safe_dump(clean, sort_keys=False, allow_unicode=True)
-    out = []
-    for line in text.splitlines(keepends=True):
-        body = line.rstrip("\r\n")
-        m = _YAML_LINE.match(body)
-        if m and is_secret_key(m.group(2)):
-            line = f"{m.group(1)}{m.group(2)}{m.group(3)}{REDACTED}{line[len(body) :]}"
-        out.append(redact(line))
-    return "".join(out)
 
 
 def _environment_tags() -> dict[str, str]:

@@ -1,4 +1,6 @@
-"""Flatten a nested config into MLflow params: dotted keys, string values, no secrets.
+"""A run's configuration as MLflow records it: flat params (dotted keys, string values, no
+secrets, :func:`flatten_params`) and the redacted ``config.yaml`` (:func:`redact_yaml`). Both
+take plain data (nested dicts and lists, YAML text) that the engine makes from its config.
 
 MLflow params are flat ``key -> str`` pairs with limits taken from
 ``mlflow.utils.validation``: keys at most ``MAX_ENTITY_KEY_LENGTH`` (250) characters of a
@@ -10,17 +12,22 @@ here every cut keeps a hash of the full text.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
+import yaml
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
-from rag_experiments.common.redact import redact
+from rag_experiments.common.redact import REDACTED, is_secret_key, redact
 from rag_experiments.errors import TrackingError
 from rag_experiments.tracking.names import hash_suffixed, sanitize_metric_name
 
+_YAML_LINE = re.compile(r"^(\s*(?:-\s*)?)([^:#\s][^:#]*?)(\s*:\s*)\S.*$")
+"""``<indent><key>: <value>`` in YAML that did not parse (fallback redaction)."""
 
-def flatten_params(cfg: Mapping[str, Any]) -> dict[str, str]:
+
+def flatten_params(config: Mapping[str, Any]) -> dict[str, str]:
     """Turn a nested config into MLflow params.
 
     Rules:
@@ -40,7 +47,7 @@ def flatten_params(cfg: Mapping[str, Any]) -> dict[str, str]:
       suffix ``…[sha256:<first 12 hex of the full value>]``.
 
     Args:
-        cfg: A nested config (plain dicts and lists, e.g. from ``OmegaConf.to_container``).
+        config: A nested config as plain data (dicts, lists and scalars).
 
     Returns:
         ``{key: value}``, each key and value within MLflow's limits, in the config's order.
@@ -50,7 +57,7 @@ def flatten_params(cfg: Mapping[str, Any]) -> dict[str, str]:
     """
     flat: dict[str, str] = {}
     origin: dict[str, str] = {}
-    for path, value in _walk(redact(dict(cfg)), ""):
+    for path, value in _walk(redact(dict(config)), ""):
         key = sanitize_metric_name(path)
         if key in origin:
             raise TrackingError(
@@ -74,3 +81,36 @@ def _walk(node: Mapping[str, Any], prefix: str) -> list[tuple[str, str]]:
         else:
             items.append((path, str(v)))
     return items
+
+
+def redact_yaml(text: str) -> str:
+    """Redact secrets in a YAML document.
+
+    The document is parsed, redacted with :func:`~rag_experiments.tracking.names.redact` and
+    dumped again (key order kept); when nothing is secret the text is returned unchanged. Text
+    that is not YAML is redacted line by line (``key: value`` lines with a secret key, and
+    ``Bearer`` credentials).
+
+    Args:
+        text: YAML text (the resolved config the engine logs).
+
+    Returns:
+        The redacted YAML text.
+    """
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None
+    if isinstance(data, (dict, list)):
+        clean = redact(data)
+        if clean == data:
+            return text
+        return yaml.safe_dump(clean, sort_keys=False, allow_unicode=True)
+    out = []
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        m = _YAML_LINE.match(body)
+        if m and is_secret_key(m.group(2)):
+            line = f"{m.group(1)}{m.group(2)}{m.group(3)}{REDACTED}{line[len(body) :]}"
+        out.append(redact(line))
+    return "".join(out)

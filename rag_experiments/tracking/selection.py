@@ -9,7 +9,8 @@ in the run's tables:
 
 ``tracking.metrics=headline`` (the default) logs as MLflow metrics
 
-* for each key metric (:data:`~rag_experiments.metrics.keys.KEY_METRICS`) the run has: its
+* for each key metric the run has (a column whose spec carries a key priority,
+  :attr:`~rag_experiments.records.MetricSpec.key`, filled in from the metric declarations): its
   mean over all questions ``<m>``, its 95 % CI ``<m>_ci_low`` / ``<m>_ci_high`` and
   ``<m>_n_valid``;
 * per question type, only the key metrics' means ``by_type/<type>/<m>``, and only for a type
@@ -22,18 +23,17 @@ in the run's tables:
 Every aggregate — all metrics, all groups, mean, CI, n_valid and n_nan — is in the run's
 ``average_results.csv`` (one row per metric and group, :meth:`~rag_experiments.runner.
 EvalResult.average_rows`), and the per-question values in ``per_query_results.csv``; readers
-that need a value that was not logged read it there
-(:func:`~rag_experiments.analysis.runs.run_values`).
+that need a value that was not logged read it there.
 
 ``tracking.metrics=all`` logs every value as a metric (the behaviour before this switch).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from rag_experiments.errors import ConfigError
-from rag_experiments.metrics.keys import KEY_METRICS
+from rag_experiments.records import MetricSpec
 
 METRIC_MODES = ("headline", "all")
 """Values of ``tracking.metrics``."""
@@ -42,8 +42,8 @@ MIN_TYPE_VALUES = 2
 """Fewest valid values of a question type for its key-metric means to be logged."""
 
 AGGREGATE_SUFFIXES = ("", "_ci_low", "_ci_high", "_n_valid")
-"""The names :func:`~rag_experiments.metrics.aggregate.to_metrics` gives a metric ``m``: ``m`` +
-each suffix, under ``by_type/<type>/`` for a question type."""
+"""The names a run's summary gives the aggregates of a metric ``m``: ``m`` + each suffix, under
+``by_type/<type>/`` for a question type."""
 
 BY_TYPE = "by_type/"
 
@@ -64,9 +64,8 @@ def check_mode(mode: str) -> str:
 
 def select_metrics(
     values: Mapping[str, float],
-    metric_names: Sequence[str],
+    specs: Sequence[MetricSpec],
     mode: str = "headline",
-    key_metrics: Collection[str] = KEY_METRICS,
 ) -> dict[str, float]:
     """The values to log as MLflow metrics (rules in the module docstring).
 
@@ -74,10 +73,10 @@ def select_metrics(
         values: A run's flat summary, canonical names (``nDCG@10``, ``nDCG@10_ci_low``,
             ``by_type/procedural/nDCG@10``, ``n_samples`` …), as
             :meth:`~rag_experiments.runner.EvalResult.metrics` returns it.
-        metric_names: The run's metric columns (canonical names): the names whose aggregates
-            are in ``values``; any other name is a run-level value and always kept.
+        specs: The run's metric columns: the names whose aggregates are in ``values`` (any
+            other name is a run-level value and always kept); those with a
+            :attr:`~rag_experiments.records.MetricSpec.key` are the key metrics.
         mode: ``headline`` or ``all``.
-        key_metrics: The key metrics (default :data:`KEY_METRICS`).
 
     Returns:
         The selected ``{name: value}``, in the order of ``values``.
@@ -87,9 +86,9 @@ def select_metrics(
     """
     if check_mode(mode) == "all":
         return dict(values)
-    keys = set(key_metrics)
+    keys = {s.name for s in specs if s.key is not None}
     aggregate_of: dict[str, tuple[str, str]] = {}  # overall name -> (metric, suffix)
-    for name in metric_names:
+    for name in (s.name for s in specs):
         for suffix in AGGREGATE_SUFFIXES:
             aggregate_of[name + suffix] = (name, suffix)
     out: dict[str, float] = {}

@@ -6,7 +6,7 @@ each plus about 0.45 ms per assessment, and has no batch endpoint for trace info
 assessments, so logging a run's traces through it costs 11-13x the multi-row INSERT path a
 client with a database URI takes. This app is MLflow's documented extension point for the
 server (entry point group ``mlflow.app``, like MLflow's own ``basic-auth``): it takes MLflow's
-Flask app, adds :data:`~rag_experiments.tracking.traces.BATCH_PATH`, and returns the app as
+Flask app, adds :data:`~rag_experiments.tracking.trace_batch.BATCH_PATH`, and returns the app as
 ``mlflow server`` serves it (wrapped in MLflow's FastAPI app under uvicorn, the default; the
 Flask app itself under gunicorn or waitress). Every MLflow route is unchanged.
 
@@ -14,7 +14,7 @@ Flask app itself under gunicorn or waitress). Every MLflow route is unchanged.
   server's backend store is a database store the multi-row INSERT path knows);
 * ``POST`` takes ``{"protocol": 1, "experiment_id": …, "traces": [...]}`` (JSON, optionally
   gzip'd: ``Content-Encoding: gzip``) and writes those traces, their spans and assessments with
-  :func:`~rag_experiments.tracking.traces.write_batch` into the server's own backend store
+  :func:`~rag_experiments.tracking.trace_batch.write_batch` into the server's own backend store
   (``mlflow.server.handlers._get_tracking_store()``): clients need no database credentials.
   Answers ``{"traces": n, "replaced": k}``; 400 for a malformed request or another protocol,
   409 when a trace id of the batch belongs to ANOTHER experiment (never overwritten; a trace
@@ -50,12 +50,8 @@ from typing import Any
 from flask import Flask, Response, jsonify, request
 
 from rag_experiments.tracking.metric_batch import METRICS_PATH, write_metrics
-from rag_experiments.tracking.traces import (
-    BATCH_PATH,
-    TraceIdConflictError,
-    batch_status,
-    write_batch,
-)
+from rag_experiments.tracking.trace_batch import BATCH_PATH, batch_status, write_batch
+from rag_experiments.tracking.trace_sql import TraceIdConflictError
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +200,7 @@ def _trace_batch() -> Response:
 def _unavailable() -> tuple[type[BaseException], ...]:
     """The errors that mean "the database is unavailable" (answered 503, retried by the
     client): SQLAlchemy's, and psycopg's own, which the COPY path raises unwrapped
-    (:func:`~rag_experiments.tracking.traces._insert_rows` writes on the driver's cursor)."""
+    (:func:`~rag_experiments.tracking.trace_sql.insert_rows` writes on the driver's cursor)."""
     import sqlalchemy.exc
 
     errors: tuple[type[BaseException], ...] = (

@@ -1,52 +1,35 @@
 """Parent/child MLflow runs for Hydra multiruns.
 
 A sweep (``rag-exp -m …``) gets one *parent* run; each job's run is its child (tag
-``mlflow.parentRunId``). The parent is created by :class:`MlflowSweepCallback` before any job
-starts, and its id is written to ``<sweep dir>/mlflow_parent_run_id``. That file is the only
-channel to the jobs, so it works whether they run in the same process (basic launcher) or in
-others (joblib, submitit; the Ray launcher writes it on each job's node,
-:mod:`rag_experiments.lifecycle.launchers`): a job calls :func:`read_parent_run_id` (or
-:func:`parent_run_id_for_job`) and passes the id to
-:meth:`~rag_experiments.tracking.mlflow_tracker.MlflowTracker.start_run`.
-
-Hook it up in the config::
-
-    hydra:
-      callbacks:
-        mlflow_sweep:
-          _target_: rag_experiments.tracking.sweep.MlflowSweepCallback
-          uri: ${tracking.uri}
-          experiment: ${tracking.experiment}
+``mlflow.parentRunId``). The parent is created (:func:`open_sweep`) before any job starts, by
+the sweep's Hydra callback (:mod:`rag_experiments.lifecycle.sweep_callback`), and its id is
+written to ``<sweep dir>/mlflow_parent_run_id``. That file is the only channel to the jobs, so
+it works whether they run in the same process (basic launcher) or in others (joblib, submitit;
+the Ray launcher writes it on each job's node, :mod:`rag_experiments.lifecycle.launchers`): a
+job calls :func:`read_parent_run_id` and passes the id to
+:meth:`~rag_experiments.tracking.mlflow_tracker.MlflowTracker.start_run`. At the end
+:func:`close_sweep` closes the parent with a status derived from its children.
 """
 
 from __future__ import annotations
 
-import atexit
 import datetime as _dt
 import json
 import logging
 import os
 import re
-import tempfile
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from hydra.experimental.callback import Callback
 from hydra.utils import to_absolute_path
 from mlflow.entities import Metric, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
-from omegaconf import DictConfig, OmegaConf
 
-from rag_experiments.common import interrupt
-from rag_experiments.config.reporting import aborting
+from rag_experiments.common.uri import resolve_tracking_uri
 from rag_experiments.errors import TrackingError
-from rag_experiments.tracking.mlflow_tracker import (
-    ensure_experiment,
-    open_client,
-    resolve_tracking_uri,
-)
+from rag_experiments.tracking.client import ensure_experiment, open_client
 from rag_experiments.tracking.resilience import check_server, is_remote
 from rag_experiments.tracking.store import child_runs
 
@@ -57,106 +40,44 @@ PARENT_RUN_ID_FILE = "mlflow_parent_run_id"
 
 SWEPT_TAG = "sweep.params"
 """Tag of the parent run: the swept config keys (JSON list), read by each job to name its run
-(:func:`child_run_name`)."""
+(:func:`~rag_experiments.lifecycle.sweep_callback.child_run_name`)."""
 
 _RUN_ID = re.compile(r"^[a-zA-Z0-9][\w\-]{0,255}$")  # mlflow.utils.validation._RUN_ID_REGEX
 _STATUSES = ("FINISHED", "FAILED", "KILLED", "RUNNING", "SCHEDULED")
 
 
-class MlflowSweepCallback(Callback):
-    """Hydra callback that opens a parent run for a multirun and closes it at the end.
-
-    The parent ends FINISHED when every child run FINISHED, FAILED otherwise (a child that is
-    FAILED or KILLED, or still RUNNING/SCHEDULED at the end because its process died); a
-    sweeper that succeeds past failed children (Optuna) closes it FINISHED first
-    (:func:`close_sweep` ``tolerated``). Metrics
-    ``sweep.children.total`` and ``sweep.children.<status>`` (lower case) count the children.
-
-    Hydra skips ``on_multirun_end`` when a job raises (its sweeper re-raises the job's
-    exception). For that case an ``atexit`` hook closes a parent that is still open, as FAILED
-    with tag ``error``, or KILLED when SIGINT/SIGTERM stopped the sweep
-    (:mod:`rag_experiments.common.interrupt`).
-
-    The parent is tagged ``sweep.params`` with the swept keys, so each job names its run
-    after its swept values (:func:`child_run_name`). At the end (``on_multirun_end``) the
-    sweep report (``rag-exp report``) is logged to the parent when a child finished, and the
-    parent's id, status, store and the report's location are printed as the last lines
-    (:func:`announce_sweep_end`).
+def open_sweep(uri: str, experiment: str, sweep_dir: Path, swept: list[str]) -> str:
+    """Create a sweep's parent run and write its id to ``<sweep_dir>/mlflow_parent_run_id``.
+    A tracking server is asked for ``/health`` first, so a dead one stops the sweep in
+    seconds, before any job (not after MLflow's own retries, minutes).
 
     Args:
-        uri: Tracking URI (same as the jobs' ``tracking.uri``).
-        experiment: Experiment of the parent run (same as the jobs' ``tracking.experiment``:
-            children are looked up in the parent's experiment).
-        report: Build and log the sweep report at the end.
+        uri: Resolved tracking URI.
+        experiment: Experiment of the parent run (created when missing).
+        sweep_dir: The sweep directory (absolute; created when missing): the parent run is
+            named after it and tagged ``sweep.dir``.
+        swept: The swept config keys (:func:`swept_keys`), tagged ``sweep.params``.
+
+    Returns:
+        The parent run id.
+
+    Raises:
+        TrackingError: The tracking store cannot be reached or the parent run cannot be made.
     """
-
-    def __init__(self, uri: str, experiment: str, report: bool = True) -> None:
-        self.uri = resolve_tracking_uri(uri)
-        self.experiment = experiment
-        self.report = report
-        self._open_sweep: Path | None = None
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Create the parent run and write its id to ``<hydra.sweep.dir>/mlflow_parent_run_id``.
-        A tracking server is asked for ``/health`` first, so a dead one stops the sweep in
-        seconds, before any job (not after MLflow's own retries, minutes).
-
-        Raises:
-            CallbackAbort: The tracking store cannot be reached or the parent run cannot be
-                made (a :class:`TrackingError`, printed as one line; no job is launched).
-        """
-        with aborting():
-            self._open(config)
-
-    def _open(self, config: DictConfig) -> None:
-        if is_remote(self.uri):
-            check_server(self.uri)
-        sweep_dir = Path(to_absolute_path(str(config.hydra.sweep.dir)))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        client = open_client(self.uri)
-        experiment_id = ensure_experiment(client, self.experiment, self.uri)
-        name = sweep_dir.name or "sweep-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        swept = swept_keys(
-            list(OmegaConf.select(config, "hydra.overrides.task", default=None) or []),
-            dict(OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}),
-        )
-        tags = {"sweep.dir": str(sweep_dir), SWEPT_TAG: json.dumps(swept)}
-        try:
-            run = client.create_run(experiment_id, run_name=name, tags=tags)
-        except MlflowException as e:
-            raise TrackingError(
-                f"Cannot create the sweep's parent run at {self.uri}: {e.message}"
-            ) from e
-        write_parent_run_id(sweep_dir, run.info.run_id)
-        self._open_sweep = sweep_dir
-        atexit.register(self._close_aborted)
-        log.info("MLflow parent run %s for sweep %s", run.info.run_id, sweep_dir)
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """Close the parent run with a status derived from its children.
-
-        Raises:
-            TrackingError: If the tracking store cannot be reached.
-        """
-        atexit.unregister(self._close_aborted)
-        self._open_sweep = None
-        sweep_dir = to_absolute_path(str(config.hydra.sweep.dir))
-        status = close_sweep(self.uri, sweep_dir)
-        parent_id = read_parent_run_id(sweep_dir)
-        if parent_id is not None and status is not None:
-            print(announce_sweep_end(self.uri, parent_id, status, report=self.report))
-
-    def _close_aborted(self) -> None:
-        """atexit hook: the sweep ended without ``on_multirun_end``. Runs once: a second call
-        (the hook at exit after an explicit call) does nothing."""
-        if self._open_sweep is None:
-            return
-        sweep_dir, self._open_sweep = self._open_sweep, None
-        atexit.unregister(self._close_aborted)
-        try:
-            close_sweep(self.uri, str(sweep_dir), aborted=True, signal_name=interrupt.received())
-        except Exception as e:  # at interpreter exit, report instead of raising
-            log.warning("Could not close the sweep's parent MLflow run: %s", e)
+    if is_remote(uri):
+        check_server(uri)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    client = open_client(uri)
+    experiment_id = ensure_experiment(client, experiment, uri)
+    name = sweep_dir.name or "sweep-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    tags = {"sweep.dir": str(sweep_dir), SWEPT_TAG: json.dumps(swept)}
+    try:
+        run = client.create_run(experiment_id, run_name=name, tags=tags)
+    except MlflowException as e:
+        raise TrackingError(f"Cannot create the sweep's parent run at {uri}: {e.message}") from e
+    write_parent_run_id(sweep_dir, run.info.run_id)
+    log.info("MLflow parent run %s for sweep %s", run.info.run_id, sweep_dir)
+    return str(run.info.run_id)
 
 
 def close_sweep(
@@ -240,64 +161,6 @@ def close_sweep(
     return status
 
 
-def announce_sweep_end(uri: str, parent_id: str, status: str, *, report: bool = True) -> str:
-    """The lines printed at the end of a sweep: the parent run (id, status, children,
-    experiment, store) and where its report is; the report is built and logged first
-    (:mod:`~rag_experiments.analysis.report`) when ``report`` and a child finished. A report
-    that cannot be built costs a line saying why, never the sweep.
-
-    Args:
-        uri: Resolved tracking URI.
-        parent_id: The sweep's parent run.
-        status: The parent's final status.
-        report: Build and log the report.
-
-    Returns:
-        Two lines, no trailing newline, and a third naming ``rag-exp merge`` when the children
-        differ in ``shard.index`` only (the shards of one evaluation).
-    """
-    from rag_experiments.analysis.report import (
-        build_report,
-        log_report,
-        swept_params,
-        write_sweep_report,
-    )
-    from rag_experiments.analysis.runs import artifact_location
-
-    client = open_client(uri)
-    parent = client.get_run(parent_id)
-    experiment = client.get_experiment(parent.info.experiment_id).name
-    children_runs = child_runs(client, parent.info.experiment_id, parent_id)
-    counts = Counter(r.info.status for r in children_runs)
-    children = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "none"
-    lines = [
-        f"sweep parent run {parent_id} {status} (children: {children}) in experiment "
-        f"{experiment!r} at {uri}"
-    ]
-    where = f"rag-exp report {parent_id} --tracking-uri {uri}"
-    if report and counts.get("FINISHED"):
-        try:
-            with tempfile.TemporaryDirectory(prefix="rag-exp-report-") as tmp:
-                built = build_report(client, parent)
-                write_sweep_report(built, Path(tmp))
-                log_report(client, built, Path(tmp))
-            lines.append(
-                f"sweep report: {artifact_location(client, parent_id, 'report/report.html')} "
-                f"(rebuild: {where})"
-            )
-            lines += built.note_lines()  # the caveat of runs that used the embedded model
-        except Exception as exc:  # noqa: BLE001 - the report is a view; the runs are logged
-            lines.append(f"sweep report not built ({type(exc).__name__}: {exc}); try: {where}")
-    else:
-        lines.append(f"sweep report: {where}")
-    if swept_params([dict(r.data.params) for r in children_runs]) == ["shard.index"]:
-        lines.append(
-            f"shards of one evaluation (each holds other questions, so the report ranks "
-            f"nothing): join them into one run with rag-exp merge {parent_id} --tracking-uri {uri}"
-        )
-    return "\n".join(lines)
-
-
 def swept_keys(overrides: list[str], sweeper_params: dict[str, Any]) -> list[str]:
     """The config keys a multirun sweeps: the command-line overrides that are sweeps
     (``chunker.size=256,512``, ``choice(…)``, ``range(…)``) and the sweeper's ``params``
@@ -352,28 +215,19 @@ def job_run_name(job_overrides: list[str], swept: list[str]) -> str | None:
     return ",".join(parts) or None
 
 
-def child_run_name(uri: str) -> str | None:
-    """The run name of the current Hydra job in a sweep (:func:`job_run_name` with the
-    parent's ``sweep.params`` tag); None outside a multirun.
-
-    Args:
-        uri: The job's tracking URI (where the parent run is).
+def parent_swept_keys(uri: str, parent_id: str) -> list[str]:
+    """The swept keys a sweep's parent run is tagged with (``sweep.params``; empty when not
+    tagged).
 
     Raises:
-        TrackingError: The parent-id file is corrupt, or the parent run cannot be read.
+        TrackingError: The parent run cannot be read.
     """
-    from hydra.core.hydra_config import HydraConfig
-
-    parent_id = parent_run_id_for_job()
-    if parent_id is None:
-        return None
-    hydra_cfg = HydraConfig.get()
     uri = resolve_tracking_uri(uri)
     try:
         tag = open_client(uri).get_run(parent_id).data.tags.get(SWEPT_TAG, "[]")
     except MlflowException as e:
         raise TrackingError(f"Cannot read the sweep's parent run {parent_id} at {uri}: {e}") from e
-    return job_run_name(list(hydra_cfg.overrides.task), list(json.loads(tag)))
+    return [str(k) for k in json.loads(tag)]
 
 
 def write_parent_run_id(sweep_dir: Path, run_id: str) -> None:
@@ -419,26 +273,6 @@ def read_parent_run_id(sweep_dir: str) -> str | None:
             "the sweep."
         )
     return text
-
-
-def parent_run_id_for_job() -> str | None:
-    """The parent run id for the current Hydra job: None outside a multirun.
-
-    Returns:
-        The id read from ``hydra.sweep.dir`` in MULTIRUN mode, else None.
-
-    Raises:
-        TrackingError: If the parent-id file is corrupt.
-    """
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if not HydraConfig.initialized():
-        return None
-    hydra_cfg = HydraConfig.get()
-    if hydra_cfg.mode != RunMode.MULTIRUN:
-        return None
-    return read_parent_run_id(str(hydra_cfg.sweep.dir))
 
 
 def _now_ms() -> int:
