@@ -106,7 +106,7 @@ from rag_experiments.errors import ConfigError, DatasetError, TrackingError
 from rag_experiments.metrics.aggregate import bootstrap_ci
 from rag_experiments.tracking.names import sanitize_metric_name
 from rag_experiments.tracking.resilience import Outage
-from rag_experiments.tracking.store import find_runs, get_run, open_store, read_table
+from rag_experiments.tracking.store import RunStore, find_runs, get_run, open_store, read_table
 
 PASS, FAIL, UNDECIDED = "pass", "fail", "undecided"
 EXIT_CODES = {PASS: 0, FAIL: 1, UNDECIDED: 2}
@@ -1029,12 +1029,13 @@ def gate_runs(
         result.results = _all_undecided(settings, result.problem)
         return result
     base_id = result.baseline
-    cand_specs = load_specs(client, candidate_id)
+    store = RunStore(str(client.tracking_uri))  # load_specs reads through the RunStore
+    cand_specs = load_specs(store, candidate_id)
     check_bounds(settings, cand_specs)
     cand_table = read_table(client, candidate_id)
     base_table, noise, base_names = None, {}, None
     if base is not None:
-        base_names = {s.name for s in load_specs(client, base_id)}
+        base_names = {s.name for s in load_specs(store, base_id)}
         base_table = read_table(client, base_id)
         for rule in settings.rules:
             pair = (_judge_sd(base, rule.metric), _judge_sd(cand, rule.metric))

@@ -48,7 +48,7 @@ from rag_experiments.tracking.mlflow_tracker import (
     resolve_tracking_uri,
 )
 from rag_experiments.tracking.resilience import check_server, is_remote
-from rag_experiments.tracking.store import child_runs
+from rag_experiments.tracking.store import RunStore, child_runs
 
 log = logging.getLogger(__name__)
 
@@ -278,11 +278,12 @@ def announce_sweep_end(uri: str, parent_id: str, status: str, *, report: bool = 
     if report and counts.get("FINISHED"):
         try:
             with tempfile.TemporaryDirectory(prefix="rag-exp-report-") as tmp:
-                built = build_report(client, parent)
+                store = RunStore(uri)
+                built = build_report(store, store.get_run(parent_id))
                 write_sweep_report(built, Path(tmp))
-                log_report(client, built, Path(tmp))
+                log_report(store, built, Path(tmp))
             lines.append(
-                f"sweep report: {artifact_location(client, parent_id, 'report/report.html')} "
+                f"sweep report: {artifact_location(store, parent_id, 'report/report.html')} "
                 f"(rebuild: {where})"
             )
             lines += built.note_lines()  # the caveat of runs that used the embedded model
