@@ -142,7 +142,7 @@ class JsonlDatasetConf(RowFileDatasetConf):
 class MlflowTracesDatasetConf(ComponentConf):
     """Traces of an MLflow experiment (``rag_experiments.data.mlflow_traces``)."""
 
-    _target_: str = "rag_experiments.data.mlflow_traces.MlflowTracesDataset"
+    _target_: str = "rag_experiments.tracking.trace_dataset.MlflowTracesDataset"
     experiment: str = MISSING
     tracking_uri: str | None = None
     filter_string: str | None = None
