@@ -36,6 +36,7 @@ from rag_experiments.errors import (
     UsageError,
 )
 from rag_experiments.metrics.calibration import summary_lines as calibration_lines
+from rag_experiments.tracking.record import ARTIFACTS, JUDGE_ERRORS_PREFIX, TAGS
 
 log = logging.getLogger("rag_experiments")
 
@@ -86,8 +87,8 @@ def log_dropped(dataset: EvalDataset, tracker: Any) -> None:
     if dataset.dropped:
         summary = dataset.dropped_summary()
         log.warning("dataset: %s (every id in dropped_rows.json)", summary)
-        tracker.set_tags({"dataset.dropped": summary})
-        tracker.log_dict(dataset.dropped_rows(), "dropped_rows.json")
+        tracker.set_tags({TAGS.dataset_dropped: summary})
+        tracker.log_dict(dataset.dropped_rows(), ARTIFACTS.dropped_rows)
 
 
 def _default_run_name(cfg: DictConfig, dataset_name: str) -> str:
@@ -199,10 +200,10 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
 
     params = OmegaConf.to_container(cfg, resolve=True)
     params.pop("resume", None)  # a resumed run must log the params it started with
-    tags = {"metrics.backend": str(cfg.metrics.name), **(extra_tags or {})}
+    tags = {TAGS.metrics_backend: str(cfg.metrics.name), **(extra_tags or {})}
     caveat = run_caveat(used_chat_roles(cfg))
     if caveat:
-        tags["mlflow.note.content"] = caveat
+        tags[TAGS.note] = caveat
     # A sweep's child is named after its swept values; otherwise, until the dataset is
     # loaded, a dataset config without `name` is called "dataset".
     swept_name = None if cfg.run_name else child_run_name(str(cfg.tracking.uri))
@@ -230,9 +231,10 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         job.attach(tracker)
         exp = exp or build(cfg)
         log_dropped(exp.dataset, tracker)
-        tracker.set_tags({"dataset.questions_digest": exp.dataset.questions_digest})
-        note = tags.get("mlflow.note.content")
-        apply_qualification(qualify_settings(cfg), tracker, exp.session.identity_by_role(), note)
+        tracker.set_tags({TAGS.dataset_questions_digest: exp.dataset.questions_digest})
+        apply_qualification(
+            qualify_settings(cfg), tracker, exp.session.identity_by_role(), tags.get(TAGS.note)
+        )
         checks = exp.checks
         if "target" in checks and job.answers_all(s.id for s in exp.dataset.samples):
             log.info("resume: every answer is in the checkpoint; the target is not checked")
@@ -268,7 +270,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         if objective is not None and math.isnan(objective):  # a failed trial, with its reason
             objective = NaNObjective(nan_reason(str(cfg.objective), result.values))
             log.warning("%s; a sweeper records this trial as failed", objective.reason)
-            tracker.set_tags({"objective.error": objective.reason})
+            tracker.set_tags({TAGS.objective_error: objective.reason})
         job.finish(tracker)  # a resumed run that got here is no longer a failure
     print(f"\n{tracker.describe_location()}")
     table = summary_table(
@@ -280,9 +282,9 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         f"{result.counts['duration_s']:.1f} s"
     )
     judge_errors = {
-        k.removeprefix("judge.errors."): int(v)
+        k.removeprefix(JUDGE_ERRORS_PREFIX): int(v)
         for k, v in summary.items()
-        if k.startswith("judge.errors.")
+        if k.startswith(JUDGE_ERRORS_PREFIX)
     }
     if judge_errors:
         print(

@@ -28,10 +28,11 @@ from rag_experiments.metrics.aggregate import Aggregate, aggregate, percentile, 
 from rag_experiments.metrics.audit import collect_audit, to_jsonl
 from rag_experiments.metrics.calibration import CalibrationLabels, calibrated_estimates
 from rag_experiments.metrics.keys import declared_specs, keyed
-from rag_experiments.metrics.repeats import FLIP_SUFFIX, SD_SUFFIX, JudgeRepeats
+from rag_experiments.metrics.repeats import JudgeRepeats
 from rag_experiments.metrics.scheduler import JudgedRowMetric, JudgeScheduler, RowResults
 from rag_experiments.protocols import Metric, Target
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
+from rag_experiments.tracking.record import PerQueryRow, write_rows
 
 log = logging.getLogger(__name__)
 
@@ -116,40 +117,45 @@ class EvalResult:
         return out
 
     def rows(self) -> list[dict[str, Any]]:
-        """The per-query table: sample fields, response fields, then ``<metric>`` and
-        ``<metric>.reason`` for every metric (full, untruncated text), and ``<metric>.sd`` and
-        ``<metric>.flip`` for every judged metric with ``judge.repeats > 1``."""
+        """The per-query table: :meth:`query_rows` as cells
+        (:meth:`~rag_experiments.tracking.record.PerQueryRow.to_cells`: sample fields, response
+        fields, then ``<metric>`` and ``<metric>.reason`` for every metric, full untruncated
+        text, and ``<metric>.sd`` and ``<metric>.flip`` for every judged metric with
+        ``judge.repeats > 1``)."""
+        return write_rows(self.query_rows())
+
+    def query_rows(self) -> list[PerQueryRow]:
+        """One typed :class:`~rag_experiments.tracking.record.PerQueryRow` per sample, in
+        dataset order."""
         rows = []
-        for s, r, v in zip(self.samples, self.responses, self.values, strict=True):
-            row: dict[str, Any] = {
-                "id": s.id,
-                "question_type": s.question_type,
-                "answerable": s.answerable,
-                "user_input": s.user_input,
-                "reference": s.reference,
-                "response": r.response,
-                "retrieved_contexts": r.retrieved_contexts,
-                "retrieved_ids": r.retrieved_ids,
-                "retrieved_doc_ids": r.retrieved_doc_ids,
-                "retrieved_sources": r.retrieved_sources,
-                "reference_doc_ids": s.reference_doc_ids,
-                "reference_contexts": s.reference_contexts,
-                "keywords": s.keywords,
-                "no_response": r.no_response,
-                "latency_ms": round(r.latency_ms, 3),
-                "cached": served_from_cache(r),
-                "error": r.error,
-                "error_message": r.error_message,
-            }
-            for spec in self.specs:
-                mv = v.get(spec.name, MetricValue.nan("missing"))
-                row[spec.name] = mv.value
-                row[f"{spec.name}.reason"] = mv.reason
-                if spec.name in self.spread:
-                    row[spec.name + SD_SUFFIX] = self.spread[spec.name][len(rows)]
-                if spec.name in self.flips:
-                    row[spec.name + FLIP_SUFFIX] = self.flips[spec.name][len(rows)]
-            rows.append(row)
+        for i, (s, r, v) in enumerate(zip(self.samples, self.responses, self.values, strict=True)):
+            cells = {spec.name: v.get(spec.name, MetricValue.nan("missing")) for spec in self.specs}
+            rows.append(
+                PerQueryRow(
+                    id=s.id,
+                    question_type=s.question_type,
+                    answerable=s.answerable,
+                    user_input=s.user_input,
+                    reference=s.reference,
+                    response=r.response,
+                    retrieved_contexts=r.retrieved_contexts,
+                    retrieved_ids=r.retrieved_ids,
+                    retrieved_doc_ids=r.retrieved_doc_ids,
+                    retrieved_sources=r.retrieved_sources,
+                    reference_doc_ids=s.reference_doc_ids,
+                    reference_contexts=s.reference_contexts,
+                    keywords=s.keywords,
+                    no_response=r.no_response,
+                    latency_ms=round(r.latency_ms, 3),
+                    cached=served_from_cache(r),
+                    error=r.error,
+                    error_message=r.error_message,
+                    values={name: mv.value for name, mv in cells.items()},
+                    reasons={name: mv.reason for name, mv in cells.items()},
+                    sd={c: self.spread[c][i] for c in cells if c in self.spread},
+                    flips={c: self.flips[c][i] for c in cells if c in self.flips},
+                )
+            )
         return rows
 
     def average_rows(self) -> list[dict[str, Any]]:

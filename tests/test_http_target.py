@@ -33,6 +33,7 @@ from rag_experiments.targets.http import TARGET_RETRY, HttpTarget
 from rag_experiments.targets.request_template import RequestTemplate
 from rag_experiments.targets.response_mapping import ResponseMapping, ResponseMappingError
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker
+from rag_experiments.tracking.store import RunStore
 
 # --- a tiny scripted HTTP server ---------------------------------------------------------------
 
@@ -585,7 +586,8 @@ def test_fault_injection_rows_fail_with_reasons_and_averages_cover_the_rest(tmp_
     client = MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("faults").experiment_id])
     assert run.info.status == "FAILED"
-    m = run_values(client, run)  # logged before the run failed (metrics + average_results)
+    store = RunStore(uri)  # logged before the run failed (metrics + average_results):
+    m = run_values(store, store.get_run(run.info.run_id))
     assert m["n_samples"] == 10 and m["n_failed"] == 6
     # q0: [d0,d1] ref d0 -> Hit@1 1, MRR 1; q1: ref d1 -> 0, 1/2; q2: [d1,d2] ref d2 -> 0, 1/2;
     # q3 (after a retried 503): [d0] ref d0 -> 1, 1

@@ -230,40 +230,7 @@ CONTRACTS = (
     ),
 )
 
-_PKG = PACKAGE  # short, for the table below
-_MLFLOW_DOOR = "MLflow behind one door: reads go through tracking.store, writes through the tracker"
-KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
-    # tracking receives records, not metrics (issue 37: what a trace or key-metric selection
-    # needs travels on the metric's declared spec inside the result)
-    (f"{_PKG}/tracking/selection.py", f"{_PKG}.metrics.keys"): "KEY_METRICS: onto the spec",
-    (f"{_PKG}/tracking/store.py", f"{_PKG}.metrics.definitions"): "registers metric specs",
-    (f"{_PKG}/tracking/traces.py", f"{_PKG}.metrics.audit"): "rationale key: onto the spec",
-    (f"{_PKG}/tracking/traces.py", f"{_PKG}.metrics.keys"): "KEY_METRICS: onto the spec",
-    (f"{_PKG}/tracking/traces.py", f"{_PKG}.metrics.scheduler"): "JudgedRowMetric: onto the spec",
-    # the sweep report moves above tracking (issue 37)
-    (f"{_PKG}/tracking/sweep.py", f"{_PKG}.analysis.report"): "sweep report: moves above tracking",
-    (f"{_PKG}/tracking/sweep.py", f"{_PKG}.analysis.runs"): "sweep report: moves above tracking",
-    (f"{_PKG}/tracking/sweep.py", f"{_PKG}.config.reporting"): "sweep report: moves above tracking",
-    # the config schema reads the gate's statistical defaults from analysis/ (a module that
-    # imports nothing); they belong below both, with the gate's settings (issue 37, typed settings)
-    (f"{_PKG}/config/schema.py", f"{_PKG}.analysis.defaults"): "gate defaults: move below both",
-    # MLflow behind one door (issue 37): each of these goes through tracking/ instead
-    **{
-        (f"{_PKG}/{file}", "mlflow"): _MLFLOW_DOOR
-        for file in (
-            "analysis/gate.py",
-            "analysis/report.py",
-            "analysis/runs.py",
-            "commands/compare.py",
-            "commands/dataset.py",
-            "commands/gate.py",
-            "commands/merge.py",
-            "commands/rerun.py",
-            "data/mlflow_traces.py",
-            "qualify/agreement.py",
-        )
-    },
-}
+KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 """``(file relative to the repository, imported module) → why it waits``: imports that break a
 contract or point up today and wait for work under way (issue 37). An entry excuses every import
 in that file of the module or of a module under it (``"mlflow"`` excuses ``mlflow.entities``).

@@ -26,6 +26,7 @@ from rag_experiments.metrics.refusal import Refusal
 from rag_experiments.records import Document, MetricValue, RagResponse, Sample
 from rag_experiments.runner import run_experiment
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker
+from rag_experiments.tracking.store import RunStore
 
 # --- bootstrap confidence intervals ----------------------------------------------------------
 
@@ -191,7 +192,8 @@ def test_audit_artifact_and_judge_usage_are_logged(tmp_path):
         seed=1,
     )
     client = MlflowClient(f"sqlite:///{tmp_path}/m.db")
-    m = run_values(client, client.get_run(run_id))  # logged metrics + average_results.csv
+    store = RunStore(client.tracking_uri)
+    m = run_values(store, store.get_run(run_id))  # logged metrics + average_results.csv
     assert judge.calls == 3 + 3  # faithfulness: 3 answers (the refusal is skipped); precision: 3
     assert m["judge_calls"] == 6 and m["judge_calls_per_question"] == pytest.approx(6 / 5)
     assert m["judge_calls_per_question_max"] == 2

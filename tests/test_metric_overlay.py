@@ -167,7 +167,7 @@ def test_a_metric_from_an_overlay_folder_reaches_every_list(tmp_path: Path, over
     from rag_experiments.mlflow_scorers import rag_scorers
     from rag_experiments.qualify.check import PROBES, PROMPT_IDS, JudgeCheck
     from rag_experiments.qualify.pairs import load_pairs
-    from rag_experiments.tracking.store import read_table
+    from rag_experiments.tracking.store import RunStore, read_table
 
     uri = f"sqlite:///{tmp_path}/mlruns.db"
     run_a = _run(tmp_path, overlay, 4, "brevity-a")
@@ -195,7 +195,7 @@ def test_a_metric_from_an_overlay_folder_reaches_every_list(tmp_path: Path, over
         assert brevity.source.source_type == "LLM_JUDGE"
 
     # compare: b - a = 0.25 - 0.75 on each of the 3 questions.
-    specs = [s for s in load_specs(client, run_a) if s.name == "brevity"]
+    specs = [s for s in load_specs(RunStore(uri), run_a) if s.name == "brevity"]
     assert specs and specs[0].low == 0.0 and specs[0].high == 1.0
     result = compare_tables(table_a, table_b, specs, n_resamples=200)
     (overall,) = [s for s in result.overall() if s.metric == "brevity"]
@@ -234,8 +234,8 @@ def test_a_metric_from_an_overlay_folder_reaches_every_list(tmp_path: Path, over
         "from rag_experiments.metrics.keys import KEY_METRICS\n"
         "before = 'brevity' in KEY_METRICS\n"
         "add_user_code_path()\n"
-        "from rag_experiments.tracking.store import get_run, open_store\n"
-        f"get_run(open_store({uri!r}), {run_a!r})\n"
+        "from rag_experiments.analysis.runs import open_run_store\n"
+        f"open_run_store({uri!r}).get_run({run_a!r})\n"
         "print(before, list(KEY_METRICS)[-1])\n"
     )
     out = subprocess.run(

@@ -21,6 +21,7 @@ from rag_experiments.analysis.report import (
 )
 from rag_experiments.analysis.runs import MetricInfo
 from rag_experiments.cli import main
+from rag_experiments.tracking.store import RunStore
 from rag_experiments.tracking.sweep import job_run_name, swept_keys
 
 # chunker.size -> (nDCG@10 mean, its CI, refusal mean, latency_ms_p50, judge_calls)
@@ -110,8 +111,9 @@ def test_report_ranks_children_and_logs_to_the_parent(
 ) -> None:
     uri, parent_id = sweep
     client = mlflow.MlflowClient(uri)
-    assert resolve_parent(client, "sweep-report").info.run_id == parent_id  # by experiment
-    report = build_report(client, resolve_parent(client, parent_id))
+    store = RunStore(uri)
+    assert resolve_parent(store, "sweep-report").run_id == parent_id  # by experiment
+    report = build_report(store, resolve_parent(store, parent_id))
     assert report.swept == ["chunker.size"]  # retriever.top_k is the same everywhere
     assert report.key == ["nDCG@10"] and len(report.children) == 4
     assert [c.label for c in report.finished()] == [f"chunker.size={s}" for s in CHILDREN]
@@ -157,7 +159,8 @@ def test_report_shows_the_childrens_caveat(sweep: tuple[str, str], tmp_path: Pat
     for child in children:
         if child.info.status == "FINISHED":  # 3 of the 4 children; the FAILED one has none
             client.set_tag(child.info.run_id, "mlflow.note.content", caveat)
-    report = build_report(client, resolve_parent(client, parent_id))
+    store = RunStore(uri)
+    report = build_report(store, resolve_parent(store, parent_id))
     assert report.notes == {caveat: 3}
     assert report.note_lines() == [f"NOTE (3 of 4 child runs): {caveat}"]
 

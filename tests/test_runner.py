@@ -18,6 +18,7 @@ from rag_experiments.metrics.retrieval import RetrievalMetrics
 from rag_experiments.records import Document, RagResponse, Sample
 from rag_experiments.runner import run_experiment, summarise
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker
+from rag_experiments.tracking.store import RunStore
 
 
 class ScriptedTarget:
@@ -105,7 +106,8 @@ def test_bad_questions_do_not_kill_the_run(tmp_path):
     m = run.data.metrics
     assert m["n_samples"] == 5 and m["n_failed"] == 2
     assert "Hit_at_1" not in m  # not a key metric: in average_results.csv (tracking.metrics)
-    every = run_values(client, run)
+    store = RunStore(client.tracking_uri)
+    every = run_values(store, store.get_run(run.info.run_id))
     assert every["Hit_at_1"] == 1.0 and every["Hit_at_1_n_valid"] == 3
     assert m["latency_ms_p50"] == 10.0
     assert run.data.params["a.b"] == "1"
@@ -184,7 +186,8 @@ def test_default_run_logs_the_headline_metrics_and_prints_one_table(compose_cfg,
                         "keyword_faithfulness"} for name in by_type)  # fmt: skip
     # nothing is lost: every value the other run logged is readable for this one, and the
     # aggregates (the same questions, deterministic fakes) are equal
-    every = run_values(client, headline)
+    store = RunStore(client.tracking_uri)
+    every = run_values(store, store.get_run(headline.info.run_id))
     assert set(everything.data.metrics) <= set(every)
     aggregates = {
         k: v

@@ -25,6 +25,7 @@ from rag_experiments.job import run_job
 from rag_experiments.records import RagResponse, Sample
 from rag_experiments.targets.http import HttpTarget
 from rag_experiments.targets.http_server import TargetServer
+from rag_experiments.tracking.store import RunStore
 
 FAST = ["embedder=hash", "llm=fake", "judge=fake", "progress=false"]
 """Overrides shared by the server and both runs: no model to load."""
@@ -83,7 +84,8 @@ def _metrics(uri: str, run_name: str) -> dict[str, float]:
     exp = client.get_experiment_by_name("rag-experiments")
     (run,) = client.search_runs([exp.experiment_id], f"attributes.run_name = '{run_name}'")
     assert run.info.status == "FINISHED"
-    return run_values(client, run)  # logged headline metrics + every value of the table
+    store = RunStore(uri)  # logged headline metrics + every value of the table:
+    return run_values(store, store.get_run(run.info.run_id))
 
 
 @pytest.mark.slow

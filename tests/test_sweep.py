@@ -27,6 +27,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from mlflow_server import mlflow_server  # noqa: F401  (module-scoped fixture)
 
 from rag_experiments.analysis.runs import run_values
+from rag_experiments.tracking.store import RunStore
 from rag_experiments.tracking.sweep import PARENT_RUN_ID_FILE
 
 pytestmark = pytest.mark.slow
@@ -129,9 +130,9 @@ def test_sweep_nests_jobs_under_one_parent_and_reuses_indexes(
     assert set(by_combo) == {(256, 3), (256, 5), (512, 3), (512, 5)}
 
     # --- metrics: the ranking is 100 deep whatever top_k is, so only the top-k contexts change
-    client = MlflowClient(mlflow_server)
     for size in (256, 512):  # every value, also those not logged as metrics (headline mode)
-        k3, k5 = (run_values(client, by_combo[size, k]) for k in (3, 5))
+        store = RunStore(mlflow_server)
+        k3, k5 = (run_values(store, store.get_run(by_combo[size, k].info.run_id)) for k in (3, 5))
         assert k3["n_samples"] == k5["n_samples"] > 0 and k3["n_failed"] == 0
         assert k3["nDCG_at_10"] == k5["nDCG_at_10"]
         assert k3["R_at_100"] == k5["R_at_100"]

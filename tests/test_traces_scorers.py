@@ -13,13 +13,13 @@ from mlflow import MlflowClient
 from mlflow.entities import Document, SpanType
 from omegaconf import DictConfig
 
-from rag_experiments.data.mlflow_traces import MlflowTracesDataset
 from rag_experiments.errors import DatasetError
 from rag_experiments.job import run_job
 from rag_experiments.llm.fake import FakeChat
 from rag_experiments.metrics.faithfulness import Faithfulness
 from rag_experiments.mlflow_scorers import faithfulness_scorer, row_of
 from rag_experiments.tracking.store import read_table
+from rag_experiments.tracking.trace_dataset import MlflowTracesDataset
 
 CLAIMS = {
     "claims": [

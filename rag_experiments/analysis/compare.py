@@ -57,7 +57,6 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from rag_experiments.analysis.defaults import N_RESAMPLES
 from rag_experiments.analysis.paired import (
     ALL,
     CONFIDENCE,
@@ -69,11 +68,12 @@ from rag_experiments.analysis.paired import (
     PairedStat,
     Threshold,
 )
-from rag_experiments.analysis.runs import MetricInfo, load_specs
+from rag_experiments.analysis.runs import MetricInfo, load_specs, open_run_store
 from rag_experiments.common.cliargs import DEFAULT_TRACKING_URI
+from rag_experiments.config.stats_defaults import N_RESAMPLES
 from rag_experiments.errors import DatasetError
 from rag_experiments.metrics.aggregate import bootstrap_ci
-from rag_experiments.tracking.store import get_run, open_store, read_table
+from rag_experiments.tracking.record import TAGS, PerQueryRow
 
 _CLAIM_RATIOS = ("faithfulness", "context_recall")
 
@@ -309,20 +309,20 @@ def compare_runs(
         TrackingError: A run, its table or its metric specs cannot be fetched.
         DatasetError: Different dataset digests without ``force``; no common question.
     """
-    client = open_store(tracking_uri)
-    runs = {k: get_run(client, r) for k, r in (("a", run_a), ("b", run_b))}
-    digests = {k: r.data.tags.get("dataset.digest") for k, r in runs.items()}
+    store = open_run_store(tracking_uri)
+    runs = {k: store.get_run(r) for k, r in (("a", run_a), ("b", run_b))}
+    digests = {k: r.tags.get(TAGS.dataset_digest) for k, r in runs.items()}
     if digests["a"] != digests["b"] and not force:
         raise DatasetError(
             f"runs {run_a} and {run_b} evaluated different datasets (dataset.digest "
             f"{digests['a']} vs {digests['b']}): their questions are not the same. Compare runs "
             "of one dataset, or pass --force to compare the sample ids they share"
         )
-    specs_b = {s.name for s in load_specs(client, run_b)}
-    specs = [s for s in load_specs(client, run_a) if s.name in specs_b]
+    specs_b = {s.name for s in load_specs(store, run_b)}
+    specs = [s for s in load_specs(store, run_a) if s.name in specs_b]
     result = compare_tables(
-        read_table(client, run_a),
-        read_table(client, run_b),
+        per_query_frame(store.read_rows(run_a)),
+        per_query_frame(store.read_rows(run_b)),
         specs,
         metrics=metrics,
         thresholds=thresholds,
@@ -331,6 +331,19 @@ def compare_runs(
     )
     result.run_a, result.run_b, result.dataset_digest = run_a, run_b, digests
     result.notes = {
-        k: r.data.tags[NOTE_TAG] for k, r in runs.items() if r.data.tags.get(NOTE_TAG, "").strip()
+        k: r.tags[NOTE_TAG] for k, r in runs.items() if r.tags.get(NOTE_TAG, "").strip()
     }
     return result
+
+
+def per_query_frame(rows: Sequence[PerQueryRow]) -> pd.DataFrame:
+    """The columns :func:`compare_tables` reads, from a run's typed per-query rows: ``id``,
+    ``question_type`` (None when a sample has none), ``user_input`` and one float column per
+    metric (NaN for a NaN cell), in row order."""
+    return pd.DataFrame(
+        [
+            {"id": r.id, "question_type": r.question_type, "user_input": r.user_input, **r.values}
+            for r in rows
+        ],
+        columns=["id", "question_type", "user_input", *(rows[0].values if rows else [])],
+    )

@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from rag_experiments.analysis.defaults import N_RESAMPLES
+from rag_experiments.config.stats_defaults import N_RESAMPLES
 from rag_experiments.metrics.keys import key_metrics_among
+from rag_experiments.tracking.record import TAGS
 
 CONFIDENCE = 0.95
 """Coverage of the difference's confidence interval."""
@@ -21,8 +22,9 @@ CONFIDENCE = 0.95
 ALL = "all"
 """Group name of the comparison over every question."""
 
-NOTE_TAG = "mlflow.note.content"
-"""The run description tag (MLflow's): the caveats a run carries (see :class:`Comparison`)."""
+NOTE_TAG = TAGS.note
+"""The run description tag (MLflow's ``mlflow.note.content``): the caveats a run carries
+(see :class:`Comparison`)."""
 
 MIN_PAIRS_CI = 2
 """Fewest pairs with a confidence interval (below it: NaN, reason :data:`TOO_FEW_PAIRS`)."""

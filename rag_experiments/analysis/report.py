@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from mlflow.entities import Run
 
 from rag_experiments.analysis.paired import NOTE_TAG
 from rag_experiments.analysis.plots import (
@@ -56,7 +55,8 @@ from rag_experiments.analysis.runs import (
 )
 from rag_experiments.errors import TrackingError
 from rag_experiments.tracking.names import sanitize_metric_name
-from rag_experiments.tracking.store import child_runs, get_run
+from rag_experiments.tracking.record import ARTIFACTS, CI_HIGH_SUFFIX, CI_LOW_SUFFIX, TAGS
+from rag_experiments.tracking.store import RunRecord, RunStore
 
 COSTS = ("latency_ms_p50", "judge_calls")
 """Cost axes of the Pareto front (``judge_calls`` only when a child called a judge)."""
@@ -109,7 +109,7 @@ class SweepReport:
             model, in first-seen order.
     """
 
-    parent: Run
+    parent: RunRecord
     children: list[Child]
     swept: list[str]
     specs: list[MetricInfo]
@@ -131,7 +131,7 @@ class SweepReport:
         return [c for c in self.children if c.status == "FINISHED"]
 
 
-def resolve_parent(client: Any, ref: str) -> Run:
+def resolve_parent(store: RunStore, ref: str) -> RunRecord:
     """The sweep parent named by ``ref``: a run id, or an experiment name (its latest sweep
     parent, a run tagged ``sweep.dir``).
 
@@ -139,16 +139,16 @@ def resolve_parent(client: Any, ref: str) -> Run:
         TrackingError: Neither a run nor an experiment with a sweep.
     """
     if _RUN_ID.match(ref):
-        return get_run(client, ref)
-    exp = client.get_experiment_by_name(ref)
+        return store.get_run(ref)
+    exp = store.experiment_by_name(ref)
     if exp is None:
         raise TrackingError(
             f"{ref!r} is neither a run id nor an experiment at "
-            f"{client.tracking_uri}: pass a sweep's parent run id"
+            f"{store.uri}: pass a sweep's parent run id"
         )
-    runs = client.search_runs(
+    runs = store.find_runs(
         [exp.experiment_id],
-        "tags.`sweep.dir` LIKE '%'",
+        f"tags.`{TAGS.sweep_dir}` LIKE '%'",
         order_by=["attributes.start_time DESC"],
         max_results=1,
     )
@@ -201,11 +201,13 @@ def pareto_front(cost: Sequence[float], quality: Sequence[float]) -> list[int]:
     return front
 
 
-def build_report(client: Any, parent: Run, metrics: Sequence[str] | None = None) -> SweepReport:
+def build_report(
+    store: RunStore, parent: RunRecord, metrics: Sequence[str] | None = None
+) -> SweepReport:
     """Read a sweep's children and rank them.
 
     Args:
-        client: MLflow client of the store.
+        store: The runs' store.
         parent: The sweep's parent run.
         metrics: Key metrics (canonical names); default :func:`~rag_experiments.analysis.runs.
             key_metrics` of the children's metrics.
@@ -217,31 +219,31 @@ def build_report(client: Any, parent: Run, metrics: Sequence[str] | None = None)
         TrackingError: The parent has no child run, or no child finished.
     """
     runs = sorted(
-        child_runs(client, parent.info.experiment_id, parent.info.run_id),
-        key=lambda r: r.info.start_time or 0,
+        store.child_runs(parent.experiment_id, parent.run_id),
+        key=lambda r: r.start_time or 0,
     )
     if not runs:
         raise TrackingError(
-            f"run {parent.info.run_id} has no child runs: pass the parent run of "
+            f"run {parent.run_id} has no child runs: pass the parent run of "
             "a sweep (`rag-exp run -m …`)"
         )
-    done = [r for r in runs if r.info.status == "FINISHED"]
+    done = [r for r in runs if r.status == "FINISHED"]
     if not done:
-        raise TrackingError(f"no child of sweep {parent.info.run_id} finished; nothing to report")
-    specs = load_specs(client, done[0].info.run_id)
-    swept = swept_params([dict(r.data.params) for r in done])
+        raise TrackingError(f"no child of sweep {parent.run_id} finished; nothing to report")
+    specs = load_specs(store, done[0].run_id)
+    swept = swept_params([dict(r.params) for r in done])
     children = []
     for r in runs:
-        m = run_values(client, r) if r.info.status == "FINISHED" else dict(r.data.metrics)
+        m = run_values(store, r) if r.status == "FINISHED" else dict(r.metrics)
 
         def get(key: str, m: dict[str, float] = m) -> float:
             return float(m.get(sanitize_metric_name(key), math.nan))
 
         children.append(Child(
-            r.info.run_id, r.info.status, {k: r.data.params.get(k, "") for k in swept},
+            r.run_id, r.status, {k: r.params.get(k, "") for k in swept},
             {s.name: get(s.name) for s in specs},
-            {s.name: get(f"{s.name}_ci_low") for s in specs},
-            {s.name: get(f"{s.name}_ci_high") for s in specs},
+            {s.name: get(s.name + CI_LOW_SUFFIX) for s in specs},
+            {s.name: get(s.name + CI_HIGH_SUFFIX) for s in specs},
             {c: get(c) for c in (*COSTS, "latency_ms_p95", "n_cached_answers")},
         ))  # fmt: skip
     names = [s.name for s in specs]
@@ -253,7 +255,7 @@ def build_report(client: Any, parent: Run, metrics: Sequence[str] | None = None)
         )
     report = SweepReport(parent, children, swept, specs, key)
     report.best = _best(report)
-    notes = (r.data.tags.get(NOTE_TAG, "").strip() for r in runs)
+    notes = (r.tags.get(NOTE_TAG, "").strip() for r in runs)
     report.notes = dict(Counter(note for note in notes if note))
     return report
 
@@ -298,8 +300,8 @@ def write_sweep_report(report: SweepReport, out_dir: Path) -> dict[str, Path]:
             row.update(
                 {
                     s.name: c.mean[s.name],
-                    f"{s.name}_ci_low": c.ci_low[s.name],
-                    f"{s.name}_ci_high": c.ci_high[s.name],
+                    s.name + CI_LOW_SUFFIX: c.ci_low[s.name],
+                    s.name + CI_HIGH_SUFFIX: c.ci_high[s.name],
                 }
             )
         wide.append({**row, **c.costs})
@@ -343,8 +345,8 @@ def write_sweep_report(report: SweepReport, out_dir: Path) -> dict[str, Path]:
         table.append(row)
     parent = report.parent
     body = [
-        f'<p class="note">Parent run <code>{parent.info.run_id}</code> '
-        f"({parent.info.run_name}), {len(report.children)} child runs "
+        f'<p class="note">Parent run <code>{parent.run_id}</code> '
+        f"({parent.name}), {len(report.children)} child runs "
         f"({len(done)} finished); swept: {', '.join(report.swept) or 'nothing'}. "
         "Means with their 95% bootstrap CI as each child logged them; latency_ms_p50 leaves "
         "out the n_cached_answers answers served from the response cache.</p>",
@@ -376,7 +378,7 @@ def write_sweep_report(report: SweepReport, out_dir: Path) -> dict[str, Path]:
     ]
     files["report.html"] = out_dir / "report.html"
     files["report.html"].write_text(
-        html_page(f"Sweep report: {parent.info.run_name}", "".join(body)), encoding="utf-8"
+        html_page(f"Sweep report: {parent.name}", "".join(body)), encoding="utf-8"
     )
     return files
 
@@ -427,17 +429,15 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
-def log_report(client: Any, report: SweepReport, out_dir: Path) -> None:
+def log_report(store: RunStore, report: SweepReport, out_dir: Path) -> None:
     """Log ``out_dir`` to the parent run under ``report/`` and tag it ``sweep.report``.
 
     Raises:
         TrackingError: The store refuses the artifacts.
     """
-    from mlflow.exceptions import MlflowException
-
-    run_id = report.parent.info.run_id
+    run_id = report.parent.run_id
     try:
-        client.log_artifacts(run_id, str(out_dir), "report")
-        client.set_tag(run_id, "sweep.report", "report/report.html")
-    except MlflowException as exc:
-        raise TrackingError(f"cannot log the report to run {run_id}: {exc.message}") from exc
+        store.log_artifacts(run_id, out_dir, ARTIFACTS.report_dir)
+        store.set_tag(run_id, TAGS.sweep_report, ARTIFACTS.report_html)
+    except TrackingError as exc:
+        raise TrackingError(f"cannot log the report to run {run_id}: {exc}") from exc

@@ -9,23 +9,38 @@ metrics are logged under the sanitised key (``nDCG_at_10``,
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
-import mlflow
 import pandas as pd
-from mlflow.entities import Run
-from mlflow.exceptions import MlflowException
 
 from rag_experiments.errors import TrackingError
 from rag_experiments.metrics.aggregate import Aggregate, to_metrics
+from rag_experiments.metrics.definitions import register_run_metrics
 from rag_experiments.metrics.keys import KEY_METRICS
 from rag_experiments.tracking.names import sanitize_metric_name
-from rag_experiments.tracking.store import get_run
+from rag_experiments.tracking.record import ARTIFACTS
+from rag_experiments.tracking.store import RunRecord, RunStore
+
+
+def open_run_store(uri: str, *, where: str = "--tracking-uri") -> RunStore:
+    """The :class:`~rag_experiments.tracking.store.RunStore` of a command that reads runs:
+    each run it returns first imports the metric classes the run's params name
+    (:func:`~rag_experiments.metrics.definitions.register_run_metrics`), so a user's metric
+    is declared in this process as it was in the run's own.
+
+    Args:
+        uri: The tracking URI (``--tracking-uri``).
+        where: What names the store in error messages.
+
+    Raises:
+        TrackingError: The store cannot be opened (see ``RunStore``).
+    """
+    return RunStore(uri, where=where, on_run=register_run_metrics)
 
 
 @dataclass(frozen=True)
@@ -45,19 +60,19 @@ class MetricInfo:
     high: float = 1.0
 
 
-def load_specs(client: mlflow.MlflowClient, run_id: str) -> list[MetricInfo]:
+def load_specs(store: RunStore, run_id: str) -> list[MetricInfo]:
     """The run's metric columns from its ``metric_specs.json``, in logged order.
 
     Raises:
         TrackingError: The artifact is missing or unreadable (a run not logged by
             ``rag-exp run``).
     """
+    path = ARTIFACTS.metric_specs
     try:
-        local = client.download_artifacts(run_id, "metric_specs.json")
-        raw = json.loads(Path(local).read_text(encoding="utf-8"))
-    except (MlflowException, OSError, ValueError) as exc:
+        raw = json.loads(store.read_text(run_id, path))
+    except (TrackingError, ValueError) as exc:
         raise TrackingError(
-            f"cannot read metric_specs.json of run {run_id} at {client.tracking_uri}: {exc}. "
+            f"cannot read {path} of run {run_id} at {store.uri}: {exc}. "
             "Only runs logged by `rag-exp run` can be compared or reported"
         ) from exc
     out = []
@@ -69,7 +84,7 @@ def load_specs(client: mlflow.MlflowClient, run_id: str) -> list[MetricInfo]:
     return out
 
 
-def run_values(client: mlflow.MlflowClient, run: Run) -> dict[str, float]:
+def run_values(store: RunStore, run: RunRecord) -> dict[str, float]:
     """Every summary value of a run under its sanitised metric key: the run's logged metrics
     and, for the aggregates a headline run did not log as metrics
     (:mod:`~rag_experiments.tracking.selection`), the values of its ``average_results.csv``
@@ -78,7 +93,7 @@ def run_values(client: mlflow.MlflowClient, run: Run) -> dict[str, float]:
     an evaluation run) has its logged metrics only.
 
     Args:
-        client: Client of the run's store.
+        store: The run's store.
         run: The run.
 
     Returns:
@@ -88,14 +103,14 @@ def run_values(client: mlflow.MlflowClient, run: Run) -> dict[str, float]:
         TrackingError: ``average_results.csv`` exists but cannot be read.
     """
     out: dict[str, float] = {}
-    if "average_results.csv" in {a.path for a in client.list_artifacts(run.info.run_id)}:
+    path = ARTIFACTS.average_csv
+    if store.has_artifact(run.run_id, path):
         try:
-            local = client.download_artifacts(run.info.run_id, "average_results.csv")
-            frame = pd.read_csv(local, keep_default_na=False, na_values=[""])
-        except (MlflowException, OSError, ValueError) as exc:
+            text = store.read_text(run.run_id, path)
+            frame = pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""])
+        except (TrackingError, ValueError) as exc:
             raise TrackingError(
-                f"cannot read average_results.csv of run {run.info.run_id} at "
-                f"{client.tracking_uri}: {exc}"
+                f"cannot read {path} of run {run.run_id} at {store.uri}: {exc}"
             ) from exc
         aggs = [
             Aggregate(
@@ -110,33 +125,33 @@ def run_values(client: mlflow.MlflowClient, run: Run) -> dict[str, float]:
             for r in frame.to_dict("records")
         ]
         out.update({sanitize_metric_name(k): v for k, v in to_metrics(aggs).items()})
-    out.update(run.data.metrics)
+    out.update(run.metrics)
     return out
 
 
-def artifact_location(client: mlflow.MlflowClient, run_id: str, path: str) -> str:
+def artifact_location(store: RunStore, run_id: str, path: str) -> str:
     """Where a run's artifact really is, for a person to open: a local file path for a file
     artifact store (a sqlite store keeps them under ``mlartifacts/…``), else the artifact URI
     (``mlflow-artifacts:/…``, ``s3://…``) followed by the run's page on a tracking server.
 
     Args:
-        client: Client of the run's store.
+        store: The run's store.
         run_id: The run.
         path: Run-relative artifact path (``report/report.html``).
 
     Raises:
         TrackingError: The run cannot be found.
     """
-    run = get_run(client, run_id)
-    uri = f"{run.info.artifact_uri.rstrip('/')}/{path}"
+    run = store.get_run(run_id)
+    uri = f"{run.artifact_uri.rstrip('/')}/{path}"
     parsed = urlparse(uri)
     if parsed.scheme == "file":
         return url2pathname(parsed.path)
     if not parsed.scheme or len(parsed.scheme) == 1:  # a plain path (C:\… on Windows)
         return uri
-    tracking = str(client.tracking_uri)
+    tracking = store.uri
     if urlparse(tracking).scheme in ("http", "https"):
-        page = f"{tracking.rstrip('/')}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+        page = f"{tracking.rstrip('/')}/#/experiments/{run.experiment_id}/runs/{run_id}"
         return f"{uri} (run page: {page}, tab Artifacts)"
     return uri
 

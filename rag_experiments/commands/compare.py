@@ -11,16 +11,15 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-import mlflow
-
 from rag_experiments.analysis.compare import compare_runs
-from rag_experiments.analysis.defaults import N_RESAMPLES
 from rag_experiments.analysis.paired import Comparison
 from rag_experiments.analysis.plots import write_compare_report
+from rag_experiments.analysis.runs import open_run_store
 from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
+from rag_experiments.config.stats_defaults import N_RESAMPLES
 from rag_experiments.errors import RagExpError
 from rag_experiments.tracking.mlflow_tracker import MlflowTracker
-from rag_experiments.tracking.store import get_run, open_store
+from rag_experiments.tracking.record import TAGS
 
 
 def log_comparison(
@@ -41,8 +40,8 @@ def log_comparison(
     Raises:
         TrackingError: The store cannot be written.
     """
-    client = open_store(tracking_uri)
-    experiment = client.get_experiment(get_run(client, result.run_a).info.experiment_id).name
+    store = open_run_store(tracking_uri)
+    experiment = store.get_run(result.run_a).experiment_name
     write_compare_report(result, out_dir)
     tracker = MlflowTracker(
         tracking_uri,
@@ -60,10 +59,10 @@ def log_comparison(
         }
     }
     tags = {
-        "compare.run_a": result.run_a,
-        "compare.run_b": result.run_b,
-        "compare.forced": str(forced).lower(),
-        "dataset.digest": str(result.dataset_digest.get("a")),
+        TAGS.compare_run_a: result.run_a,
+        TAGS.compare_run_b: result.run_b,
+        TAGS.compare_forced: str(forced).lower(),
+        TAGS.dataset_digest: str(result.dataset_digest.get("a")),
     }
     with tracker.start_run(params=params, config_yaml=json.dumps(params), tags=tags) as run_id:
         values: dict[str, float] = {}
@@ -71,7 +70,7 @@ def log_comparison(
             for key in ("diff", "ci_low", "ci_high", "p_value", "p_holm", "n"):
                 values[f"{s.metric}.{key}"] = float(getattr(s, key))
         tracker.log_metrics(values)
-        mlflow.log_artifacts(str(out_dir))
+        store.log_artifacts(run_id, out_dir)
     return run_id
 
 

@@ -10,7 +10,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import mlflow
 from omegaconf import OmegaConf
 
 from rag_experiments.build import build_chunker, build_role_chat, build_tracker, model_session
@@ -18,6 +17,8 @@ from rag_experiments.config.compose import compose_config
 from rag_experiments.data.jsonl import JsonlDataset, load_corpus
 from rag_experiments.generate.report import DATASETS_EXPERIMENT, build_report, write_report
 from rag_experiments.generate.stats import dataset_stats
+from rag_experiments.tracking.record import ARTIFACTS, TAGS
+from rag_experiments.tracking.store import RunStore
 
 
 def dataset_command(argv: list[str]) -> int:
@@ -113,13 +114,13 @@ def report_command(args: argparse.Namespace, overrides: list[str]) -> int:
         with tracker.start_run(
             params=params,
             config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
-            tags={"dataset.report": stats.path},
-        ):
+            tags={TAGS.dataset_report: stats.path},
+        ) as run_id:
             tracker.log_metrics(report.metrics())
             with tempfile.TemporaryDirectory() as tmp:
                 folder = out or Path(tmp)
                 write_report(report, folder)
-                mlflow.log_artifacts(str(folder), "report")  # the tracker's run is active
+                RunStore(tracker.uri).log_artifacts(run_id, folder, ARTIFACTS.report_dir)
         print(tracker.describe_location(), file=sys.stderr)
     print(
         json.dumps(report.to_dict(), indent=2, ensure_ascii=False)

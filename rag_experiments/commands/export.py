@@ -23,7 +23,6 @@ which the per-query table does not hold.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,38 +32,18 @@ from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
 from rag_experiments.data.writers import ExportFormat, export_writers
 from rag_experiments.errors import DatasetError
 from rag_experiments.records import RecordedAnswer, Sample
+from rag_experiments.tracking.record import ARTIFACTS, PerQueryRow
 
 WRITERS: dict[str, ExportFormat] = export_writers()
 """Export format → writer, as the writers of :mod:`rag_experiments.data` declare them."""
-
-
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def _text(value: Any) -> str:
-    return "" if _missing(value) else str(value)
-
-
-def _list(value: Any) -> list[str] | None:
-    """A list cell (JSON text in the table), None when empty."""
-    if _missing(value):
-        return None
-    items = json.loads(value) if isinstance(value, str) else value
-    return [str(v) for v in items]
-
-
-def _flag(value: Any, default: bool) -> bool:
-    if _missing(value):
-        return default
-    return value if isinstance(value, bool) else str(value).strip().lower() == "true"
 
 
 def table_samples(rows: Sequence[dict[str, Any]]) -> list[Sample]:
     """Samples with their recorded answers from per-query table rows.
 
     Args:
-        rows: Rows of ``per_query_results.csv`` as dicts (missing cells NaN or None).
+        rows: Rows of ``per_query_results.csv`` as dicts (missing cells NaN or None), read
+            by :meth:`~rag_experiments.tracking.record.PerQueryRow.from_cells`.
 
     Returns:
         One sample per row, in table order.
@@ -73,29 +52,26 @@ def table_samples(rows: Sequence[dict[str, Any]]) -> list[Sample]:
         DatasetError: A row cannot become a sample (no id or question).
     """
     samples = []
-    for number, row in enumerate(rows, start=1):
-        failed = not _missing(row.get("error"))
-        no_answer = failed or _flag(row.get("no_response"), False)
-        latency = row.get("latency_ms")
+    for number, cells in enumerate(rows, start=1):
+        row = PerQueryRow.from_cells(cells, metrics=())
+        failed = row.error is not None
         try:
             samples.append(
                 Sample(
-                    id=_text(row.get("id")),
-                    user_input=_text(row.get("user_input")),
-                    reference=_text(row.get("reference")),
-                    reference_doc_ids=_list(row.get("reference_doc_ids")) or [],
-                    reference_contexts=_list(row.get("reference_contexts")) or [],
-                    keywords=_list(row.get("keywords")) or [],
-                    question_type=None
-                    if _missing(row.get("question_type"))
-                    else str(row["question_type"]),
-                    answerable=_flag(row.get("answerable"), True),
+                    id=row.id,
+                    user_input=row.user_input,
+                    reference=row.reference,
+                    reference_doc_ids=row.reference_doc_ids,
+                    reference_contexts=row.reference_contexts,
+                    keywords=row.keywords,
+                    question_type=row.question_type,
+                    answerable=row.answerable,
                     recorded=RecordedAnswer(
-                        response=None if no_answer else _text(row.get("response")),
-                        retrieved_contexts=_list(row.get("retrieved_contexts")) or [],
-                        retrieved_ids=_list(row.get("retrieved_ids")),
-                        retrieved_doc_ids=_list(row.get("retrieved_doc_ids")),
-                        latency_ms=None if failed or _missing(latency) else float(latency),
+                        response=row.response if row.has_response else None,
+                        retrieved_contexts=row.retrieved_contexts,
+                        retrieved_ids=row.retrieved_ids,
+                        retrieved_doc_ids=row.retrieved_doc_ids,
+                        latency_ms=None if failed or math.isnan(row.latency_ms) else row.latency_ms,
                     ),
                 )
             )
@@ -122,13 +98,11 @@ def export_run(run_id: str, fmt: str, out: str | Path, tracking_uri: str) -> Pat
         DatasetError: Unknown format, or a row that cannot be exported.
         TrackingError: The run or its table cannot be fetched.
     """
-    from rag_experiments.tracking.store import open_store, read_table
+    from rag_experiments.tracking.store import RunStore
 
     if fmt not in WRITERS:
         raise DatasetError(f"unknown export format {fmt!r}; use one of {', '.join(WRITERS)}")
-    client = open_store(tracking_uri)
-    table = read_table(client, run_id)
-    samples = table_samples(table.to_dict(orient="records"))
+    samples = table_samples(RunStore(tracking_uri).read_table(run_id).to_dict(orient="records"))
     return WRITERS[fmt].write(samples, out)
 
 
@@ -140,7 +114,7 @@ def export_command(argv: list[str]) -> int:
         "to score them again without calling the system (rag-exp run dataset=<format> "
         "dataset.path=FILE target=recorded) or in RAGAS / DeepEval.",
     )
-    parser.add_argument("run_id", help="MLflow run id (its per_query_results.csv is read)")
+    parser.add_argument("run_id", help=f"MLflow run id (its {ARTIFACTS.per_query_csv} is read)")
     parser.add_argument(
         "--format",
         required=True,

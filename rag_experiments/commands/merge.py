@@ -40,11 +40,9 @@ import json
 import logging
 import math
 from collections import defaultdict
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-import mlflow
-from mlflow.exceptions import MlflowException
 from omegaconf import OmegaConf
 
 from rag_experiments.common.cliargs import add_overrides, add_tracking_uri, parse_store_command
@@ -52,38 +50,43 @@ from rag_experiments.data.shard import select_shard, shard_of
 from rag_experiments.errors import ConfigError, DatasetError, TrackingError
 from rag_experiments.metrics.audit import USAGE_KEYS, collect_audit
 from rag_experiments.metrics.calibration import calibrated_estimates, load_labels
-from rag_experiments.metrics.repeats import FLIP_SUFFIX, SD_SUFFIX, judge_noise
+from rag_experiments.metrics.repeats import judge_noise
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 from rag_experiments.runner import EvalResult, log_result, summarise
-from rag_experiments.tracking.mlflow_tracker import (
-    MlflowTracker,
-    open_client,
-    resolve_tracking_uri,
+from rag_experiments.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
+from rag_experiments.tracking.record import (
+    ARTIFACTS,
+    JUDGE_ERRORS_PREFIX,
+    LLM_USAGE_SUFFIXES,
+    OWN_TAG_PREFIXES,
+    PARAMS,
+    TAGS,
+    PerQueryRow,
+    read_rows,
 )
-from rag_experiments.tracking.store import child_runs, read_table
+from rag_experiments.tracking.store import RunRecord, RunStore
 
 log = logging.getLogger(__name__)
 
-MERGED_FROM_TAG = "merged_from"
+_Row = TypeVar("_Row")
+
+MERGED_FROM_TAG = TAGS.merged_from
 """Tag of a merged run: the shard run ids in shard order, comma-separated."""
 
-_SHARD_KEYS = ("shard.count", "shard.index")
-_SUMMED_USAGE = (".llm_calls", ".llm_cache_hits", ".llm_errors", ".prompt_tokens",
-                 ".completion_tokens")  # fmt: skip
-_OWN_TAG_PREFIXES = ("mlflow.", "dataset.", "version.", "git.", "error", MERGED_FROM_TAG)
-"""Tags not copied from the shards: MLflow's own, the dataset's (logged again for the whole
-dataset), the environment's (the tracker tags the merging process) and errors."""
+_SHARD_KEYS = (PARAMS.shard_count, PARAMS.shard_index)
+_SUMMED_USAGE = tuple(s for s in LLM_USAGE_SUFFIXES if s != ".llm_cache_hit_rate")
+"""The usage counters summed over the shards (the hit rate is recomputed from the sums)."""
 
 
 class ShardMergeError(TrackingError):
     """The parent's children are not a complete set of finished shards of one configuration."""
 
 
-def shard_runs(client: mlflow.MlflowClient, parent_id: str) -> list[Any]:
+def shard_runs(store: RunStore, parent_id: str) -> list[RunRecord]:
     """The shard runs of a sweep, in shard order, after checking they can be merged.
 
     Args:
-        client: Client of the tracking store.
+        store: The tracking store.
         parent_id: The sweep's parent run id.
 
     Returns:
@@ -96,30 +99,28 @@ def shard_runs(client: mlflow.MlflowClient, parent_id: str) -> list[Any]:
             run did not finish (FAILED, KILLED, RUNNING). The message names the shard and run.
     """
     try:
-        parent = client.get_run(parent_id)
-    except MlflowException as exc:
-        raise ShardMergeError(
-            f"cannot find the parent run {parent_id!r} at {client.tracking_uri}: {exc.message}"
-        ) from exc
-    children = child_runs(client, parent.info.experiment_id, parent_id)
+        parent = store.get_run(parent_id)
+    except TrackingError as exc:
+        raise ShardMergeError(f"cannot find the parent run {parent_id!r}: {exc}") from exc
+    children = store.child_runs(parent.experiment_id, parent_id)
     if not children:
         raise ShardMergeError(
             f"run {parent_id} has no child runs: pass the parent run of a sweep over "
             "shard.index (rag-exp run -m shard.count=N shard.index=0,…,N-1)"
         )
-    counts = {int(r.data.params.get("shard.count", 1)) for r in children}
+    counts = {int(r.params.get(PARAMS.shard_count, 1)) for r in children}
     if len(counts) != 1 or counts == {1}:
         found = ", ".join(
-            f"{r.info.run_id} (shard.count={r.data.params.get('shard.count', 'not logged')})"
+            f"{r.run_id} (shard.count={r.params.get(PARAMS.shard_count, 'not logged')})"
             for r in children
         )
         raise ShardMergeError(
             f"the children of {parent_id} are not the shards of one sharded run: {found}"
         )
     (n,) = counts
-    by_index: dict[int, list[Any]] = defaultdict(list)
+    by_index: dict[int, list[RunRecord]] = defaultdict(list)
     for r in children:
-        by_index[int(r.data.params["shard.index"])].append(r)
+        by_index[int(r.params[PARAMS.shard_index])].append(r)
     missing = [i for i in range(n) if i not in by_index]
     if missing:
         raise ShardMergeError(
@@ -131,15 +132,15 @@ def shard_runs(client: mlflow.MlflowClient, parent_id: str) -> list[Any]:
     for i in range(n):
         runs = by_index[i]
         if len(runs) > 1:
-            ids = ", ".join(r.info.run_id for r in runs)
+            ids = ", ".join(r.run_id for r in runs)
             raise ShardMergeError(f"shard {i} of {n} has {len(runs)} runs ({ids}): expected one")
         (run,) = runs
-        if run.info.status != "FINISHED":
-            why = run.data.tags.get("error", "no error recorded")
+        if run.status != "FINISHED":
+            why = run.tags.get(TAGS.error, "no error recorded")
             raise ShardMergeError(
-                f"cannot merge {parent_id}: shard {i} of {n} (run {run.info.run_id}) is "
-                f"{run.info.status} ({why}); resume it (rag-exp run … resume="
-                f"{run.info.run_id}) before merging"
+                f"cannot merge {parent_id}: shard {i} of {n} (run {run.run_id}) is "
+                f"{run.status} ({why}); resume it (rag-exp run … resume="
+                f"{run.run_id}) before merging"
             )
         ordered.append(run)
     base = _config_params(ordered[0])
@@ -148,15 +149,15 @@ def shard_runs(client: mlflow.MlflowClient, parent_id: str) -> list[Any]:
         differ = sorted(k for k in set(base) | set(other) if base.get(k) != other.get(k))
         if differ:
             raise ShardMergeError(
-                f"cannot merge {parent_id}: shard runs {ordered[0].info.run_id} and "
-                f"{run.info.run_id} differ in {', '.join(differ[:5])}; merge only a sweep over "
+                f"cannot merge {parent_id}: shard runs {ordered[0].run_id} and "
+                f"{run.run_id} differ in {', '.join(differ[:5])}; merge only a sweep over "
                 "shard.index (one configuration)"
             )
     return ordered
 
 
-def _config_params(run: Any) -> dict[str, str]:
-    return {k: v for k, v in run.data.params.items() if k not in _SHARD_KEYS}
+def _config_params(run: RunRecord) -> dict[str, str]:
+    return {k: v for k, v in run.params.items() if k not in _SHARD_KEYS}
 
 
 def merge(parent_id: str, tracking_uri: str, overrides: list[str] | None = None) -> str:
@@ -181,42 +182,43 @@ def merge(parent_id: str, tracking_uri: str, overrides: list[str] | None = None)
     from rag_experiments.job import log_dropped
 
     uri = resolve_tracking_uri(tracking_uri)
-    client = open_client(uri)
-    shards = shard_runs(client, parent_id)
+    store = RunStore(uri)
+    shards = shard_runs(store, parent_id)
     n = len(shards)
-    cfg = load_run_config(client, shards[0].info.run_id, overrides)
+    cfg = load_run_config(store, shards[0].run_id, overrides)
     cfg.tracking.uri = uri
     cfg.shard = {"count": 1, "index": 0}
     dataset = load_dataset(cfg)  # the whole (max_samples) dataset, in dataset order
     for i, run in enumerate(shards):
-        expected = run.data.tags.get("dataset.digest")
+        expected = run.tags.get(TAGS.dataset_digest)
         digest = select_shard(dataset, n, i).digest
         if expected != digest:
             raise DatasetError(
-                f"shard {i} (run {run.info.run_id}) evaluated dataset digest {expected}, the "
+                f"shard {i} (run {run.run_id}) evaluated dataset digest {expected}, the "
                 f"dataset loaded now gives {digest} for that shard: merge where the shards' "
                 f"dataset ({cfg.dataset.get('path') or cfg.dataset.get('name')}) is unchanged"
             )
     order = [shard_of(s.id, n) for s in dataset.samples]
-    tables = [read_table(client, r.info.run_id) for r in shards]
-    rows = _interleave(order, [t.to_dict("records") for t in tables], dataset.samples)
-    specs = _specs(client, shards[0].info.run_id)
-    audits = [_audit(client, r.info.run_id) for r in shards]
+    specs = _specs(store, shards[0].run_id)
+    names = [s.name for s in specs]
+    tables = [read_rows(store.read_table(r.run_id).to_dict("records"), names) for r in shards]
+    rows = _interleave(order, tables, dataset.samples, lambda r: r.id)
+    audits = [_audit(store, r.run_id) for r in shards]
     result = _result(dataset.samples, rows, specs, order, audits, seed=int(cfg.seed))
     for key, value in _summed(shards).items():
         result.run_values[key] = value
     result.run_values.update(_calibrated(cfg, result))
-    experiment = client.get_experiment(shards[0].info.experiment_id).name
-    name = shards[0].info.run_name or "merged"
+    experiment = shards[0].experiment_name
+    name = shards[0].name or "merged"
     tracker = MlflowTracker(
         uri, experiment, run_name=f"{name}-merged", log_table=bool(cfg.tracking.log_table)
     )
     tags = {
         **_common_tags(shards),
-        MERGED_FROM_TAG: ",".join(r.info.run_id for r in shards),
-        "shard.count": str(n),
-        "merge.parent_run_id": parent_id,
-        "dataset.questions_digest": dataset.questions_digest,  # of the whole dataset, as job.py
+        MERGED_FROM_TAG: ",".join(r.run_id for r in shards),
+        TAGS.shard_count: str(n),
+        TAGS.merge_parent: parent_id,
+        TAGS.dataset_questions_digest: dataset.questions_digest,  # of the whole, as job.py
     }
     with tracker.start_run(
         params=OmegaConf.to_container(cfg, resolve=True),
@@ -236,8 +238,11 @@ def merge(parent_id: str, tracking_uri: str, overrides: list[str] | None = None)
 
 
 def _interleave(
-    order: list[int], tables: list[list[dict[str, Any]]], samples: list[Sample]
-) -> list[dict[str, Any]]:
+    order: list[int],
+    tables: list[list[_Row]],
+    samples: list[Sample],
+    id_of: Callable[[_Row], str],
+) -> list[_Row]:
     """The shards' rows in dataset order: row ``k`` is the next unused row of shard
     ``order[k]`` (each shard kept dataset order), checked against the sample's id."""
     sizes = [sum(1 for o in order if o == i) for i in range(len(tables))]
@@ -252,10 +257,11 @@ def _interleave(
     for sample, shard in zip(samples, order, strict=True):
         row = tables[shard][cursors[shard]]
         cursors[shard] += 1
-        if str(row["id"]) != sample.id:
+        row_id = id_of(row)
+        if row_id != sample.id:
             raise DatasetError(
                 f"shard {shard}'s per-query rows are not in the dataset's order: found id "
-                f"{row['id']!r} where {sample.id!r} was expected"
+                f"{row_id!r} where {sample.id!r} was expected"
             )
         out.append(row)
     return out
@@ -263,7 +269,7 @@ def _interleave(
 
 def _result(
     samples: list[Sample],
-    rows: list[dict[str, Any]],
+    rows: list[PerQueryRow],
     specs: list[MetricSpec],
     order: list[int],
     audits: list[list[dict[str, Any]] | None],
@@ -271,34 +277,34 @@ def _result(
     seed: int,
 ) -> EvalResult:
     """The :class:`EvalResult` of the joined rows: responses and metric values read back from
-    the table, aggregates and counts by :func:`summarise`, judge usage by
+    the typed rows, aggregates and counts by :func:`summarise`, judge usage by
     :func:`collect_audit`."""
     responses = [
         RagResponse(
-            response=_text(row.get("response")) or "",
-            retrieved_contexts=_json(row.get("retrieved_contexts")) or [],
-            retrieved_ids=_json(row.get("retrieved_ids")),
-            retrieved_doc_ids=_json(row.get("retrieved_doc_ids")),
-            retrieved_sources=_json(row.get("retrieved_sources")),
-            latency_ms=float(row.get("latency_ms") or 0.0),
-            no_response=bool(row.get("no_response")),
-            error=_text(row.get("error")),
-            error_message=_text(row.get("error_message")),
-            metadata={"cached": _flag(row.get("cached"))},
+            response=row.response,
+            retrieved_contexts=row.retrieved_contexts,
+            retrieved_ids=row.retrieved_ids,
+            retrieved_doc_ids=row.retrieved_doc_ids,
+            retrieved_sources=row.retrieved_sources,
+            latency_ms=row.latency_ms,
+            no_response=row.no_response,
+            error=row.error,
+            error_message=row.error_message,
+            metadata={"cached": row.cached},
         )
         for row in rows
     ]
     values = [
-        {s.name: MetricValue(float(row[s.name]), _text(row.get(f"{s.name}.reason"))) for s in specs}
+        {s.name: MetricValue(row.values[s.name], row.reasons[s.name]) for s in specs}
         for row in rows
     ]
     aggs, counts = summarise(samples, responses, values, specs, seed=seed)
     audit: list[dict[str, Any]] = []
     run_values: dict[str, float] = {}
-    repeated = [s.name for s in specs if s.name + SD_SUFFIX in rows[0]]
-    spread = {c: [_number(row.get(c + SD_SUFFIX)) for row in rows] for c in repeated}
-    flips = {c: [_verdict(row.get(c + FLIP_SUFFIX)) for row in rows] for c in repeated}
-    if any(c + FLIP_SUFFIX not in rows[0] for c in repeated):
+    repeated = [s.name for s in specs if s.name in rows[0].sd]
+    spread = {c: [row.sd[c] for row in rows] for c in repeated}
+    flips = {c: [row.flips.get(c) for row in rows] for c in repeated}
+    if any(c not in rows[0].flips for c in repeated):
         log.warning(
             "the shards' per-query tables have <metric>.sd but no <metric>.flip column (logged "
             "before it existed): the merged run has judge_sd but no flip_rate"
@@ -309,7 +315,7 @@ def _result(
             "no judge usage metrics"
         )
     if all(audits):
-        joined = _interleave(order, audits, samples)  # type: ignore[arg-type]
+        joined = _interleave(order, audits, samples, lambda r: str(r["id"]))  # type: ignore[arg-type]
         names = [k for k in joined[0] if k not in ("id", "question_type", *USAGE_KEYS)]
         audit, run_values = collect_audit({k: [r[k] for r in joined] for k in names}, samples)
     run_values.update(judge_noise(spread, flips))  # the runner's judge_sd and flip_rate
@@ -335,92 +341,50 @@ def _calibrated(cfg: Any, result: EvalResult) -> dict[str, float]:
     return calibrated_estimates(labels, ids, result.values)
 
 
-def _summed(shards: list[Any]) -> dict[str, float]:
+def _summed(shards: list[RunRecord]) -> dict[str, float]:
     """``judge.errors.<reason>`` and LLM usage counters summed over the shards, the usage hit
     rates recomputed from the sums, and ``shards.duration_s_sum``/``_max``."""
     out: dict[str, float] = defaultdict(float)
     for run in shards:
-        for key, value in run.data.metrics.items():
-            if key.startswith("judge.errors.") or key.endswith(_SUMMED_USAGE):
+        for key, value in run.metrics.items():
+            if key.startswith(JUDGE_ERRORS_PREFIX) or key.endswith(_SUMMED_USAGE):
                 out[key] += value
     for key in [k for k in out if k.endswith(".llm_calls")]:
         hits = out.get(key.replace(".llm_calls", ".llm_cache_hits"), 0.0)
         if out[key]:
             out[key.replace(".llm_calls", ".llm_cache_hit_rate")] = hits / out[key]
-    durations = [r.data.metrics.get("duration_s", math.nan) for r in shards]
+    durations = [r.metrics.get("duration_s", math.nan) for r in shards]
     out["shards.duration_s_sum"] = sum(durations)
     out["shards.duration_s_max"] = max(durations)
     return dict(out)
 
 
-def _common_tags(shards: list[Any]) -> dict[str, str]:
+def _common_tags(shards: list[RunRecord]) -> dict[str, str]:
     """Tags with the same value on every shard, except MLflow's, the dataset's, the
-    environment's and errors (:data:`_OWN_TAG_PREFIXES`)."""
-    first = shards[0].data.tags
+    environment's and errors (:data:`~rag_experiments.tracking.record.OWN_TAG_PREFIXES`)."""
+    first = shards[0].tags
     return {
         k: v
         for k, v in first.items()
-        if not k.startswith(_OWN_TAG_PREFIXES) and all(r.data.tags.get(k) == v for r in shards[1:])
+        if not k.startswith(OWN_TAG_PREFIXES) and all(r.tags.get(k) == v for r in shards[1:])
     }
 
 
-def _specs(client: mlflow.MlflowClient, run_id: str) -> list[MetricSpec]:
+def _specs(store: RunStore, run_id: str) -> list[MetricSpec]:
     """The metric columns a run declared (``metric_specs.json``, in output order)."""
-    data = json.loads(_artifact_text(client, run_id, "metric_specs.json"))
+    data = json.loads(store.read_text(run_id, ARTIFACTS.metric_specs))
     return [
         MetricSpec(name, d["higher_is_better"], d["range"][0], d["range"][1], d["description"])
         for name, d in data.items()
     ]
 
 
-def _audit(client: mlflow.MlflowClient, run_id: str) -> list[dict[str, Any]] | None:
+def _audit(store: RunStore, run_id: str) -> list[dict[str, Any]] | None:
     """A run's ``judge_audit.jsonl`` records, None when it has none."""
-    if "judge_audit.jsonl" not in {a.path for a in client.list_artifacts(run_id)}:
+    if not store.has_artifact(run_id, ARTIFACTS.judge_audit):
         return None
-    text = _artifact_text(client, run_id, "judge_audit.jsonl")
+    text = store.read_text(run_id, ARTIFACTS.judge_audit)
     return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def _artifact_text(client: mlflow.MlflowClient, run_id: str, path: str) -> str:
-    try:
-        return Path(client.download_artifacts(run_id, path)).read_text(encoding="utf-8")
-    except (MlflowException, OSError) as exc:
-        raise TrackingError(
-            f"cannot fetch {path} of run {run_id} from {client.tracking_uri}: {exc}"
-        ) from exc
-
-
-def _text(value: Any) -> str | None:
-    """A CSV cell as text: None for an empty cell (read as NaN)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return str(value)
-
-
-def _flag(value: Any) -> bool:
-    """A boolean CSV cell (``True``/``False`` as pandas writes it; empty in tables older than
-    the column): True only for a true value."""
-    text = _text(value)
-    return text is not None and text.strip().lower() in ("true", "1", "1.0")
-
-
-def _number(value: Any) -> float:
-    """A float CSV cell, NaN for an empty one."""
-    text = _text(value)
-    return math.nan if text is None else float(text)
-
-
-def _verdict(value: Any) -> bool | None:
-    """A ``<m>.flip`` cell: True/False, None for an empty cell (fewer than 2 valid repeats)
-    or a table without the column."""
-    text = _text(value)
-    return None if text is None else _flag(text)
-
-
-def _json(value: Any) -> Any:
-    """A list/dict cell (stored as JSON text), None for an empty cell."""
-    text = _text(value)
-    return None if text is None else json.loads(text)
 
 
 def merge_command(argv: list[str]) -> int:

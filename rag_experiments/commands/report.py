@@ -14,9 +14,9 @@ from rag_experiments.analysis.report import (
     resolve_parent,
     write_sweep_report,
 )
-from rag_experiments.analysis.runs import artifact_location
+from rag_experiments.analysis.runs import artifact_location, open_run_store
 from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
-from rag_experiments.tracking.store import open_store
+from rag_experiments.tracking.record import ARTIFACTS
 
 
 def report_command(argv: list[str]) -> int:
@@ -43,14 +43,14 @@ def report_command(argv: list[str]) -> int:
     opts = parse_store_command(parser, argv)
     if opts.no_log and not opts.out:
         parser.error("--no-log needs --out")
-    client = open_store(opts.tracking_uri)
-    report = build_report(client, resolve_parent(client, opts.sweep), opts.metrics)
+    store = open_run_store(opts.tracking_uri)
+    report = build_report(store, resolve_parent(store, opts.sweep), opts.metrics)
     with tempfile.TemporaryDirectory(prefix="rag-exp-report-") as tmp:
         out = Path(opts.out) if opts.out else Path(tmp)
         files = write_sweep_report(report, out)
         if not opts.no_log:
-            log_report(client, report, out)
-    parent = report.parent.info.run_id
+            log_report(store, report, out)
+    parent = report.parent.run_id
     print(
         f"sweep {parent}: {len(report.children)} children, swept "
         f"{', '.join(report.swept) or 'nothing'}"
@@ -70,7 +70,7 @@ def report_command(argv: list[str]) -> int:
     for line in report.note_lines():
         print(f"  {line}")
     if not opts.no_log:
-        where = artifact_location(client, parent, "report/report.html")
+        where = artifact_location(store, parent, ARTIFACTS.report_html)
         print(f"report: {where} (logged to run {parent}, {len(files)} files)")
     if opts.out:
         print(f"report files: {(Path(opts.out) / 'report.html').resolve()}")

@@ -21,31 +21,33 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import mlflow
 import pandas as pd
-from mlflow.exceptions import MlflowException
 from omegaconf import DictConfig, OmegaConf
 
-from rag_experiments.analysis.runs import run_values
+from rag_experiments.analysis.runs import open_run_store, run_values
 from rag_experiments.common.cliargs import add_overrides, add_tracking_uri, parse_store_command
 from rag_experiments.common.redact import REDACTED
 from rag_experiments.errors import ConfigError, DatasetError, TrackingError
-from rag_experiments.tracking.store import find_runs, open_store, read_table
+from rag_experiments.tracking.record import (
+    ARTIFACTS,
+    LLM_USAGE_SUFFIXES,
+    MODEL_IDENTITY_SUFFIXES,
+    TAGS,
+)
+from rag_experiments.tracking.store import RunRecord, RunStore
 
 log = logging.getLogger(__name__)
 
-RERUN_TAG = "rerun_of"
+RERUN_TAG = TAGS.rerun_of
 _VOLATILE_SUFFIXES = (
-    "duration_s", "latency_ms_p50", "latency_ms_p95", ".llm_calls", ".llm_cache_hits",
-    ".llm_cache_hit_rate", ".llm_errors", ".prompt_tokens", ".completion_tokens",
+    "duration_s", "latency_ms_p50", "latency_ms_p95", *LLM_USAGE_SUFFIXES,
     "judge_prompt_tokens", "judge_completion_tokens", "judge_tokens_per_question",
     "n_cached_answers",
 )  # fmt: skip
 _VOLATILE_COLUMNS = {"latency_ms", "cached"}
-_IDENTITY_KEYS = (".provider", ".model", ".digest")
+_IDENTITY_KEYS = MODEL_IDENTITY_SUFFIXES
 
 
 @dataclass
@@ -92,23 +94,14 @@ class RerunReport:
         return "\n".join(lines)
 
 
-def load_run_config(
-    client: mlflow.MlflowClient, run_id: str, overrides: list[str] | None = None
-) -> DictConfig:
+def load_run_config(store: RunStore, run_id: str, overrides: list[str] | None = None) -> DictConfig:
     """The run's resolved ``config.yaml`` with ``overrides`` (``key=value``) merged in.
 
     Raises:
         TrackingError: The run or its ``config.yaml`` is missing.
         ConfigError: A value was redacted when logged (a secret) and no override gives it.
     """
-    try:
-        local = client.download_artifacts(run_id, "config.yaml")
-    except (MlflowException, OSError) as exc:
-        raise TrackingError(
-            f"cannot fetch config.yaml of run {run_id} from {client.tracking_uri}: {exc}. "
-            "Check the run id and --tracking-uri"
-        ) from exc
-    cfg = OmegaConf.create(Path(local).read_text(encoding="utf-8"))
+    cfg = OmegaConf.create(store.read_text(run_id, ARTIFACTS.config))
     if overrides:
         cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
     secret = [k for k, v in _leaves(OmegaConf.to_container(cfg)) if v == REDACTED]
@@ -142,20 +135,20 @@ def rerun(run_id: str, tracking_uri: str, overrides: list[str] | None = None) ->
     from rag_experiments.tracking.mlflow_tracker import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
-    client = open_store(uri)
+    store = open_run_store(uri)
     try:
-        original = client.get_run(run_id)
-    except MlflowException as exc:
-        raise TrackingError(f"cannot find run {run_id!r} at {uri}: {exc.message}") from exc
-    cfg = load_run_config(client, run_id, overrides)
+        original = store.get_run(run_id)
+    except TrackingError as exc:
+        raise TrackingError(f"cannot find run {run_id!r} at {uri}: {exc}") from exc
+    cfg = load_run_config(store, run_id, overrides)
     cfg.tracking.uri = uri
     named = any(o.split("=", 1)[0].lstrip("+~") == "run_name" for o in overrides or [])
     if not cfg.get("run_name") and not named:  # the original's name, whatever made it then
-        cfg.run_name = original.info.run_name  # (default names change across versions)
+        cfg.run_name = original.name or None  # (default names change across versions)
     if cfg.get("gate"):
         log.info("rerun: the run's gate= is not applied (gate the new run with rag-exp gate)")
         cfg.gate = None
-    expected = original.data.tags.get("dataset.digest")
+    expected = original.tags.get(TAGS.dataset_digest)
     if expected:
         digest = load_dataset(cfg).digest  # the max_samples subset, as the run evaluated
         if digest != expected:
@@ -167,29 +160,25 @@ def rerun(run_id: str, tracking_uri: str, overrides: list[str] | None = None) ->
     else:
         log.warning("run %s has no dataset.digest tag: the dataset is not checked", run_id)
     run_job(cfg, extra_tags={RERUN_TAG: run_id})
-    new = _latest_rerun(client, original.info.experiment_id, run_id)
-    report = RerunReport(run_id, new.info.run_id)
-    report.changed_metrics = _metric_diff(run_values(client, original), run_values(client, new))
+    new = _latest_rerun(store, original.experiment_id, run_id)
+    report = RerunReport(run_id, new.run_id)
+    report.changed_metrics = _metric_diff(run_values(store, original), run_values(store, new))
     report.changed_models = {
-        k: (v, new.data.tags.get(k, ""))
-        for k, v in original.data.tags.items()
-        if k.endswith(_IDENTITY_KEYS) and "." in k and new.data.tags.get(k, "") != v
+        k: (v, new.tags.get(k, ""))
+        for k, v in original.tags.items()
+        if k.endswith(_IDENTITY_KEYS) and "." in k and new.tags.get(k, "") != v
     }
     report.model_calls = {
-        k[: -len(".llm_calls")]: v
-        - new.data.metrics.get(k.replace("llm_calls", "llm_cache_hits"), 0.0)
-        for k, v in new.data.metrics.items()
+        k[: -len(".llm_calls")]: v - new.metrics.get(k.replace("llm_calls", "llm_cache_hits"), 0.0)
+        for k, v in new.metrics.items()
         if k.endswith(".llm_calls")
     }
-    report.changed_cells = _table_diff(
-        _per_query(client, run_id), _per_query(client, new.info.run_id)
-    )
+    report.changed_cells = _table_diff(_per_query(store, run_id), _per_query(store, new.run_id))
     return report
 
 
-def _latest_rerun(client: mlflow.MlflowClient, experiment_id: str, run_id: str) -> Any:
-    runs = find_runs(
-        client,
+def _latest_rerun(store: RunStore, experiment_id: str, run_id: str) -> RunRecord:
+    runs = store.find_runs(
         [experiment_id],
         f"tags.{RERUN_TAG} = '{run_id}'",
         order_by=["attributes.start_time DESC"],
@@ -210,10 +199,11 @@ def _metric_diff(old: dict[str, float], new: dict[str, float]) -> dict[str, tupl
     return out
 
 
-def _per_query(client: mlflow.MlflowClient, run_id: str) -> pd.DataFrame | None:
-    """The run's per-query table, or None when it has none (nothing to compare)."""
+def _per_query(store: RunStore, run_id: str) -> pd.DataFrame | None:
+    """The run's per-query table as logged (cells as in the CSV, so every column compares), or
+    None when it has none (nothing to compare)."""
     try:
-        return read_table(client, run_id)
+        return store.read_table(run_id)
     except TrackingError:
         return None
 

@@ -33,11 +33,11 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from rag_experiments.analysis.defaults import ALPHA, MIN_PAIRS, N_RESAMPLES, SEED
 from rag_experiments.common.http import TARGET_RETRY, RetryPolicy
 from rag_experiments.config.declare import SCHEMAS, option
 from rag_experiments.config.declare import SchemaOption as SchemaOption  # re-exported
 from rag_experiments.config.declare import schema_option as schema_option  # re-exported
+from rag_experiments.config.stats_defaults import ALPHA, MIN_PAIRS, N_RESAMPLES, SEED
 from rag_experiments.index.bm25_params import INDEX_TITLE, Bm25Params
 
 # NOTE: Optional[...] / Dict / List (not PEP 604 unions) because OmegaConf inspects these
@@ -152,7 +152,7 @@ class JsonlDatasetConf(RowFileDatasetConf):
 class MlflowTracesDatasetConf(ComponentConf):
     """Traces of an MLflow experiment (``rag_experiments.data.mlflow_traces``)."""
 
-    _target_: str = "rag_experiments.data.mlflow_traces.MlflowTracesDataset"
+    _target_: str = "rag_experiments.tracking.trace_dataset.MlflowTracesDataset"
     experiment: str = MISSING
     tracking_uri: str | None = None
     filter_string: str | None = None

@@ -32,8 +32,6 @@ from omegaconf import DictConfig, OmegaConf
 from rag_experiments.common import interrupt
 from rag_experiments.common.uri import resolve_tracking_uri
 from rag_experiments.config.reporting import aborting
-from rag_experiments.tracking.client import open_client
-from rag_experiments.tracking.store import child_runs
 from rag_experiments.tracking.sweep import (
     close_sweep,
     job_run_name,
@@ -150,13 +148,13 @@ def announce_sweep_end(uri: str, parent_id: str, status: str, *, report: bool = 
         swept_params,
         write_sweep_report,
     )
-    from rag_experiments.analysis.runs import artifact_location
+    from rag_experiments.analysis.runs import artifact_location, open_run_store
 
-    client = open_client(uri)
-    parent = client.get_run(parent_id)
-    experiment = client.get_experiment(parent.info.experiment_id).name
-    children_runs = child_runs(client, parent.info.experiment_id, parent_id)
-    counts = Counter(r.info.status for r in children_runs)
+    store = open_run_store(uri)
+    parent = store.get_run(parent_id)
+    experiment = parent.experiment_name
+    children_runs = store.child_runs(parent.experiment_id, parent_id)
+    counts = Counter(r.status for r in children_runs)
     children = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "none"
     lines = [
         f"sweep parent run {parent_id} {status} (children: {children}) in experiment "
@@ -166,11 +164,11 @@ def announce_sweep_end(uri: str, parent_id: str, status: str, *, report: bool = 
     if report and counts.get("FINISHED"):
         try:
             with tempfile.TemporaryDirectory(prefix="rag-exp-report-") as tmp:
-                built = build_report(client, parent)
+                built = build_report(store, parent)
                 write_sweep_report(built, Path(tmp))
-                log_report(client, built, Path(tmp))
+                log_report(store, built, Path(tmp))
             lines.append(
-                f"sweep report: {artifact_location(client, parent_id, 'report/report.html')} "
+                f"sweep report: {artifact_location(store, parent_id, 'report/report.html')} "
                 f"(rebuild: {where})"
             )
             lines += built.note_lines()  # the caveat of runs that used the embedded model
@@ -178,7 +176,7 @@ def announce_sweep_end(uri: str, parent_id: str, status: str, *, report: bool = 
             lines.append(f"sweep report not built ({type(exc).__name__}: {exc}); try: {where}")
     else:
         lines.append(f"sweep report: {where}")
-    if swept_params([dict(r.data.params) for r in children_runs]) == ["shard.index"]:
+    if swept_params([dict(r.params) for r in children_runs]) == ["shard.index"]:
         lines.append(
             f"shards of one evaluation (each holds other questions, so the report ranks "
             f"nothing): join them into one run with rag-exp merge {parent_id} --tracking-uri {uri}"

@@ -42,14 +42,13 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
-from mlflow.exceptions import MlflowException
 
-from rag_experiments.errors import DatasetError, TrackingError
+from rag_experiments.errors import DatasetError
 from rag_experiments.metrics.definitions import LabelSet, LiveMapping, declared_outputs
-from rag_experiments.tracking.store import open_store, read_table
+from rag_experiments.tracking.record import ARTIFACTS, PerQueryRow
+from rag_experiments.tracking.store import RunStore
 
 LABEL_SETS: Mapping[str, LabelSet] = LiveMapping(
     lambda: {d.name: ls for d in declared_outputs() if (ls := d.label_set()) is not None}
@@ -61,11 +60,7 @@ declares labels is graded without a change here."""
 SHEET_FIXED = ("item", "sheet_id", "question", "reference", "contexts", "response")
 
 
-def _contexts(cell: Any) -> str:
-    try:
-        items = json.loads(cell) if isinstance(cell, str) else []
-    except ValueError:
-        return str(cell)
+def _contexts(items: Sequence[str]) -> str:
     return "\n\n".join(f"[{i}] {c}" for i, c in enumerate(items, 1))
 
 
@@ -88,45 +83,44 @@ def grade_sheet(
         TrackingError: The run or its table cannot be fetched.
         DatasetError: The run has no judged metric of :data:`LABEL_SETS` with a value.
     """
-    table = read_table(open_store(tracking_uri), run_id)
+    rows = RunStore(tracking_uri).read_rows(run_id)
     metrics = [
         m
         for m, ls in LABEL_SETS.items()
-        if ls.source in table.columns and table[ls.source].notna().any()
+        if any(ls.source in r.values and not math.isnan(r.values[ls.source]) for r in rows)
     ]
     if not metrics:
         raise DatasetError(
             f"run {run_id} has no judged metric to grade (looked for "
             f"{', '.join(ls.source for ls in LABEL_SETS.values())}); run it with metrics=custom"
         )
-    eligible = [
-        i
-        for i in range(len(table))
-        if any(pd.notna(table.at[i, LABEL_SETS[m].source]) for m in metrics)
-    ]
+
+    def judged(row: PerQueryRow, m: str) -> bool:
+        return not math.isnan(row.values[LABEL_SETS[m].source])
+
+    eligible = [i for i, r in enumerate(rows) if any(judged(r, m) for m in metrics)]
     rng = random.Random(seed)
     picked = rng.sample(eligible, min(n, len(eligible)))  # random order: items are shuffled
     sheet_id = f"{run_id[:8]}-s{seed}-n{len(picked)}"
-    rows, items = [], []
+    sheet_rows, items = [], []
     for item, i in enumerate(picked, 1):
-        row = table.iloc[i]
-        rows.append({
-            "item": item, "sheet_id": sheet_id, "question": row.get("user_input", ""),
-            "reference": row.get("reference", ""),
-            "contexts": _contexts(row.get("retrieved_contexts")),
-            "response": row.get("response", ""), **{m: "" for m in metrics}, "notes": "",
+        row = rows[i]
+        sheet_rows.append({
+            "item": item, "sheet_id": sheet_id, "question": row.user_input,
+            "reference": row.reference, "contexts": _contexts(row.retrieved_contexts),
+            "response": row.response, **{m: "" for m in metrics}, "notes": "",
         })  # fmt: skip
         judge = {
-            m: LABEL_SETS[m].to_label(float(row[LABEL_SETS[m].source]))
+            m: LABEL_SETS[m].to_label(row.values[LABEL_SETS[m].source])
             for m in metrics
-            if pd.notna(row[LABEL_SETS[m].source])
+            if judged(row, m)
         }
-        items.append({"item": item, "sample_id": str(row["id"]), "judge": judge})
+        items.append({"item": item, "sample_id": row.id, "judge": judge})
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sheet = out / f"grade_sheet_{sheet_id}.csv"
     key = out / f"grade_sheet_{sheet_id}.key.json"
-    pd.DataFrame(rows).fillna("").to_csv(sheet, index=False)
+    pd.DataFrame(sheet_rows).fillna("").to_csv(sheet, index=False)
     key.write_text(json.dumps({
         "sheet_id": sheet_id, "run_id": run_id, "tracking_uri": tracking_uri, "seed": seed,
         "labels": {m: list(LABEL_SETS[m].labels) for m in metrics}, "items": items,
@@ -260,7 +254,7 @@ def log_agreement(
     Raises:
         TrackingError: The run cannot be reached.
     """
-    client = open_store(tracking_uri or key["tracking_uri"])
+    store = RunStore(tracking_uri or key["tracking_uri"])
     values = {}
     for r in results:
         for name, v in (
@@ -271,19 +265,9 @@ def log_agreement(
         ):
             if not math.isnan(v):
                 values[f"agreement.{r.metric}.{name}"] = v
-    try:
-        for k, v in values.items():
-            client.log_metric(key["run_id"], k, v)
-        client.log_dict(
-            key["run_id"],
-            {
-                "sheet_id": key["sheet_id"],
-                "seed": key["seed"],
-                "results": [vars(r) for r in results],
-            },
-            f"agreement/{key['sheet_id']}.json",
-        )
-    except MlflowException as exc:
-        raise TrackingError(
-            f"cannot log the agreement to run {key['run_id']}: {exc.message}"
-        ) from exc
+    store.log_metrics(key["run_id"], values)
+    store.log_dict(
+        key["run_id"],
+        {"sheet_id": key["sheet_id"], "seed": key["seed"], "results": [vars(r) for r in results]},
+        f"{ARTIFACTS.agreement_dir}/{key['sheet_id']}.json",
+    )

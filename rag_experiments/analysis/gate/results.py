@@ -1,17 +1,17 @@
 """The gate's verdicts as data: :class:`RuleResult` (one rule on one question group) and
 :class:`GateResult` (every rule, the overall status and exit code, the JSON of
-``gate/gate.json``); their text forms are :mod:`~rag_experiments.analysis.gate.rendering`'s."""
+``gate/gate.json``); and their text forms: console lines, JUnit XML, Markdown."""
 
 from __future__ import annotations
 
 import math
+import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rag_experiments.analysis.defaults import ALPHA
-from rag_experiments.analysis.gate import rendering
 from rag_experiments.analysis.gate.rules import EXIT_CODES, FAIL, PASS, UNDECIDED
-from rag_experiments.analysis.paired import strict_json
+from rag_experiments.analysis.paired import CONFIDENCE, strict_json
+from rag_experiments.config.stats_defaults import ALPHA
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ class RuleResult:
         return f"{self.metric} {self.kind} {self.limit:g} [{self.group}]"
 
     def line(self) -> str:
-        """The console line: ``FAIL  <name>: <message>`` (:func:`~.rendering.rule_line`)."""
-        return rendering.rule_line(self)
+        """The console line: ``FAIL  <name>: <message>`` (:func:`rule_line`)."""
+        return rule_line(self)
 
 
 @dataclass
@@ -98,8 +98,8 @@ class GateResult:
         return EXIT_CODES[self.status]
 
     def summary(self) -> str:
-        """One line: the result and the counts (:func:`~.rendering.summary_line`)."""
-        return rendering.summary_line(self)
+        """One line: the result and the counts (:func:`summary_line`)."""
+        return summary_line(self)
 
     def lines(self) -> list[str]:
         """One plain line per rule, then the summary."""
@@ -115,9 +115,97 @@ class GateResult:
         })  # fmt: skip
 
     def junit_xml(self) -> str:
-        """JUnit XML of the result (:func:`~.rendering.junit_xml`)."""
-        return rendering.junit_xml(self)
+        """JUnit XML of the result (:func:`junit_xml`)."""
+        return junit_xml(self)
 
     def markdown(self) -> str:
-        """A Markdown summary of the result (:func:`~.rendering.markdown`)."""
-        return rendering.markdown(self)
+        """A Markdown summary of the result (:func:`markdown`)."""
+        return markdown(self)
+
+
+# --- text forms -----------------------------------------------------------------------------
+def rule_line(r: RuleResult) -> str:
+    """The console line of one rule: ``FAIL  <name>: <message>``."""
+    return f"{r.status.upper():<9} {r.name}: {r.message}"
+
+
+def summary_line(result: GateResult) -> str:
+    """One line: the result and the counts."""
+    counts = {s: sum(r.status == s for r in result.results) for s in (PASS, FAIL, UNDECIDED)}
+    against = f" against baseline {result.baseline_ref}" if result.baseline_ref else ""
+    if result.baseline and result.baseline_ref != result.baseline:
+        against += f" ({result.baseline})"
+    text = (
+        f"gate {result.status.upper()}: run {result.candidate}{against}: {counts[PASS]} passed, "
+        f"{counts[FAIL]} failed, {counts[UNDECIDED]} undecided (exit {result.exit_code})"
+    )
+    return text + (f"; {result.problem}" if result.problem else "")
+
+
+def junit_xml(result: GateResult) -> str:
+    """JUnit XML: one ``<testcase>`` per rule and group in one ``<testsuite name="rag-exp
+    gate">``; a failed rule has a ``<failure>``, an undecided one an ``<error>`` (the gate
+    could not decide, which GitLab and Jenkins show as an error), with the line as message.
+    """
+    failures = sum(r.status == FAIL for r in result.results)
+    errors = sum(r.status == UNDECIDED for r in result.results)
+    suites = ET.Element("testsuites", name="rag-exp gate")
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name="rag-exp gate",
+        tests=str(len(result.results)),
+        failures=str(failures),
+        errors=str(errors),
+        skipped="0",
+        time="0",
+    )
+    props = ET.SubElement(suite, "properties")
+    for key, value in (("candidate", result.candidate), ("baseline", result.baseline)):
+        ET.SubElement(props, "property", name=key, value=value)
+    for r in result.results:
+        case = ET.SubElement(
+            suite, "testcase", classname=f"rag_exp.gate.{r.metric}", name=r.name, time="0"
+        )
+        if r.status == FAIL:
+            ET.SubElement(case, "failure", message=r.message, type="GateRuleFailed").text = r.line()
+        elif r.status == UNDECIDED:
+            ET.SubElement(case, "error", message=r.message, type="GateUndecided").text = r.line()
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def markdown(result: GateResult) -> str:
+    """A Markdown summary (for ``$GITHUB_STEP_SUMMARY``): the result, then a table."""
+    icon = {PASS: "✅", FAIL: "❌", UNDECIDED: "⚠️"}
+    out = [
+        f"## {icon[result.status]} rag-exp gate: {result.status}",
+        "",
+        f"Candidate run `{result.candidate}`"
+        + (f", baseline `{result.baseline_ref}`" if result.baseline_ref else "")
+        + (f" (`{result.baseline}`)" if result.baseline not in ("", result.baseline_ref) else "")
+        + f"; α = {result.alpha:g} (Holm), {CONFIDENCE:.0%} paired bootstrap CI.",
+        "",
+    ]
+    if result.problem:
+        out += [f"**Could not decide:** {result.problem}", ""]
+    out += [
+        "| result | metric | rule | group | n | candidate | baseline | diff | 95% CI "
+        "| p (Holm) | note |",
+        "|---|---|---|---|---:|---:|---:|---:|---|---:|---|",
+    ]  # fmt: skip
+    for r in result.results:
+        ci = "" if math.isnan(r.ci_low) else f"[{r.ci_low:+.4f}, {r.ci_high:+.4f}]"
+        out.append(
+            f"| {icon[r.status]} {r.status} | `{r.metric}` | {r.kind} {r.limit:g} | "
+            f"{r.group} | {r.n} | {_num(r.candidate)} | {_num(r.baseline)} | "
+            f"{_num(r.diff, signed=True)} | {ci} | {_num(r.p_holm)} | "
+            f"{r.message.replace('|', '/')} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def _num(x: float, signed: bool = False) -> str:
+    if math.isnan(x):
+        return ""
+    return f"{x:+.4f}" if signed else f"{x:.4f}"

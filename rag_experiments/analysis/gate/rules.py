@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from rag_experiments.analysis.defaults import ALPHA, MIN_PAIRS, N_RESAMPLES, SEED
+from rag_experiments.config.stats_defaults import ALPHA, MIN_PAIRS, N_RESAMPLES, SEED
 from rag_experiments.errors import ConfigError
 
 PASS, FAIL, UNDECIDED = "pass", "fail", "undecided"

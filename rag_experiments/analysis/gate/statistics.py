@@ -16,7 +16,6 @@ import pandas as pd
 from scipy import stats
 
 from rag_experiments.analysis.compare import compare_tables, holm
-from rag_experiments.analysis.defaults import ALPHA, N_RESAMPLES, SEED
 from rag_experiments.analysis.gate.results import RuleResult
 from rag_experiments.analysis.gate.rules import (
     FAIL,
@@ -28,6 +27,7 @@ from rag_experiments.analysis.gate.rules import (
 )
 from rag_experiments.analysis.paired import ALL, CONFIDENCE, MIN_PAIRS_CI, PairedStat
 from rag_experiments.analysis.runs import MetricInfo
+from rag_experiments.config.stats_defaults import ALPHA, N_RESAMPLES, SEED
 from rag_experiments.metrics.aggregate import bootstrap_ci
 
 JudgeNoise = tuple[tuple[float, int], tuple[float, int]]

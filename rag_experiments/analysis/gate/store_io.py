@@ -7,58 +7,35 @@ the opaque :data:`Store` these functions take and return."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
-import mlflow
 import pandas as pd
-from mlflow.entities import Run
-from mlflow.exceptions import MlflowException
 
 from rag_experiments.analysis.gate.rules import LAST, check_alias_name
-from rag_experiments.analysis.runs import MetricInfo, load_specs
+from rag_experiments.analysis.runs import MetricInfo, load_specs, open_run_store
 from rag_experiments.common.uri import require_existing_store, resolve_tracking_uri
 from rag_experiments.errors import ConfigError, TrackingError
+from rag_experiments.tracking.record import TAGS
 from rag_experiments.tracking.resilience import Outage
-from rag_experiments.tracking.store import find_runs, get_run, open_store, read_table
+from rag_experiments.tracking.store import RunRecord, RunStore
 
-Store = mlflow.MlflowClient
-"""The handle of an open store (:func:`open_store`, :func:`open_existing_store`); callers pass
-it back to this module's functions and never call it themselves."""
+Store = RunStore
+"""The handle of an open store (:func:`open_store`, :func:`open_existing_store`)."""
+
+RunFacts = RunRecord
+"""What the gate reads of a logged run: id, experiment, status, tags, params, metrics."""
 
 ALIAS_TAG = "rag_exp.alias."
 """Experiment tag prefix of a baseline alias: ``rag_exp.alias.<name> = <run id>``."""
 
 
-@dataclass(frozen=True)
-class RunFacts:
-    """What the gate reads of a logged run.
+def open_store(uri: str) -> Store:
+    """The store at ``uri``, read as the gate reads it: each run it returns first declares
+    the metric classes its params name (:func:`~rag_experiments.analysis.runs.open_run_store`).
 
-    Attributes:
-        run_id: MLflow run id.
-        experiment_id: Id of the run's experiment.
-        status: ``RUNNING``, ``FINISHED``, ``FAILED``, ``KILLED`` or ``SCHEDULED``.
-        tags: The run's tags.
-        params: The run's params (strings, as logged).
-        metrics: The run's latest value of each metric.
+    Raises:
+        TrackingError: The store cannot be opened.
     """
-
-    run_id: str
-    experiment_id: str
-    status: str
-    tags: Mapping[str, str] = field(default_factory=dict)
-    params: Mapping[str, str] = field(default_factory=dict)
-    metrics: Mapping[str, float] = field(default_factory=dict)
-
-
-def _facts(run: Run) -> RunFacts:
-    return RunFacts(
-        run.info.run_id,
-        run.info.experiment_id,
-        run.info.status,
-        dict(run.data.tags),
-        dict(run.data.params),
-        dict(run.data.metrics),
-    )
+    return open_run_store(uri)
 
 
 def open_existing_store(uri: str) -> Store:
@@ -79,7 +56,7 @@ def read_run(store: Store, run_id: str) -> RunFacts:
     Raises:
         TrackingError: No such run in the store (the message names the store).
     """
-    return _facts(get_run(store, run_id))
+    return store.get_run(run_id)
 
 
 def read_metric_specs(store: Store, run_id: str) -> list[MetricInfo]:
@@ -97,7 +74,7 @@ def read_per_query(store: Store, run_id: str) -> pd.DataFrame:
     Raises:
         TrackingError: The run or its table cannot be fetched.
     """
-    return read_table(store, run_id)
+    return store.read_table(run_id)
 
 
 def resolve_run(store: Store, ref: str, experiment: str) -> str:
@@ -110,10 +87,9 @@ def resolve_run(store: Store, ref: str, experiment: str) -> str:
     """
     if ref != LAST:
         return ref
-    exp = store.get_experiment_by_name(experiment)
+    exp = store.experiment_by_name(experiment)
     runs = (
-        find_runs(
-            store,
+        store.find_runs(
             [exp.experiment_id],
             "attributes.status = 'FINISHED'",
             order_by=["attributes.start_time DESC"],
@@ -121,13 +97,13 @@ def resolve_run(store: Store, ref: str, experiment: str) -> str:
         if exp is not None
         else []
     )
-    runs = [r for r in runs if "compare.run_a" not in r.data.tags]
+    runs = [r for r in runs if TAGS.compare_run_a not in r.tags]
     if not runs:
         raise TrackingError(
-            f"`last`: experiment {experiment!r} at {store.tracking_uri} has no finished run; "
+            f"`last`: experiment {experiment!r} at {store.uri} has no finished run; "
             "check --experiment and --tracking-uri"
         )
-    return runs[0].info.run_id
+    return runs[0].run_id
 
 
 def resolve_baseline(store: Store, candidate: RunFacts, ref: str) -> str:
@@ -137,19 +113,18 @@ def resolve_baseline(store: Store, candidate: RunFacts, ref: str) -> str:
     Raises:
         ConfigError: ``ref`` is neither an alias of the experiment nor a run of the store.
     """
-    experiment = store.get_experiment(candidate.experiment_id)
-    target = experiment.tags.get(ALIAS_TAG + ref)
+    tags = store.experiment_tags(candidate.experiment_id)
+    target = tags.get(ALIAS_TAG + ref)
     if target:
         return target
     try:
         store.get_run(ref)
-    except MlflowException:
-        aliases = sorted(
-            k.removeprefix(ALIAS_TAG) for k in experiment.tags if k.startswith(ALIAS_TAG)
-        )
+    except TrackingError:
+        aliases = sorted(k.removeprefix(ALIAS_TAG) for k in tags if k.startswith(ALIAS_TAG))
         raise ConfigError(
-            f"baseline {ref!r} is neither an alias of experiment {experiment.name!r} "
-            f"(aliases: {', '.join(aliases) or 'none'}) nor a run at {store.tracking_uri}; "
+            f"baseline {ref!r} is neither an alias of experiment "
+            f"{store.experiment_name(candidate.experiment_id)!r} "
+            f"(aliases: {', '.join(aliases) or 'none'}) nor a run at {store.uri}; "
             f"set it with `rag-exp promote <run id> --alias {ref}` or pass a run id"
         ) from None
     return ref
@@ -164,17 +139,17 @@ def check_baseline(tracking_uri: str, experiment: str, ref: str) -> None:
         TrackingError: The store cannot be read.
     """
     store = open_store(tracking_uri)
-    exp = store.get_experiment_by_name(experiment)
-    tags = exp.tags if exp is not None else {}
+    exp = store.experiment_by_name(experiment)
+    tags = store.experiment_tags(exp.experiment_id) if exp is not None else {}
     if tags.get(ALIAS_TAG + ref):
         return
     try:
         store.get_run(ref)
-    except MlflowException:
+    except TrackingError:
         aliases = sorted(k.removeprefix(ALIAS_TAG) for k in tags if k.startswith(ALIAS_TAG))
         raise ConfigError(
             f"gate.baseline={ref!r} is neither an alias of experiment {experiment!r} "
-            f"(aliases: {', '.join(aliases) or 'none'}) nor a run at {store.tracking_uri}; "
+            f"(aliases: {', '.join(aliases) or 'none'}) nor a run at {store.uri}; "
             f"set it with `rag-exp promote <run id> --alias {ref}` or pass a run id"
         ) from None
 
@@ -191,15 +166,13 @@ def set_alias(tracking_uri: str, run_id: str, alias: str, retry_s: float = 120.0
     """
     check_alias_name(alias)
     store = open_store(tracking_uri)
-    run = get_run(store, run_id)
+    run = store.get_run(run_id)
     outage = Outage(resolve_tracking_uri(tracking_uri), retry_s)
     try:
-        outage.call(
-            "alias", store.set_experiment_tag, run.info.experiment_id, ALIAS_TAG + alias, run_id
-        )
-    except MlflowException as exc:
-        raise TrackingError(f"cannot set alias {alias!r}: {exc.message}") from exc
-    return store.get_experiment(run.info.experiment_id).name
+        outage.call("alias", store.set_experiment_tag, run.experiment_id, ALIAS_TAG + alias, run_id)
+    except TrackingError as exc:
+        raise TrackingError(f"cannot set alias {alias!r}: {exc}") from exc
+    return run.experiment_name
 
 
 def write_gate_result(
@@ -223,5 +196,5 @@ def write_gate_result(
             outage.call(f"tag {key}", store.set_tag, run_id, key, value)
         for path, text in texts.items():
             outage.call(path, store.log_text, run_id, text, path)
-    except MlflowException as exc:
-        raise TrackingError(f"cannot log the gate result on run {run_id}: {exc.message}") from exc
+    except TrackingError as exc:
+        raise TrackingError(f"cannot log the gate result on run {run_id}: {exc}") from exc
