@@ -61,9 +61,9 @@ loose root modules
     an ordered pipeline, not a table of options: shown apart, not counted.
 (e) modules reading raw ``cfg`` below the engine
     Modules in the parts' tiers (every tier below the engine in the contract test's ``LAYERS``:
-    not an entry point, command or engine), but ``config/*`` (the config's own package) and
-    the Hydra plugin modules ``lifecycle/sweeper.py``, ``lifecycle/sweeper_conf.py`` and
-    ``lifecycle/launchers.py`` (Hydra calls them with its config), that import ``omegaconf`` or
+    not an entry point, command or engine), but those of :data:`CFG_EXEMPT` (the config's own
+    package, the Hydra schema modules and the Hydra plugin modules, which Hydra calls with its
+    config), that import ``omegaconf`` or
     ``hydra`` (any import statement, any level), or name ``cfg``: a function parameter named
     ``cfg``, or the variable ``cfg`` read or bound anywhere in the module.
 
@@ -106,9 +106,21 @@ MIN_PARTS = 3
 TRACKING_MUST_NOT = ("metrics", "analysis", "qualify", "config")
 """What ``tracking/`` must not import (b)."""
 
-CFG_EXEMPT = ("config", "lifecycle.sweeper", "lifecycle.sweeper_conf", "lifecycle.launchers")
+CFG_EXEMPT = (
+    "config",
+    "generate.config",
+    "qualify.config",
+    "lifecycle.sweeper",
+    "lifecycle.sweeper_conf",
+    "lifecycle.launchers",
+    "lifecycle.search_space",
+    "lifecycle.callbacks",
+    "lifecycle.sweep_callback",
+)
 """Part modules (short names, a folder covers its modules) left out of (e): the config's own
-package and the Hydra plugin modules, which Hydra calls with its config."""
+package and the two other Hydra schema modules (``generate/config.py``, ``qualify/config.py``:
+structured-config dataclasses), and the Hydra plugin modules, which Hydra calls with its config
+(the sweeper, its config and search space, the launchers, the job callbacks)."""
 
 
 def _short(module: str) -> str:

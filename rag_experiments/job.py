@@ -103,10 +103,14 @@ def _default_run_name(cfg: DictConfig, dataset_name: str) -> str:
 
 
 def _hydra_job_dir() -> str | None:
-    """The Hydra job's output folder (where the job checkpoints), None outside a Hydra job."""
+    """The Hydra job's output folder (where the job checkpoints), None outside a Hydra job (no
+    Hydra config, or one composed without a job: its ``runtime.output_dir`` is missing)."""
     from hydra.core.hydra_config import HydraConfig
 
-    return str(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else None
+    if not HydraConfig.initialized():
+        return None
+    runtime = HydraConfig.get().runtime
+    return None if OmegaConf.is_missing(runtime, "output_dir") else str(runtime.output_dir)
 
 
 GATE_IN_SWEEP = (
