@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from run_helpers import run_fresh
+
+from tests.run_helpers import run_fresh
 
 
 @pytest.mark.slow

@@ -62,7 +62,7 @@ def compose_once() -> Iterator[None]:
     same overrides then takes it, with ``hydra.mode=RUN`` applied as Hydra applies that
     override (the value set, the line appended to ``hydra.overrides.hydra``) and Hydra's
     logging configured as its ``compose_config`` does: the same config, node for node
-    (``tests/test_compose_once.py``). Whenever the RUN composition fails (a sweep override
+    (``tests/config/test_compose_once.py``). Whenever the RUN composition fails (a sweep override
     without ``-m``, a missing default) Hydra's own ``get_mode`` decides, and a composition
     of other overrides or in MULTIRUN mode (``-m``) is Hydra's own: errors and sweeps are
     unchanged.

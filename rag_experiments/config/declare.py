@@ -14,7 +14,7 @@ from typing import Any
 class SchemaOption:
     """What a schema dataclass declares with :func:`option`: the config group and schema name
     it is stored as (``/schema/<group>/<name>``), and how its fields meet the constructor of
-    the class its ``_target_`` names (checked by ``tests/test_config_schemas.py``).
+    the class its ``_target_`` names (checked by ``tests/config/test_config_schemas.py``).
 
     Attributes:
         group: The config group (``retriever``).

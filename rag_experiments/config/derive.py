@@ -2,7 +2,7 @@
 
 The package's own parts have schema dataclasses (:mod:`rag_experiments.config.schema`, each
 declared with :func:`~rag_experiments.config.schema.option`, checked against its class by
-``tests/test_config_schemas.py``), and their YAML files name them. A user's new part is a
+``tests/config/test_config_schemas.py``), and their YAML files name them. A user's new part is a
 class in a module beside their ``./conf`` overlay and a file ``conf/<group>/<name>.yaml``
 holding its ``_target_`` and the keys they set, with no schema and no defaults list. For such a
 file, :func:`register_derived` makes a schema from the class's ``__init__`` (parameter names,

@@ -1,7 +1,7 @@
 """English stop words: the 318 words of scikit-learn's ``ENGLISH_STOP_WORDS``
 (``sklearn/feature_extraction/_stop_words.py``, BSD-3-Clause; the list of the Glasgow
 Information Retrieval Group), kept here so that a metric needing them does not import
-scikit-learn (about 4 s of start-up). ``tests/test_stop_words.py`` checks the copy against the
+scikit-learn (about 4 s of start-up). ``tests/text/test_stop_words.py`` checks the copy against the
 installed scikit-learn.
 """
 

@@ -6,7 +6,7 @@ and span rows of a chunk of questions are made from their plain values
 MLflow entity: the span content is what MLflow's ``translate_span_when_storing`` gives for our
 spans, the LLM cost looked up only for a model MLflow has a price for) and go in one
 transaction as multi-row INSERTs on MLflow's own tables (:func:`_insert_sql`; one ``COPY`` per
-table on PostgreSQL, :func:`insert_rows`; ``tests/test_traces.py`` checks this path and
+table on PostgreSQL, :func:`insert_rows`; ``tests/tracking/test_traces.py`` checks this path and
 MLflow's API store the same rows, column for column).
 
 **Schema revision.** The rows follow MLflow's tables at one schema revision
@@ -62,7 +62,7 @@ and tested against: the head of MLflow 3.17.2, the installed version when this w
 found with ``python -c "from mlflow.store.db.utils import _get_latest_schema_revision as h;
 print(h())"`` (also the ``version_num`` of ``alembic_version`` in a store that MLflow creates).
 After an MLflow upgrade whose head differs, the writer steps aside (MLflow's API writes the
-traces) until ``tests/test_traces.py`` passes at the new head and this is set to it."""
+traces) until ``tests/tracking/test_traces.py`` passes at the new head and this is set to it."""
 
 _REVISION_REPORTED: set[tuple[str, str | None]] = set()
 """(store URL, revision) pairs whose fallback was already logged (one line per store)."""
@@ -230,7 +230,7 @@ def _insert_sql(writer: SqlTraceWriter, chunk: Sequence[TraceParts]) -> None:
     metadata marked finalized, the assessments as ``SqlAssessments.from_mlflow_entity`` maps
     them, and the spans as ``log_spans`` stores them (:func:`_span_rows`). The rollup rebuild
     queue (off unless ``MLFLOW_SQL_TRACE_ROLLUPS_ENABLED``) is not maintained, so with
-    rollups on the API is used. ``tests/test_traces.py`` checks that both paths store the
+    rollups on the API is used. ``tests/tracking/test_traces.py`` checks that both paths store the
     same rows (re-run it when MLflow is upgraded: this relies on the store's tables and value
     mapping).
     """
