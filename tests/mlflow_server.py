@@ -3,7 +3,7 @@ artifacts).
 
 Use the fixture by importing it into a test module (or a conftest)::
 
-    from mlflow_server import mlflow_server  # noqa: F401  (fixture)
+    from tests.mlflow_server import mlflow_server  # noqa: F401  (fixture)
 
     def test_x(mlflow_server: str) -> None:  # the server's URL
         ...

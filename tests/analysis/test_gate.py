@@ -563,7 +563,7 @@ def test_gate_last_without_a_finished_run_or_store_exits_2_and_creates_nothing(
 def test_a_dead_tracking_server_fails_a_read_command_in_seconds(
     argv: list[str], code: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from mlflow_server import free_port
+    from tests.mlflow_server import free_port
 
     dead = f"http://127.0.0.1:{free_port()}"
     started = time.monotonic()
