@@ -8,7 +8,8 @@ The keys are those of hydra-optuna-sweeper 1.3's ``OptunaSweeperConf`` (``direct
 except ``search_space`` (deprecated by Hydra 1.2 in favour of ``params``), which is gone. Two
 defaults differ: ``max_failure_rate`` is 1.0 (a failed trial is recorded with its reason and the
 study goes on) and ``_target_`` is our sweeper. Each sampler schema lists the plain-valued
-arguments of its class in optuna 5.0 (``tests/lifecycle/test_sweeper.py`` checks every field is one).
+arguments of its class in optuna 5.0 (``tests/lifecycle/test_sweeper.py`` checks every field
+is one).
 :func:`register_sweeper_configs` stores them in Hydra's ConfigStore; the ``hydra_plugins``
 module calls it when Hydra discovers plugins.
 """
