@@ -13,7 +13,7 @@ from rag_experiments.protocols import Chunker
 from rag_experiments.records import Chunk, Document
 from rag_experiments.text import normalize_text
 
-REAL_DOCS = Path(__file__).resolve().parents[4] / "shared" / "real" / "docs"
+REAL_DOCS = Path(__file__).resolve().parents[3] / "shared" / "real" / "docs"
 
 FIXED_CONFIGS = [(512, 64), (100, 0), (50, 49), (10, 3), (1, 0)]
 SEMANTIC_CONFIGS = [(800, 200), (100, 30), (50, 0), (10, 5)]

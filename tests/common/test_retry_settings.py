@@ -16,7 +16,7 @@ from rag_experiments.common.http import DEFAULT_RETRY, RetryPolicy, nest_retry
 from rag_experiments.errors import ConfigError
 from rag_experiments.targets.http import TARGET_RETRY
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 POLICY = "rag_experiments.common.http.RetryPolicy"
 CHAT = "rag_experiments.llm.ollama.OllamaChat"
 HTTP = "rag_experiments.targets.http.HttpTarget"

@@ -13,7 +13,7 @@ from fpdf import FPDF
 from rag_experiments.data.corpus import load_corpus_folder, load_corpus_jsonl
 from rag_experiments.errors import DatasetError, RowProblem
 
-REAL = Path(__file__).resolve().parents[4] / "shared" / "real"
+REAL = Path(__file__).resolve().parents[3] / "shared" / "real"
 
 
 # -- folders --------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from rag_experiments.data.peer import KeywordsJsonlDataset, SeedJsonDataset
 from rag_experiments.errors import ConfigError, DatasetError, RowProblem
 from rag_experiments.records import QUESTION_TYPES, RecordedAnswer, Sample
 
-SCIFACT = Path(__file__).resolve().parents[4] / "shared" / "real" / "ir" / "scifact"
+SCIFACT = Path(__file__).resolve().parents[3] / "shared" / "real" / "ir" / "scifact"
 
 
 # --- helpers ---------------------------------------------------------------------------------

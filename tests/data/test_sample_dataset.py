@@ -20,7 +20,7 @@ import pytest
 from rag_experiments.data.corpus import load_corpus_folder
 from rag_experiments.records import QUESTION_TYPES, Document, Sample
 
-SAMPLE_DIR = Path(__file__).resolve().parents[3] / "datasets" / "sample"
+SAMPLE_DIR = Path(__file__).resolve().parents[2] / "datasets" / "sample"
 DOCS_DIR = SAMPLE_DIR / "docs"
 EVAL_FILE = SAMPLE_DIR / "eval.jsonl"
 

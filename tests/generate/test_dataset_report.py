@@ -194,7 +194,7 @@ def test_cli_writes_markdown_json_plots_and_logs(tmp_path):
 
 @pytest.mark.slow
 def test_sample_dataset_report_runs(tmp_path):
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         [
             sys.executable,

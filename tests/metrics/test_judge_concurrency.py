@@ -304,7 +304,7 @@ def test_server_gone_mid_run_fails_the_remaining_rows_quickly_as_unreachable() -
 
 # --- kill -9 during concurrent judging, then resume -----------------------------------------
 
-SAMPLE = Path(__file__).resolve().parents[3] / "datasets" / "sample"
+SAMPLE = Path(__file__).resolve().parents[2] / "datasets" / "sample"
 
 
 @pytest.mark.slow

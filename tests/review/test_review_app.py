@@ -334,7 +334,7 @@ def test_a_script_in_a_pair_is_shown_escaped_and_returned_as_data(
     assert card["user_input"] == f"{SCRIPT} Who approves remote access?"
     assert card["reference_contexts"] == [f"Context {SCRIPT}"]
     script = (
-        Path(__file__).parents[3] / "rag_experiments" / "review" / "static" / "review.js"
+        Path(__file__).parents[2] / "rag_experiments" / "review" / "static" / "review.js"
     ).read_text(encoding="utf-8")
     assert not re.search(
         r"\.(innerHTML|outerHTML)\s*=|insertAdjacentHTML|document\.write", script

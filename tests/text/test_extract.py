@@ -13,7 +13,7 @@ from fpdf.enums import EncryptionMethod
 from rag_experiments.errors import ExtractionError
 from rag_experiments.text import ExtractedText, extract_file, normalize_text
 
-REAL = Path(__file__).resolve().parents[4] / "shared" / "real"
+REAL = Path(__file__).resolve().parents[3] / "shared" / "real"
 REAL_DOCS = REAL / "docs"
 needs_real = pytest.mark.skipif(not REAL_DOCS.is_dir(), reason="../shared/real is absent")
 DEJAVU = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
