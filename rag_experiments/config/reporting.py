@@ -17,6 +17,7 @@ command raised them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -125,6 +126,10 @@ def error_message(exc: BaseException) -> str | None:
     ours = explain(exc)
     if ours:
         return ours
+    unset = re.match(r"Error resolving interpolation '\$\{(\w+)\}'", str(exc))
+    if unset:  # the defaults list's derived/<group> entry of a group set to null
+        group = unset.group(1)
+        return f"no {group} selected: pass {group}=<name>"
     lines = [str(exc)]
     if isinstance(exc.__cause__, OmegaConfBaseException):
         lines.append(str(exc.__cause__))
