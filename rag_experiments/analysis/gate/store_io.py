@@ -114,20 +114,8 @@ def resolve_baseline(store: Store, candidate: RunFacts, ref: str) -> str:
         ConfigError: ``ref`` is neither an alias of the experiment nor a run of the store.
     """
     tags = store.experiment_tags(candidate.experiment_id)
-    target = tags.get(ALIAS_TAG + ref)
-    if target:
-        return target
-    try:
-        store.get_run(ref)
-    except TrackingError:
-        aliases = sorted(k.removeprefix(ALIAS_TAG) for k in tags if k.startswith(ALIAS_TAG))
-        raise ConfigError(
-            f"baseline {ref!r} is neither an alias of experiment "
-            f"{store.experiment_name(candidate.experiment_id)!r} "
-            f"(aliases: {', '.join(aliases) or 'none'}) nor a run at {store.uri}; "
-            f"set it with `rag-exp promote <run id> --alias {ref}` or pass a run id"
-        ) from None
-    return ref
+    name = store.experiment_name(candidate.experiment_id)
+    return _alias_or_run(store, tags, ref, f"baseline {ref!r}", name)
 
 
 def check_baseline(tracking_uri: str, experiment: str, ref: str) -> None:
@@ -141,17 +129,32 @@ def check_baseline(tracking_uri: str, experiment: str, ref: str) -> None:
     store = open_store(tracking_uri)
     exp = store.experiment_by_name(experiment)
     tags = store.experiment_tags(exp.experiment_id) if exp is not None else {}
-    if tags.get(ALIAS_TAG + ref):
-        return
+    _alias_or_run(store, tags, ref, f"gate.baseline={ref!r}", experiment)
+
+
+def _alias_or_run(
+    store: Store, tags: Mapping[str, str], ref: str, what: str, experiment: str
+) -> str:
+    """The run id ``ref`` names: the alias ``ref`` among the experiment tags ``tags``, else
+    ``ref`` itself when it is a run of ``store``.
+
+    Raises:
+        ConfigError: Neither (``what`` names ``ref`` in the message, ``experiment`` the
+            experiment whose aliases are listed).
+    """
+    target = tags.get(ALIAS_TAG + ref)
+    if target:
+        return target
     try:
         store.get_run(ref)
     except TrackingError:
         aliases = sorted(k.removeprefix(ALIAS_TAG) for k in tags if k.startswith(ALIAS_TAG))
         raise ConfigError(
-            f"gate.baseline={ref!r} is neither an alias of experiment {experiment!r} "
+            f"{what} is neither an alias of experiment {experiment!r} "
             f"(aliases: {', '.join(aliases) or 'none'}) nor a run at {store.uri}; "
             f"set it with `rag-exp promote <run id> --alias {ref}` or pass a run id"
         ) from None
+    return ref
 
 
 def set_alias(tracking_uri: str, run_id: str, alias: str, retry_s: float = 120.0) -> str:
