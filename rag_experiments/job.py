@@ -299,9 +299,11 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         print(f"  dropped {exp.dataset.dropped_summary()} (dropped_rows.json)")
     if "judge_calls_per_question" in summary:
         tokens = summary["judge_prompt_tokens"] + summary["judge_completion_tokens"]
+        thinking = int(exp.session.usage_by_role().get("judge.reasoning_tokens", 0))
         print(
             f"  judge calls per question {summary['judge_calls_per_question']:.2f} "
             f"(max {int(summary['judge_calls_per_question_max'])}), judge tokens {int(tokens)}"
+            + (f" (reasoning {thinking})" if thinking else "")
         )
     for line in calibration_lines(summary):
         print(line)
