@@ -59,7 +59,7 @@ THOUGHT = (
     "The user asks for one JSON object of the given schema. I check each field in turn, "
     "compare the answer with the contexts, and then write the object."
 )
-"""The fake's reasoning text (32 words, 150 characters)."""
+"""The fake's reasoning text (28 words, 147 characters)."""
 
 
 def reasoning_reply(
