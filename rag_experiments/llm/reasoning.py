@@ -216,14 +216,17 @@ def split_reasoning(text: str) -> Split:
     return Split(text.strip(), "\n".join(r for r in reasoning if r))
 
 
-def reasoning_tokens(reported: int | None, reasoning: str) -> int:
+def reasoning_tokens(reported: int | None, reasoning: str, completion_tokens: int = 0) -> int:
     """Reasoning tokens of one reply: what the server reported
     (``usage.completion_tokens_details.reasoning_tokens``) when it did, else estimated from
     the reasoning text as prompts are (``ceil(characters / 4)``,
-    :data:`~rag_experiments.llm.context.CHARS_PER_TOKEN`); 0 without reasoning."""
+    :data:`~rag_experiments.llm.context.CHARS_PER_TOKEN`), at most the reply's
+    ``completion_tokens`` when the server reported those (the reasoning is part of them); 0
+    without reasoning."""
     if reported:
         return int(reported)
-    return math.ceil(len(reasoning) / CHARS_PER_TOKEN)
+    estimate = math.ceil(len(reasoning) / CHARS_PER_TOKEN)
+    return min(estimate, completion_tokens) if completion_tokens else estimate
 
 
 def shorten(reasoning: str, chars: int = RATIONALE_CHARS) -> str:

@@ -256,7 +256,9 @@ class RemoteChat(ChatModelBase, TakesRetry):
         """
         split = split_reasoning(reply.text)
         reasoning = "\n".join(r for r in (reply.reasoning, split.reasoning) if r)
-        tokens = reasoning_tokens(reply.usage.reasoning_tokens, reasoning)
+        tokens = reasoning_tokens(
+            reply.usage.reasoning_tokens, reasoning, reply.usage.completion_tokens
+        )
         usage = usage + with_reasoning_tokens(reply.usage, tokens)
         if cut_while_reasoning(Split(split.answer, reasoning, split.open), reply.finish_reason):
             self._hint(self.where)

@@ -294,9 +294,13 @@ class JudgedMetric(JudgedRowMetric):
             max_retries=self.max_retries,
             options={"max_tokens": max_tokens or self.max_tokens},
         )
-        if judgement.error is not None:
-            log.warning(
-                "%s: judge failed (%s): %s", self.name, judgement.error, judgement.error_message
+        if judgement.error is not None:  # a reply cut while thinking: the hint said it once
+            log.log(
+                logging.DEBUG if judgement.error == "reasoning_truncated" else logging.WARNING,
+                "%s: judge failed (%s): %s",
+                self.name,
+                judgement.error,
+                judgement.error_message,
             )
         record = {**judge_usage([judgement]), "judgement": judgement.to_dict()}
         return judgement, record
