@@ -190,3 +190,35 @@ def test_embedded_accepts_only_auto_and_off():
         from rag_experiments.llm.embedded import EmbeddedChat
 
         EmbeddedChat(reasoning="on")
+
+
+# --- the real llama-cpp-python server (the session's `llama_server`, tests/conftest.py) ----
+@pytest.mark.llm
+@pytest.mark.slow
+def test_llama_cpp_python_server_takes_the_reasoning_fields(llama_server):
+    """llama-cpp-python's server ignores ``chat_template_kwargs`` and ``reasoning_effort`` in a
+    request (its request model drops unknown fields; its templates are fixed at load time), so
+    every setting gives the verdict of ``auto``. The bundled SmolLM2-135M has no thinking
+    template and answers under a JSON grammar: no ``<think>`` to cut, no reasoning tokens."""
+    from rag_experiments.common.http import RetryPolicy
+
+    question = [
+        {
+            "role": "user",
+            "content": "Context: Paris is the capital of France.\nAnswer: Paris.\nIs the "
+            'answer supported by the context? Reply in JSON: {"verdict": 1 or 0, "reason": …}',
+        }
+    ]
+    verdicts = {}
+    for setting in ("auto", "off", "on"):
+        chat = OpenAICompatChat(
+            base_url=llama_server,
+            max_tokens=40,
+            reasoning=setting,
+            reasoning_budget=0,  # n_ctx is 1024: the default budget would not fit
+            retry=RetryPolicy(timeout_s=60),
+        )
+        out = chat.complete(question, Verdict)  # a refused field fails here (HTTP 4xx)
+        assert out.reasoning == "" and out.usage.reasoning_tokens == 0
+        verdicts[setting] = out.parsed
+    assert verdicts["off"] == verdicts["on"] == verdicts["auto"]
