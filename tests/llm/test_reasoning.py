@@ -5,11 +5,19 @@ response cache. Values are the fakes' own texts, counted by hand."""
 
 from __future__ import annotations
 
+import io
 import logging
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+import mlflow
+import pandas as pd
 import pytest
 
+from rag_experiments.common.http import RetryPolicy
 from rag_experiments.errors import ConfigError
 from rag_experiments.fakes.ollama_server import FakeOllamaServer
 from rag_experiments.fakes.openai_server import REASONING_SHAPES, THOUGHT, FakeOpenAIServer
@@ -186,9 +194,9 @@ def test_ollama_preflight_refuses_what_the_model_cannot_do():
 
 
 def test_embedded_accepts_only_auto_and_off():
-    with pytest.raises(ConfigError, match="no reasoning switch"):
-        from rag_experiments.llm.embedded import EmbeddedChat
+    from rag_experiments.llm.embedded import EmbeddedChat
 
+    with pytest.raises(ConfigError, match="no reasoning switch"):
         EmbeddedChat(reasoning="on")
 
 
@@ -200,8 +208,6 @@ def test_llama_cpp_python_server_takes_the_reasoning_fields(llama_server):
     request (its request model drops unknown fields; its templates are fixed at load time), so
     every setting gives the verdict of ``auto``. The bundled SmolLM2-135M has no thinking
     template and answers under a JSON grammar: no ``<think>`` to cut, no reasoning tokens."""
-    from rag_experiments.common.http import RetryPolicy
-
     question = [
         {
             "role": "user",
@@ -222,3 +228,49 @@ def test_llama_cpp_python_server_takes_the_reasoning_fields(llama_server):
         assert out.reasoning == "" and out.usage.reasoning_tokens == 0
         verdicts[setting] = out.parsed
     assert verdicts["off"] == verdicts["on"] == verdicts["auto"]
+
+
+# --- a run whose judge is cut while thinking ----------------------------------------------
+@pytest.mark.slow
+def test_run_with_a_judge_cut_while_thinking_fails_fast_with_one_hint(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlruns.db"
+    with FakeOpenAIServer(latency_s=0, reasoning="vllm", cut_thinking=True) as server:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rag_experiments",
+                "run",
+                "llm=fake",
+                "embedder=hash",
+                "judge=openai",
+                f"judge.base_url={server.url}",
+                "judge.model=fake-judge",
+                "judge.reasoning=on",
+                "metrics=custom",
+                "max_samples=12",
+                "progress=false",
+                f"tracking.uri={uri}",
+                f"paths.cache_dir={tmp_path}/cache",
+                f"hydra.run.dir={tmp_path}/job",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+            env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
+        )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert out.count("reply cut while reasoning") == 1  # the hint, once
+    assert "the judge failed on too many questions" in out
+    assert "set judge.reasoning=off" in out
+    client = mlflow.MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("rag-experiments").experiment_id])
+    assert run.info.status == "FAILED"
+    assert run.data.metrics["judge.reasoning_tokens"] > 0
+    local = client.download_artifacts(run.info.run_id, "per_query_results.csv")
+    table = pd.read_csv(io.StringIO(Path(local).read_text(encoding="utf-8")))
+    assert table["faithfulness"].isna().all()
+    assert (table["faithfulness.reason"] == "reasoning_truncated").all()
