@@ -561,8 +561,8 @@ class EmbeddedLLMConf(GenerationConf):
     timeout_s: float = RetryPolicy.timeout_s
     """Wall clock of one call, seconds."""
     reasoning: str = "auto"
-    """``auto`` or ``off`` (inline ``<think>`` text is cut from replies either way); the
-    in-process model has no reasoning switch, so other levels are refused."""
+    """``auto`` or ``off`` only: the in-process model has no reasoning switch, so other levels
+    are refused (serve a reasoning model with llm=ollama / llm=openai)."""
 
 
 @option("llm", "fake")
