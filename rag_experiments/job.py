@@ -297,11 +297,19 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         )
     if exp.dataset.dropped:
         print(f"  dropped {exp.dataset.dropped_summary()} (dropped_rows.json)")
+    usage = exp.session.usage_by_role()
     if "judge_calls_per_question" in summary:
         tokens = summary["judge_prompt_tokens"] + summary["judge_completion_tokens"]
+        thinking = int(usage.get("judge.reasoning_tokens", 0))
         print(
             f"  judge calls per question {summary['judge_calls_per_question']:.2f} "
             f"(max {int(summary['judge_calls_per_question_max'])}), judge tokens {int(tokens)}"
+            + (f" (reasoning {thinking})" if thinking else "")
+        )
+    if usage.get("generator.reasoning_tokens"):
+        print(
+            f"  generator tokens {int(usage['generator.completion_tokens'])} completion "
+            f"(reasoning {int(usage['generator.reasoning_tokens'])})"
         )
     for line in calibration_lines(summary):
         print(line)

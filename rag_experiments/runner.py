@@ -23,7 +23,7 @@ from typing import Any, Protocol, cast
 from rag_experiments.common.progress import Progress
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError, RagExpError, RunFailedError
-from rag_experiments.llm.errors import JUDGE_ERROR_REASONS, SERVICE_ERROR_REASONS
+from rag_experiments.llm.errors import FATAL_JUDGE_REASONS, JUDGE_ERROR_REASONS
 from rag_experiments.metrics.aggregate import Aggregate, aggregate, percentile, to_metrics
 from rag_experiments.metrics.audit import collect_audit, to_jsonl
 from rag_experiments.metrics.calibration import CalibrationLabels, calibrated_estimates
@@ -645,21 +645,29 @@ def _check_judge_gave_verdicts(result: EvalResult, metrics: Sequence[Metric]) ->
 
 def _check_judge_failures(result: EvalResult, max_failure_rate: float) -> None:
     """Raise :class:`RunFailedError` when a judged column lost more than
-    ``max_failure_rate`` of its cells to model service errors (a judge that is down or
-    overloaded: its NaNs say nothing about the answers)."""
+    ``max_failure_rate`` of its cells to failures that say the judge cannot work as configured
+    (:data:`~rag_experiments.llm.errors.FATAL_JUDGE_REASONS`): a judge that is down or
+    overloaded, or a reasoning judge whose token budget ends before its answer
+    (``reasoning_truncated``). Their NaNs say nothing about the answers."""
     n = max(1, len(result.samples))
     failed = {}
     for col, by_reason in result.judge_errors.items():
-        service = {r: c for r, c in by_reason.items() if r in SERVICE_ERROR_REASONS}
-        if sum(service.values()) / n > max_failure_rate:
-            failed[col] = service
+        fatal = {r: c for r, c in by_reason.items() if r in FATAL_JUDGE_REASONS}
+        if sum(fatal.values()) / n > max_failure_rate:
+            failed[col] = fatal
     if failed:
         detail = "; ".join(
             f"{col}: {sum(c.values())} of {n} ({json.dumps(c)})" for col, c in failed.items()
         )
+        thinking = any("reasoning_truncated" in c for c in failed.values())
+        fix = (
+            "the judge spends its token budget reasoning: raise judge.max_tokens (or "
+            "judge.reasoning_budget) or set judge.reasoning=off, then start a new run"
+            if thinking
+            else "check that the judge server is up and not overloaded (judge.base_url, "
+            "judge.timeout_s, judge.max_concurrency), then resume the run with resume=<run id>"
+        )
         raise RunFailedError(
             f"the judge failed on too many questions (> max_failure_rate="
-            f"{max_failure_rate:.0%}): {detail}. Everything computed was logged; check that the "
-            "judge server is up and not overloaded (judge.base_url, judge.timeout_s, "
-            "judge.max_concurrency), then resume the run with resume=<run id>"
+            f"{max_failure_rate:.0%}): {detail}. Everything computed was logged; {fix}"
         )

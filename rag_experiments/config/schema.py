@@ -539,6 +539,13 @@ class RemoteChatConf(RemoteConf, GenerationConf):
     lane of ``max_concurrency`` lanes and send ``id_slot`` + ``cache_prompt``, so the server
     reuses the shared prompt prefix. Leave off for vLLM/SGLang (they share prefixes across
     slots themselves) and for throughput at many slots."""
+    reasoning: str = "auto"
+    """Reasoning ("thinking") models: ``auto`` (leave the server's default), ``off``, ``on``,
+    ``low``, ``medium``, ``high``; sent as Ollama ``think`` or OpenAI-compatible
+    ``chat_template_kwargs.enable_thinking`` / ``reasoning_effort``."""
+    reasoning_budget: int | None = None
+    """Tokens added to every call's ``max_tokens`` when reasoning is asked for (it covers
+    reasoning + answer); null = 1024 (low), 2048 (on, medium), 4096 (high)."""
 
 
 @option("llm", "embedded")
@@ -553,6 +560,9 @@ class EmbeddedLLMConf(GenerationConf):
     max_tokens: int = 256
     timeout_s: float = RetryPolicy.timeout_s
     """Wall clock of one call, seconds."""
+    reasoning: str = "auto"
+    """``auto`` or ``off`` only: the in-process model has no reasoning switch, so other levels
+    are refused (serve a reasoning model with llm=ollama / llm=openai)."""
 
 
 @option("llm", "fake")
@@ -594,6 +604,10 @@ class OpenAILLMConf(OpenAIServerConf, RemoteChatConf):
 
     _target_: str = "rag_experiments.llm.openai_compat.OpenAICompatChat"
     context_window: int | None = None
+    reasoning_style: str = "both"
+    """Fields that carry ``reasoning``: ``both`` (``chat_template_kwargs.enable_thinking`` and,
+    for a level, ``reasoning_effort``), ``kwargs`` (the former only), ``effort`` (the latter
+    only; gpt-oss)."""
 
 
 @dataclass

@@ -18,6 +18,15 @@ marker               reply
 ``[overflow]``       ``prompt_eval_count`` equal to the request's ``num_ctx``
 ===================  ==================================================================
 
+With ``thinking`` the models are reasoning models as Ollama serves them (``server/routes.go``,
+``api/types.go``): ``/api/show`` lists ``"thinking"`` in ``capabilities``; a chat request
+thinks unless it says ``"think": false``, and the thoughts come back in ``message.thinking``
+apart from ``message.content``; with ``cut_thinking`` every reply is cut while thinking
+(``done_reason: "length"``, half a thought, empty content). Without ``thinking``, a request
+with ``think`` set gets HTTP 400 ``"<model>" does not support thinking``. ``judge=True``
+answers a ``format`` with the smallest instance of that schema (a judge's verdicts) instead of
+``{"answer": …}``.
+
 A model not in ``models`` gets HTTP 404 ``{"error": "model \\"x\\" not found, try pulling it
 first"}`` as Ollama answers. Every ``/api/chat`` also sleeps ``latency_s`` (for throughput
 benchmarks).
@@ -34,6 +43,7 @@ from typing import Any
 
 from rag_experiments.embedding.hash import HashEmbedder
 from rag_experiments.fakes.local_server import LocalServer
+from rag_experiments.fakes.openai_server import THOUGHT, schema_instance
 from rag_experiments.llm.ollama import canonical_model_name
 
 DEFAULT_MODELS: dict[str, str] = {
@@ -52,6 +62,10 @@ class FakeOllamaServer(LocalServer):
         slow_s: Extra sleep of ``[slow]`` requests in seconds.
         embed_dim: Dimension of ``/api/embed`` vectors (hashing-trick vectors of the text).
         context_length: ``model_info.<arch>.context_length`` reported by ``/api/show``.
+        thinking: The models are reasoning models (see the module docs).
+        family: ``details.family`` of ``/api/show`` (``gptoss`` takes think levels).
+        cut_thinking: Every thinking reply is cut while thinking.
+        judge: Answer a ``format`` with the schema's smallest instance.
 
     Attributes:
         peak_in_flight: Most ``/api/chat`` requests being served at once (a client's
@@ -67,7 +81,15 @@ class FakeOllamaServer(LocalServer):
         slow_s: float = 3.0,
         embed_dim: int = 16,
         context_length: int = 8192,
+        thinking: bool = False,
+        family: str = "llama",
+        cut_thinking: bool = False,
+        judge: bool = False,
     ) -> None:
+        self.thinking = thinking
+        self.family = family
+        self.cut_thinking = cut_thinking
+        self.judge = judge
         self.models = {canonical_model_name(k): v for k, v in (models or DEFAULT_MODELS).items()}
         self.latency_s = latency_s
         self.slow_s = slow_s
@@ -131,8 +153,13 @@ class FakeOllamaServer(LocalServer):
         question = first_user
         done_reason = "stop"
         prompt_eval = min(num_ctx - 1, max(1, len(json.dumps(messages)) // 4))
+        think = body.get("think")
+        if think and not self.thinking:
+            return 400, {"error": f'"{model}" does not support thinking'}
         if body.get("format") is None:
             text = f"echo: {question}"
+        elif self.judge:
+            text = json.dumps(schema_instance(body["format"]))
         else:
             obj = json.dumps({"answer": question})
             if "[fenced]" in first_user:
@@ -150,14 +177,24 @@ class FakeOllamaServer(LocalServer):
                 text = obj
         if "[overflow]" in first_user:
             prompt_eval = num_ctx
+        message = {"role": "assistant", "content": text}
+        if self.thinking and think is not False:
+            thought = THOUGHT
+            if self.cut_thinking:
+                thought, message["content"], done_reason = (
+                    thought[: len(thought) // 2],
+                    "",
+                    "length",
+                )
+            message["thinking"] = thought
         return 200, {
             "model": model,
             "created_at": "2025-01-01T00:00:00Z",
-            "message": {"role": "assistant", "content": text},
+            "message": message,
             "done": True,
             "done_reason": done_reason,
             "prompt_eval_count": prompt_eval,
-            "eval_count": max(1, len(text) // 4),
+            "eval_count": max(1, (len(message["content"]) + len(message.get("thinking", ""))) // 4),
         }
 
     def embed(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -195,7 +232,12 @@ class FakeOllamaServer(LocalServer):
         if not self.has(model):
             return 404, {"error": f"model '{model}' not found"}
         return 200, {
-            "details": {"family": "llama", "parameter_size": "1B", "quantization_level": "Q4_0"},
+            "capabilities": ["completion", *(["thinking"] if self.thinking else [])],
+            "details": {
+                "family": self.family,
+                "parameter_size": "1B",
+                "quantization_level": "Q4_0",
+            },
             "model_info": {
                 "general.architecture": "llama",
                 "llama.context_length": self.context_length,

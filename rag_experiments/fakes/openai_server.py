@@ -25,7 +25,9 @@ requests (request ``n`` is faulted when ``floor((n + 1) * share) > floor(n * sha
 ``429`` (at once, with ``Retry-After: retry_after_s``), ``500`` (after ``latency_s``),
 ``garbage`` (a 200 whose content is not JSON), ``badbody`` (a 200 whose HTTP body is not
 JSON) or ``drop`` (the connection is closed without an answer). The server counts requests
-and the peak number in flight.
+and the peak number in flight. With ``reasoning`` it answers as a reasoning model in one
+server's shape (:data:`REASONING_SHAPES`), thinking unless asked not to, and with
+``cut_thinking`` every such reply is cut while thinking.
 """
 
 from __future__ import annotations
@@ -44,6 +46,44 @@ from rag_experiments.fakes.local_server import LoopbackServer
 
 FAULTS = ("429", "500", "garbage", "badbody", "drop")
 """Fault kinds :class:`FakeOpenAIServer` can inject."""
+
+REASONING_SHAPES = ("vllm", "vllm_legacy", "llama_cpp", "inline", "harmony")
+"""How :class:`FakeOpenAIServer` returns a reasoning model's thoughts, as each server does:
+``vllm`` ``message.reasoning`` (vLLM with ``--reasoning-parser``, ``protocol.py``
+``ChatMessage.reasoning``), ``vllm_legacy`` ``message.reasoning_content`` (vLLM before the
+rename), ``llama_cpp`` ``message.reasoning_content`` (``llama-server --reasoning-format
+deepseek``), ``inline`` ``<think>…</think>`` in the content (no parser / ``--reasoning-format
+none``), ``harmony`` gpt-oss channel markers left in the content."""
+
+THOUGHT = (
+    "The user asks for one JSON object of the given schema. I check each field in turn, "
+    "compare the answer with the contexts, and then write the object."
+)
+"""The fake's reasoning text (28 words, 147 characters)."""
+
+
+def reasoning_reply(
+    shape: str, answer: str, thought: str = THOUGHT, cut: bool = False
+) -> tuple[dict[str, Any], str]:
+    """The ``message`` and ``finish_reason`` of a reasoning model's reply in a server's
+    ``shape`` (:data:`REASONING_SHAPES`); ``cut`` = the token limit was reached while it was
+    still thinking (half the thought, no answer, ``finish_reason: length``)."""
+    if cut:
+        thought, answer = thought[: len(thought) // 2], ""
+    finish = "length" if cut else "stop"
+    if shape in ("vllm", "vllm_legacy", "llama_cpp"):
+        field = "reasoning" if shape == "vllm" else "reasoning_content"
+        content: Any = answer if answer or shape == "llama_cpp" else None
+        return {"role": "assistant", "content": content, field: thought}, finish
+    if shape == "inline":
+        text = f"<think>{thought}" + ("" if cut else f"</think>\n\n{answer}")
+        return {"role": "assistant", "content": text}, finish
+    if shape == "harmony":
+        text = f"<|channel|>analysis<|message|>{thought}"
+        if not cut:
+            text += f"<|end|><|start|>assistant<|channel|>final<|message|>{answer}<|return|>"
+        return {"role": "assistant", "content": text}, finish
+    raise ValueError(f"reasoning shape {shape!r} is not one of {REASONING_SHAPES}")
 
 
 def schema_instance(
@@ -116,6 +156,13 @@ class FakeOpenAIServer(LoopbackServer):
             bounded integers with ``pick(k) = n mod k`` (as a sampling server at a
             temperature above 0, or a batched one whose numerics change with its load) —
             for tests of what must not depend on which call answered.
+        reasoning: Answer as a reasoning model in one server's shape
+            (:data:`REASONING_SHAPES`), or None. It thinks unless the request says
+            ``chat_template_kwargs: {"enable_thinking": false}`` (a Qwen3 template).
+        cut_thinking: Every reasoning reply is cut while thinking (``finish_reason:
+            length``, no answer).
+        report_reasoning_tokens: Report ``usage.completion_tokens_details.reasoning_tokens``
+            (the thought's words) as OpenAI does; otherwise not (vLLM, llama.cpp).
 
     Attributes:
         requests: Chat requests received.
@@ -124,6 +171,8 @@ class FakeOpenAIServer(LoopbackServer):
         connections: Connections clients opened.
         seen: Per chat request in arrival order: ``(id_slot, cache_prompt, last message's
             content)`` as sent (None for a field not sent).
+        reasoning_sent: Per chat request, its ``chat_template_kwargs`` and
+            ``reasoning_effort`` as sent (keys absent when not sent).
 
     Use as a context manager, or call :meth:`start` / :meth:`stop`.
     """
@@ -138,7 +187,12 @@ class FakeOpenAIServer(LoopbackServer):
         fault_share: float = 0.0,
         retry_after_s: float = 0.1,
         vary: bool = False,
+        reasoning: str | None = None,
+        cut_thinking: bool = False,
+        report_reasoning_tokens: bool = False,
     ) -> None:
+        if reasoning is not None and reasoning not in REASONING_SHAPES:
+            raise ValueError(f"reasoning shape {reasoning!r} is not one of {REASONING_SHAPES}")
         if slots < 1 or not 0.0 <= fault_share <= 1.0 or (fault and fault not in FAULTS):
             raise ValueError(
                 f"slots >= 1, fault_share in [0, 1], fault in {FAULTS}; got "
@@ -150,6 +204,10 @@ class FakeOpenAIServer(LoopbackServer):
         self.fault_share = fault_share
         self.retry_after_s = retry_after_s
         self.vary = vary
+        self.reasoning = reasoning
+        self.cut_thinking = cut_thinking
+        self.report_reasoning_tokens = report_reasoning_tokens
+        self.reasoning_sent: list[dict[str, Any]] = []
         self.requests = 0
         self.connections = 0
         self.faults = 0
@@ -236,6 +294,9 @@ class FakeOpenAIServer(LoopbackServer):
         with self._lock:
             self.seen.append(
                 (body.get("id_slot"), body.get("cache_prompt"), str(messages[-1].get("content")))
+            )
+            self.reasoning_sent.append(
+                {k: body[k] for k in ("chat_template_kwargs", "reasoning_effort") if k in body}
             )
             n = self.requests
             self.requests += 1
@@ -379,23 +440,32 @@ class _Connection(asyncio.Protocol):
             prompt_tokens = sum(
                 len(str(m.get("content", "")).split()) for m in body.get("messages", [])
             )
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            finish = "stop"
+            thinks = (body.get("chat_template_kwargs") or {}).get("enable_thinking") is not False
+            usage: dict[str, Any] = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": len(content.split()),
+            }
+            if server.reasoning and thinks and fault is None:
+                message, finish = reasoning_reply(
+                    server.reasoning, content, cut=server.cut_thinking
+                )
+                thought = message.get("reasoning") or message.get("reasoning_content") or ""
+                thought_words = len((thought or str(message["content"])).split())
+                usage["completion_tokens"] = len(str(message["content"] or "").split())
+                if thought:
+                    usage["completion_tokens"] += thought_words
+                if server.report_reasoning_tokens:
+                    usage["completion_tokens_details"] = {"reasoning_tokens": thought_words}
             self._send(
                 200,
                 {
                     "id": "fake",
                     "object": "chat.completion",
                     "model": server.model,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "finish_reason": "stop",
-                            "message": {"role": "assistant", "content": content},
-                        }
-                    ],
-                    "usage": {
-                        "prompt_tokens": prompt_tokens,
-                        "completion_tokens": len(content.split()),
-                    },
+                    "choices": [{"index": 0, "finish_reason": finish, "message": message}],
+                    "usage": usage,
                 },
             )
         finally:
@@ -411,9 +481,18 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=8, help="requests served at once")
     parser.add_argument("--fault", choices=FAULTS, default=None)
     parser.add_argument("--fault-share", type=float, default=0.0)
+    parser.add_argument("--reasoning", choices=REASONING_SHAPES, default=None)
+    parser.add_argument("--cut-thinking", action="store_true", help="cut every reply thinking")
+    parser.add_argument("--report-reasoning-tokens", action="store_true")
     args = parser.parse_args()
     with FakeOpenAIServer(
-        args.latency, args.slots, fault=args.fault, fault_share=args.fault_share
+        args.latency,
+        args.slots,
+        fault=args.fault,
+        fault_share=args.fault_share,
+        reasoning=args.reasoning,
+        cut_thinking=args.cut_thinking,
+        report_reasoning_tokens=args.report_reasoning_tokens,
     ) as server:
         print(server.url, flush=True)
         threading.Event().wait()

@@ -111,6 +111,9 @@ class Completion:
         model: Model id as reported/configured.
         cached_usage: For a ``cached`` completion, the token counts of the call that first
             produced it (shown apart from ``usage``); zeros otherwise.
+        reasoning: What a reasoning model thought before its answer (the server's separate
+            field, or inline ``<think>`` text cut out of ``text``); ``""`` without any
+            (:mod:`rag_experiments.llm.reasoning`).
     """
 
     text: str
@@ -121,6 +124,7 @@ class Completion:
     cached: bool = False
     model: str = ""
     cached_usage: Usage = field(default_factory=Usage)
+    reasoning: str = ""
 
 
 @runtime_checkable

@@ -1,7 +1,8 @@
 """A persistent response cache (SQLite) in front of any chat model.
 
 The key is the SHA-256 of a canonical JSON document holding the model's identity
-(``describe()``: provider, model, digest, base_url and its default options), the messages,
+(``describe()``: provider, model, digest, base_url and its default options, with its
+``reasoning`` setting when it is not ``auto``), the messages,
 the output schema's JSON schema and the call's options, so a rerun with the same model
 version and settings is answered from disk, exactly, with no model call; a changed prompt,
 option, schema or model digest is a miss. Only successful completions are stored: a timeout or
@@ -38,6 +39,7 @@ from rag_experiments.llm.base import (
     schema_json,
 )
 from rag_experiments.llm.parsing import LLMParseError, parse_structured
+from rag_experiments.llm.reasoning import split_reasoning
 from rag_experiments.llm.usage import UsageMeter
 
 log = logging.getLogger(__name__)
@@ -171,7 +173,8 @@ class ResponseCache:
 
     def get(self, key: str) -> Completion | None:
         """The stored completion (``cached=True``, ``latency_ms=0``, ``usage`` zero: nothing is
-        sent; the stored token counts in ``cached_usage``), or None."""
+        sent; the stored token counts in ``cached_usage``; a reasoning model's reasoning, stored
+        as ``<think>…</think>`` before the answer, back in ``reasoning``), or None."""
         try:
             conn = self._readers.get_nowait()
         except queue.Empty:
@@ -187,8 +190,10 @@ class ResponseCache:
         if row is None:
             return None
         model, text, finish, pt, ct = row
+        split = split_reasoning(text) if text.startswith("<think>") else None
         return Completion(
-            text=text,
+            text=split.answer if split else text,
+            reasoning=split.reasoning if split else "",
             latency_ms=0.0,
             finish_reason=finish,
             cached=True,
@@ -208,7 +213,11 @@ class ResponseCache:
             key,
             provider,
             completion.model,
-            completion.text,
+            # a reasoning model's thoughts travel in front of the answer, as inline models
+            # write them, and are cut out again by get()
+            f"<think>{completion.reasoning}</think>{completion.text}"
+            if completion.reasoning
+            else completion.text,
             completion.finish_reason,
             completion.usage.prompt_tokens,
             completion.usage.completion_tokens,
@@ -399,8 +408,8 @@ class CachedChat(ChatModelBase):
         """One call of the inner model, metered."""
         try:
             completion = self.inner.complete(messages, schema, **options)
-        except Exception:
-            self.meter.record_error()
+        except Exception as exc:
+            self.meter.record_error(exc)
             raise
         self.meter.record(completion)
         return completion

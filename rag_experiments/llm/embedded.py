@@ -92,6 +92,10 @@ class EmbeddedChat(ChatModelBase, TakesRetry):
             next token after it and the call raises :class:`LLMTimeoutError`
             (:class:`~rag_experiments.common.http.RetryPolicy`; a local call is not retried,
             so its other settings do not apply).
+        reasoning: ``auto`` or ``off`` only (no switch in-process).
+
+    Raises:
+        ConfigError: Another ``reasoning`` value, or a missing model file.
 
     Usage counts: completion tokens = streamed pieces (one per token); prompt tokens = tokens
     in the context after the call minus those.
@@ -112,7 +116,13 @@ class EmbeddedChat(ChatModelBase, TakesRetry):
         temperature: float = 0.0,
         seed: int = 0,
         retry: RetryPolicy = DEFAULT_RETRY,
+        reasoning: str = "auto",
     ) -> None:
+        if reasoning not in ("auto", "off"):  # no switch in-process (llm/reasoning.py)
+            raise ConfigError(
+                f"the embedded model has no reasoning switch: reasoning={reasoning!r} cannot be "
+                "sent; use auto or off, or serve a reasoning model (llm=ollama / llm=openai)"
+            )
         self.model_path = Path(model_path) if model_path else bundled_model_path()
         if not self.model_path.is_file():
             raise ConfigError(f"llm.model_path={self.model_path} does not exist; give a .gguf file")

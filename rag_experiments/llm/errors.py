@@ -14,6 +14,7 @@ class                                ``reason``            retried   typical fix
 :class:`LLMBadBodyError`             ``http_error``        yes       check ``base_url``
 :class:`ContextOverflowError`        ``context_overflow``  no        raise num_ctx / fewer contexts
 :class:`LLMTruncatedError`           ``truncated``         no        raise ``max_tokens``
+:class:`ReasoningTruncatedError`     ``reasoning_trunc…``  no        ``max_tokens``, reasoning=off
 :class:`LLMParseError`               ``parse_error``       N times   a larger model / clearer prompt
 ===================================  ====================  ========  ===============================
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 from rag_experiments.common.http import RETRYABLE_STATUS, is_retryable
 from rag_experiments.errors import LLMError
 from rag_experiments.llm.parsing import LLMParseError, LLMTruncatedError
+from rag_experiments.llm.reasoning import ReasoningTruncatedError
 
 __all__ = [
     "RETRYABLE_STATUS",
@@ -42,6 +44,7 @@ __all__ = [
     "LLMTruncatedError",
     "LLMUnreachableError",
     "ModelNotFoundError",
+    "ReasoningTruncatedError",
     "is_retryable",
 ]
 
@@ -137,7 +140,14 @@ content was hard to judge: a run losing too many cells to them fails
 JUDGE_ERROR_REASONS = SERVICE_ERROR_REASONS | {
     "context_overflow",
     "truncated",
+    "reasoning_truncated",
     "parse_error",
     "llm_error",
 }
 """Every reason a judge call can fail with (counted per run as ``judge.errors.<reason>``)."""
+
+FATAL_JUDGE_REASONS = SERVICE_ERROR_REASONS | {"reasoning_truncated"}
+"""Judge failures that say the judge cannot work as configured, not that a row was hard to
+judge: the service reasons, and a reasoning judge whose budget ends before its answer
+(:class:`~rag_experiments.llm.reasoning.ReasoningTruncatedError`). A run losing more than
+``max_failure_rate`` of a judged column to them fails."""

@@ -20,6 +20,7 @@ from rag_experiments.common.http import DEFAULT_RETRY, RetryPolicy, bearer_heade
 from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.llm.base import Message, Usage, schema_json
 from rag_experiments.llm.errors import ContextOverflowError, LLMHTTPError, ModelNotFoundError
+from rag_experiments.llm.reasoning import EFFORT_LEVELS, ollama_think
 from rag_experiments.llm.remote import RemoteChat, Reply
 from rag_experiments.llm.transport import JsonHttp
 
@@ -95,6 +96,26 @@ def check_ollama_model(http: JsonHttp, model: str, where: str) -> None:
         )
 
 
+THINKING_LEVEL_FAMILIES = frozenset({"gptoss", "gpt-oss"})
+"""Model families whose ``think`` takes a level (``"low"``/``"medium"``/``"high"``) instead
+of true/false (Ollama's ``api/types.go``: levels are for gpt-oss)."""
+
+
+def thinking_values(show: Mapping[str, Any]) -> list[str] | None:
+    """The ``reasoning`` values a model supports, from its ``/api/show`` answer: ``auto`` and
+    ``off`` always; ``on`` when ``capabilities`` holds ``thinking``; and ``low``, ``medium``,
+    ``high`` instead of ``on`` for the families of :data:`THINKING_LEVEL_FAMILIES`. None when
+    the answer has no ``capabilities`` (an older Ollama: it cannot tell)."""
+    caps = show.get("capabilities")
+    if not isinstance(caps, list):
+        return None
+    values = ["auto", "off"]
+    if "thinking" in caps:
+        family = str((show.get("details") or {}).get("family") or "").lower()
+        values += list(EFFORT_LEVELS) if family in THINKING_LEVEL_FAMILIES else ["on"]
+    return values
+
+
 def specialise_http_error(exc: LLMHTTPError, where: str, model: str) -> LLMError:
     """Turn Ollama's 404 "model … not found" into :class:`ModelNotFoundError`."""
     if exc.status == 404 and "not found" in exc.body.lower() and "model" in exc.body.lower():
@@ -124,9 +145,16 @@ class OllamaChat(RemoteChat):
         api_key_env: Environment variable holding a key for an Ollama behind an
             authenticating proxy (sent as ``Authorization: Bearer``), or None.
         api_key: The key itself (prefer ``api_key_env``); not both.
+        reasoning: ``auto`` (send nothing), ``off``/``on`` (``think: false/true``) or
+            ``low``/``medium``/``high`` (``think: "<level>"``, gpt-oss); the reasoning comes
+            back in ``message.thinking`` (:mod:`rag_experiments.llm.reasoning`). :meth:`check`
+            refuses a setting the model does not support (``/api/show`` ``capabilities``).
+        reasoning_budget: Tokens added to each call's limit when reasoning is asked for
+            (None = the level's default).
 
     Raises:
-        ConfigError: ``num_ctx`` < 1, an unset ``api_key_env`` or a bad shared setting.
+        ConfigError: ``num_ctx`` < 1, an unset ``api_key_env``, an unknown reasoning level or
+            a bad shared setting.
     """
 
     provider = "ollama"
@@ -149,6 +177,8 @@ class OllamaChat(RemoteChat):
         options: dict[str, Any] | None = None,
         api_key_env: str | None = None,
         api_key: str | None = None,
+        reasoning: str = "auto",
+        reasoning_budget: int | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -161,6 +191,8 @@ class OllamaChat(RemoteChat):
             max_concurrency=max_concurrency,
             in_flight=in_flight,
             slot_affinity=slot_affinity,
+            reasoning=reasoning,
+            reasoning_budget=reasoning_budget,
         )
         if num_ctx < 1:
             raise ConfigError(f"{self.where}: num_ctx must be >= 1, got {num_ctx}")
@@ -205,6 +237,9 @@ class OllamaChat(RemoteChat):
         }
         if schema is not None:
             payload["format"] = schema_json(schema)
+        think = ollama_think(self.reasoning)
+        if think is not None:
+            payload["think"] = think
         try:
             data = self.http.request("POST", "/api/chat", payload)
         except LLMHTTPError as exc:
@@ -225,6 +260,7 @@ class OllamaChat(RemoteChat):
             finish_reason=str(data.get("done_reason") or "stop"),
             usage=Usage(prompt_eval, int(data.get("eval_count") or 0)),
             model=str(data.get("model") or self.model),
+            reasoning=str(message.get("thinking") or ""),
         )
 
     def check(self) -> None:
@@ -236,8 +272,20 @@ class OllamaChat(RemoteChat):
             LLMTimeoutError: No answer within the check's limit.
             ModelNotFoundError: The model is not pulled (the message lists those that are).
             LLMHTTPError: The server answered an error (not an Ollama server?).
+            ConfigError: ``reasoning`` asks for a setting the model does not support (its
+                ``/api/show`` ``capabilities`` have no ``thinking``, or a level on a model
+                that takes only true/false); the message lists the model's own values.
         """
         check_ollama_model(self.http, self.model, self.where)
+        if self.reasoning in ("auto", "off"):
+            return
+        values = thinking_values(self.show())
+        if values is not None and self.reasoning not in values:
+            raise ConfigError(
+                f"{self.where}: reasoning={self.reasoning} is not supported by this model "
+                f"(its values: {', '.join(values)}; from /api/show capabilities and family); "
+                "set reasoning to one of them, or auto"
+            )
 
     def digest(self) -> str:
         """The model's digest from ``/api/tags`` (what ``ollama list`` shows as ID): one
@@ -318,4 +366,5 @@ class OllamaChat(RemoteChat):
             "temperature": str(self.temperature),
             "seed": str(self.seed),
             "options": json.dumps(self.extra_options, sort_keys=True),
+            **self.reasoning_identity(),
         }

@@ -23,6 +23,7 @@ from rag_experiments.common.http import DEFAULT_RETRY, RetryPolicy, bearer_heade
 from rag_experiments.errors import LLMError
 from rag_experiments.llm.base import LANE, Message, Usage, schema_json
 from rag_experiments.llm.errors import ContextOverflowError, LLMHTTPError, ModelNotFoundError
+from rag_experiments.llm.reasoning import openai_fields
 from rag_experiments.llm.remote import RemoteChat, Reply
 from rag_experiments.llm.transport import JsonHttp
 
@@ -97,7 +98,9 @@ def reported_usage(data: dict[str, Any]) -> Usage:
     ``completion_tokens``, and the prompt tokens the server took from its prompt cache:
     ``usage.prompt_tokens_details.cached_tokens`` (OpenAI, vLLM, recent ``llama-server``) or
     llama.cpp's ``timings.cache_n``; 0 for what a server does not report (llama-cpp-python's
-    server reports no cache use)."""
+    server reports no cache use); and the reasoning tokens of
+    ``usage.completion_tokens_details.reasoning_tokens`` (0 when not reported: the model then
+    estimates them from the reasoning text)."""
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     details = usage.get("prompt_tokens_details")
     timings = data.get("timings")
@@ -106,8 +109,13 @@ def reported_usage(data: dict[str, Any]) -> Usage:
         cached = int(details["cached_tokens"])
     elif isinstance(timings, dict) and timings.get("cache_n"):
         cached = int(timings["cache_n"])
+    completion = usage.get("completion_tokens_details")
+    reasoning = completion.get("reasoning_tokens") if isinstance(completion, dict) else None
     return Usage(
-        int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0), cached
+        int(usage.get("prompt_tokens") or 0),
+        int(usage.get("completion_tokens") or 0),
+        cached,
+        int(reasoning or 0),
     )
 
 
@@ -143,6 +151,15 @@ class OpenAICompatChat(RemoteChat):
             llama.cpp's ``llama-server`` reads; other servers ignore unknown fields
             (llama-cpp-python's server has one model state and no slots: it reuses the
             prefix of the previous request, and with ``--cache true`` any cached prefix).
+        reasoning: ``auto`` (send nothing) or ``off``/``on``/``low``/``medium``/``high``, sent
+            as ``chat_template_kwargs.enable_thinking`` and/or ``reasoning_effort`` by
+            ``reasoning_style`` (:func:`~rag_experiments.llm.reasoning.openai_fields`); the
+            reasoning comes back in ``message.reasoning`` (vLLM), ``reasoning_content``
+            (llama.cpp, older vLLM) or inline in the content (``<think>``, harmony markers).
+        reasoning_budget: Tokens added to each call's limit when reasoning is asked for
+            (None = the level's default).
+        reasoning_style: ``both``, ``kwargs`` or ``effort``
+            (:data:`~rag_experiments.llm.reasoning.REASONING_STYLES`).
 
     Raises:
         ConfigError: ``api_key_env`` names a variable that is not set, or both it and
@@ -166,6 +183,9 @@ class OpenAICompatChat(RemoteChat):
         max_concurrency: int = 8,
         in_flight: int | None = None,
         slot_affinity: bool = False,
+        reasoning: str = "auto",
+        reasoning_budget: int | None = None,
+        reasoning_style: str = "both",
     ) -> None:
         super().__init__(
             model,
@@ -178,6 +198,9 @@ class OpenAICompatChat(RemoteChat):
             max_concurrency=max_concurrency,
             in_flight=in_flight,
             slot_affinity=slot_affinity,
+            reasoning=reasoning,
+            reasoning_budget=reasoning_budget,
+            reasoning_style=reasoning_style,
         )
         headers = bearer_headers(api_key_env, self.where, api_key=api_key)
         self.api_key_env = api_key_env
@@ -302,6 +325,7 @@ class OpenAICompatChat(RemoteChat):
             "temperature": float(opts["temperature"]),
             "seed": int(opts["seed"]),
             "stream": False,
+            **openai_fields(self.reasoning, self.reasoning_style),
             **extra,
         }
         if self.slot_affinity:
@@ -355,7 +379,9 @@ class OpenAICompatChat(RemoteChat):
             break
         try:
             choice = data["choices"][0]
-            text = choice["message"].get("content") or ""
+            message = choice["message"]
+            text = message.get("content") or ""
+            reasoning = message.get("reasoning") or message.get("reasoning_content") or ""
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise LLMHTTPError(
                 f"{self.where}: the answer has no choices[0].message.content; "
@@ -368,6 +394,7 @@ class OpenAICompatChat(RemoteChat):
             finish_reason=str(choice.get("finish_reason") or "stop"),
             usage=reported_usage(data),
             model=str(data.get("model") or self.model),
+            reasoning=str(reasoning),
         )
 
     def describe(self) -> dict[str, str]:
@@ -382,4 +409,6 @@ class OpenAICompatChat(RemoteChat):
             "temperature": str(self.temperature),
             "seed": str(self.seed),
             "context_window": str(self._window or ""),
+            **self.reasoning_identity(),
+            **({"reasoning_style": self.reasoning_style} if self.reasoning != "auto" else {}),
         }

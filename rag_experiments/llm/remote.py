@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
@@ -22,6 +22,18 @@ from rag_experiments.llm.base import ChatModelBase, Completion, Message, Usage
 from rag_experiments.llm.errors import ContextOverflowError
 from rag_experiments.llm.gate import EndpointGate
 from rag_experiments.llm.parsing import LLMParseError, LLMTruncatedError, parse_structured
+from rag_experiments.llm.reasoning import (
+    HintOnce,
+    ReasoningTruncatedError,
+    Split,
+    check_reasoning,
+    cut_while_reasoning,
+    reasoning_tokens,
+    shorten,
+    split_reasoning,
+    with_reasoning_tokens,
+)
+from rag_experiments.llm.reasoning import reasoning_budget as reasoning_budget_of
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +61,16 @@ class Reply:
         finish_reason: ``stop``, ``length`` or the server's word.
         usage: Token counts the server reported.
         model: Model id the server reported.
+        reasoning: The reasoning the server returned apart from the text (Ollama
+            ``message.thinking``, OpenAI-compatible ``message.reasoning`` /
+            ``reasoning_content``); ``""`` when none (inline reasoning is still in ``text``).
     """
 
     text: str
     finish_reason: str
     usage: Usage
     model: str
+    reasoning: str = ""
 
 
 class RemoteChat(ChatModelBase, TakesRetry):
@@ -82,9 +98,15 @@ class RemoteChat(ChatModelBase, TakesRetry):
             ``max_concurrency``), and each request names its lane's slot (``id_slot``, with
             ``cache_prompt: true``; llama.cpp's ``llama-server``), so the server reuses the
             question's prompt prefix instead of computing it again on another slot.
+        reasoning: Ask a reasoning model to think or not (one of
+            :data:`~rag_experiments.llm.reasoning.REASONING_LEVELS`; ``auto`` sends nothing);
+            each provider maps it to its server's field (:mod:`rag_experiments.llm.reasoning`).
+        reasoning_budget: Tokens added to every call's ``max_tokens`` when reasoning is asked
+            for (``max_tokens`` covers reasoning and answer); None = the level's default
+            (:data:`~rag_experiments.llm.reasoning.DEFAULT_BUDGET`).
 
     Raises:
-        ConfigError: A negative or zero setting.
+        ConfigError: A negative or zero setting, or an unknown reasoning level.
     """
 
     provider = "remote"
@@ -136,6 +158,9 @@ class RemoteChat(ChatModelBase, TakesRetry):
         max_concurrency: int = 8,
         in_flight: int | None = None,
         slot_affinity: bool = False,
+        reasoning: str = "auto",
+        reasoning_budget: int | None = None,
+        reasoning_style: str = "both",
     ) -> None:
         if not model:
             raise ConfigError(f"{self.provider}: model is empty; set llm.model (or judge.model)")
@@ -160,6 +185,18 @@ class RemoteChat(ChatModelBase, TakesRetry):
         self.slot_affinity = bool(slot_affinity)
         limit = IN_FLIGHT_PER_SLOT * self._slots if in_flight is None else int(in_flight)
         self.gate = EndpointGate(limit, where=self.where)
+        self.reasoning = check_reasoning(str(reasoning), self.where, str(reasoning_style))
+        self.reasoning_style = str(reasoning_style)
+        self.reasoning_budget = reasoning_budget_of(self.reasoning, reasoning_budget)
+        self._hint = HintOnce()
+        if self.reasoning_budget:
+            log.info(
+                "%s: reasoning=%s: each call's max_tokens grows by %d tokens for the reasoning "
+                "(max_tokens covers reasoning + answer; set reasoning_budget to change it)",
+                self.where,
+                self.reasoning,
+                self.reasoning_budget,
+            )
 
     @property
     def max_concurrency(self) -> int:
@@ -197,7 +234,42 @@ class RemoteChat(ChatModelBase, TakesRetry):
     def _options(self, options: dict[str, Any]) -> dict[str, Any]:
         opts = {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed}
         opts.update(options)
+        opts["max_tokens"] = int(opts["max_tokens"]) + self.reasoning_budget
         return opts
+
+    def reasoning_identity(self) -> dict[str, str]:
+        """``{"reasoning": …, "reasoning_budget": …}`` for :meth:`describe` (so tags and the
+        response cache key carry them); ``{}`` for ``auto``, so the keys of runs without the
+        setting stay as they were."""
+        if self.reasoning == "auto":
+            return {}
+        return {"reasoning": self.reasoning, "reasoning_budget": str(self.reasoning_budget)}
+
+    def _answer(self, reply: Reply, usage: Usage, opts: dict[str, Any]) -> tuple[Reply, Usage]:
+        """``reply`` with inline reasoning cut out of its text and the reasoning in its
+        ``reasoning`` (the server's field, else the inline text), and ``usage`` plus the
+        reply's tokens (reasoning tokens as reported, else estimated).
+
+        Raises:
+            ReasoningTruncatedError: The reply was cut while reasoning (the hint is logged
+                once per model).
+        """
+        split = split_reasoning(reply.text)
+        reasoning = "\n".join(r for r in (reply.reasoning, split.reasoning) if r)
+        tokens = reasoning_tokens(
+            reply.usage.reasoning_tokens, reasoning, reply.usage.completion_tokens
+        )
+        usage = usage + with_reasoning_tokens(reply.usage, tokens)
+        if cut_while_reasoning(Split(split.answer, reasoning, split.open), reply.finish_reason):
+            self._hint(self.where)
+            raise ReasoningTruncatedError(
+                f"{self.where}: the reply was cut by the token limit while the model was still "
+                f"reasoning (max_tokens={opts['max_tokens']}, {len(reasoning)} characters of "
+                "reasoning, no answer); raise max_tokens or set reasoning=off",
+                raw=reply.text or shorten(reasoning),
+                usage=usage,
+            )
+        return replace(reply, text=split.answer, reasoning=reasoning), usage
 
     def _check_window(self, messages: list[Message]) -> None:
         window = self.context_window
@@ -250,7 +322,7 @@ class RemoteChat(ChatModelBase, TakesRetry):
             reply = self.retry.call(
                 lambda c=convo: self.gate.call(lambda: self._attempt(c, schema, opts)), self.where
             )
-            usage += reply.usage
+            reply, usage = self._answer(reply, usage, opts)
             parsed = None
             if schema is not None:
                 try:
@@ -290,4 +362,5 @@ class RemoteChat(ChatModelBase, TakesRetry):
                 latency_ms=(time.perf_counter() - started) * 1000.0,
                 finish_reason=reply.finish_reason,
                 model=reply.model or self.model,
+                reasoning=reply.reasoning,
             )

@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 
 from rag_experiments.llm.base import Completion
 
-COUNTERS = ("calls", "cache_hits", "errors", "prompt_tokens", "completion_tokens")
+COUNTERS = (
+    "calls",
+    "cache_hits",
+    "errors",
+    "prompt_tokens",
+    "completion_tokens",
+    "reasoning_tokens",
+)
 """The counters of a :class:`UsageMeter`."""
 
 
@@ -25,6 +32,9 @@ class UsageMeter:
             prompt (KV) cache instead of computing them (0 when it does not say).
         completion_tokens: Completion tokens the model generated this run (cache hits add
             none).
+        reasoning_tokens: Of ``completion_tokens``, those a reasoning model spent thinking
+            (reported by the server, else estimated from the reasoning text:
+            :attr:`~rag_experiments.common.usage.Usage.reasoning_tokens`).
         cache_hit_prompt_tokens: Prompt tokens of the answers served from the response cache
             (or shared with an identical request in flight): not sent, shown apart.
         cache_hit_completion_tokens: Their completion tokens.
@@ -37,6 +47,7 @@ class UsageMeter:
     prompt_tokens: int = 0
     reused_prompt_tokens: int = 0
     completion_tokens: int = 0
+    reasoning_tokens: int = 0
     cache_hit_prompt_tokens: int = 0
     cache_hit_completion_tokens: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -53,16 +64,24 @@ class UsageMeter:
                 self.prompt_tokens += completion.usage.prompt_tokens
                 self.reused_prompt_tokens += completion.usage.cached_prompt_tokens
                 self.completion_tokens += completion.usage.completion_tokens
+                self.reasoning_tokens += completion.usage.reasoning_tokens
 
-    def record_error(self) -> None:
-        """Count one failed call."""
+    def record_error(self, exc: BaseException | None = None) -> None:
+        """Count one failed call (and the tokens it consumed, when its
+        :class:`~rag_experiments.errors.LLMError` carries them: a reply cut while reasoning
+        spent the whole budget)."""
+        usage = getattr(exc, "usage", None)
         with self._lock:
             self.calls += 1
             self.errors += 1
+            if usage is not None:
+                self.prompt_tokens += usage.prompt_tokens
+                self.completion_tokens += usage.completion_tokens
+                self.reasoning_tokens += usage.reasoning_tokens
 
     def counts(self) -> dict[str, int]:
         """The counters as ``{"calls", "cache_hits", "errors", "prompt_tokens",
-        "completion_tokens"}`` (what :meth:`add` takes back)."""
+        "completion_tokens", "reasoning_tokens"}`` (what :meth:`add` takes back)."""
         with self._lock:
             return {name: int(getattr(self, name)) for name in COUNTERS}
 
@@ -77,9 +96,10 @@ class UsageMeter:
         """``<role>.llm_calls``, ``.llm_cache_hits``, ``.llm_cache_hit_rate`` (hits / calls;
         left out when there was no call), ``.llm_errors``, ``.prompt_tokens`` (sent this run),
         ``.reused.prompt_tokens`` (of those, taken from the server's prompt cache),
-        ``.completion_tokens``, and ``.cache_hit.prompt_tokens`` /
-        ``.cache_hit.completion_tokens`` (of answers served by the response cache, not sent).
-        Every token key ends in ``.prompt_tokens`` or ``.completion_tokens``."""
+        ``.completion_tokens``, ``.reasoning_tokens`` (of those, spent reasoning), and
+        ``.cache_hit.prompt_tokens`` / ``.cache_hit.completion_tokens`` (of answers served by
+        the response cache, not sent). Every token key ends in ``.prompt_tokens``,
+        ``.completion_tokens`` or ``.reasoning_tokens``."""
         with self._lock:
             out = {
                 f"{self.role}.llm_calls": float(self.calls),
@@ -88,6 +108,7 @@ class UsageMeter:
                 f"{self.role}.prompt_tokens": float(self.prompt_tokens),
                 f"{self.role}.reused.prompt_tokens": float(self.reused_prompt_tokens),
                 f"{self.role}.completion_tokens": float(self.completion_tokens),
+                f"{self.role}.reasoning_tokens": float(self.reasoning_tokens),
                 f"{self.role}.cache_hit.prompt_tokens": float(self.cache_hit_prompt_tokens),
                 f"{self.role}.cache_hit.completion_tokens": float(self.cache_hit_completion_tokens),
             }

@@ -31,6 +31,7 @@ from pydantic import BaseModel
 from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.llm.base import ChatModel, Message
 from rag_experiments.llm.parsing import LLMParseError, StructuredOutput, parse_structured
+from rag_experiments.llm.reasoning import shorten
 from rag_experiments.metrics.audit import RATIONALE_KEY, USAGE_KEYS
 from rag_experiments.metrics.prompts.base import JudgePrompt
 from rag_experiments.metrics.scheduler import JudgedRowMetric
@@ -64,6 +65,9 @@ class Judgement:
         error_message: Its detail.
         picked: Which JSON object of a reply holding several was graded (``"picked candidate
             2 of 2"``, see :func:`~rag_experiments.llm.parsing.parse_structured`), else None.
+        reasoning: A reasoning judge's thoughts behind its last reply, shortened
+            (:func:`~rag_experiments.llm.reasoning.shorten`); ``""`` without any.
+        reasoning_tokens: Of ``completion_tokens``, those spent reasoning.
     """
 
     prompt: str
@@ -76,6 +80,8 @@ class Judgement:
     error: str | None = None
     error_message: str | None = None
     picked: str | None = None
+    reasoning: str = ""
+    reasoning_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready audit record (the interpreted verdicts are in the metric's record)."""
@@ -89,6 +95,8 @@ class Judgement:
             "error": self.error,
             "error_message": self.error_message,
             **({"picked": self.picked} if self.picked else {}),
+            **({"reasoning": self.reasoning} if self.reasoning else {}),
+            **({"reasoning_tokens": self.reasoning_tokens} if self.reasoning_tokens else {}),
         }
 
 
@@ -143,6 +151,8 @@ def ask_judge(
             record.raw.append(raw)
             record.prompt_tokens += completion.usage.prompt_tokens
             record.completion_tokens += completion.usage.completion_tokens
+            record.reasoning_tokens += completion.usage.reasoning_tokens
+            record.reasoning = shorten(completion.reasoning) if completion.reasoning else ""
             record.latency_ms += completion.latency_ms
             parsed = completion.parsed
             if parsed is None:
@@ -157,6 +167,7 @@ def ask_judge(
                 if exc.usage is not None:  # a failed call's tokens count too
                     record.prompt_tokens += exc.usage.prompt_tokens
                     record.completion_tokens += exc.usage.completion_tokens
+                    record.reasoning_tokens += exc.usage.reasoning_tokens
             record.error, record.error_message = exc.reason, str(exc)
             if exc.reason not in RETRIED_REASONS or attempt == max_retries:
                 return record
@@ -283,9 +294,13 @@ class JudgedMetric(JudgedRowMetric):
             max_retries=self.max_retries,
             options={"max_tokens": max_tokens or self.max_tokens},
         )
-        if judgement.error is not None:
-            log.warning(
-                "%s: judge failed (%s): %s", self.name, judgement.error, judgement.error_message
+        if judgement.error is not None:  # a reply cut while thinking: the hint said it once
+            log.log(
+                logging.DEBUG if judgement.error == "reasoning_truncated" else logging.WARNING,
+                "%s: judge failed (%s): %s",
+                self.name,
+                judgement.error,
+                judgement.error_message,
             )
         record = {**judge_usage([judgement]), "judgement": judgement.to_dict()}
         return judgement, record
@@ -296,10 +311,19 @@ def verdict_lines(record: Mapping[str, Any]) -> list[str]:
     (:data:`~rag_experiments.metrics.audit.RATIONALE_KEY`): one line per claim
     (``✓ claim (context k)`` / ``✗ claim (no context)``), per context verdict, per generated
     question, then the noncommittal flag, the rubric scores and the judge's feedback; the
-    judge's error message when the judgement failed; ``[]`` when no judge was asked."""
+    judge's error message when the judgement failed; ``[]`` when no judge was asked. A
+    reasoning judge's thoughts (shortened) come last, as ``judge reasoning: …``."""
     judgement = record.get("judgement") or {}
     if judgement.get("error_message"):
         return [str(judgement["error_message"])]
+    lines = _verdict_lines(record)
+    if judgement.get("reasoning"):
+        lines.append(f"judge reasoning: {judgement['reasoning']}")
+    return lines
+
+
+def _verdict_lines(record: Mapping[str, Any]) -> list[str]:
+    """The lines of :func:`verdict_lines` but the judge's reasoning."""
     lines = []
     for claim in record.get("claims") or []:
         ok = claim.get("supported", claim.get("attributed"))

@@ -158,6 +158,7 @@ LLM_USAGE_SUFFIXES = (
     ".llm_errors",
     ".prompt_tokens",
     ".completion_tokens",
+    ".reasoning_tokens",
 )
 """Run metrics of one model role's usage, ``<role>.llm_calls`` … (``llm/usage.py`` names them;
 ``merge`` sums the counters, ``rerun`` leaves them out of its comparison)."""

@@ -225,6 +225,7 @@ def test_fake_model_is_metered_not_cached(tmp_path, session):
         "generator.prompt_tokens": 2.0,
         "generator.reused.prompt_tokens": 0.0,
         "generator.completion_tokens": 2.0,
+        "generator.reasoning_tokens": 0.0,
         "generator.cache_hit.prompt_tokens": 0.0,
         "generator.cache_hit.completion_tokens": 0.0,
         "generator.llm_cache_hit_rate": 0.0,
