@@ -37,6 +37,9 @@ def test_definitions_are_the_answer_level_outputs_and_deepeval_reports_them_pref
             "faithfulness", "answer_relevancy", "context_precision", "context_utilization",
             "context_recall", "context_relevancy", "keyword_faithfulness", "refusal",
             "correct_refusal_rate", "false_refusal_rate",
+            "claim_precision", "claim_recall", "claim_f1", "context_claim_recall",
+            "context_claim_precision", "context_claim_utilization", "noise_sensitivity_relevant",
+            "noise_sensitivity_irrelevant", "hallucination", "self_knowledge", "claim_faithfulness",
             *(f"answer_judge.{c}{s}" for c in ("accuracy", "completeness", "relevance")
               for s in ("", "_raw")),
         ]
