@@ -120,7 +120,8 @@ def diff_ci_figure(stats: Sequence[PairedStat], title: str) -> Figure:
         ax.errorbar(
             s.diff,
             y,
-            xerr=[[s.diff - s.ci_low], [s.ci_high - s.diff]],
+            # ≥ 0: a CI of identical differences can sit a rounding error off the mean
+            xerr=[[max(0.0, s.diff - s.ci_low)], [max(0.0, s.ci_high - s.diff)]],
             fmt="o",
             color=color,
             capsize=3,

@@ -81,6 +81,36 @@ REQUIRES: dict[str, tuple[str, ...]] = {
 """The label tables each value reads (RAGChecker's ``METRIC_REQUIREMENTS``, with precision and
 recall matched to the tables their formulas read)."""
 
+GROUPS: dict[str, str] = {
+    "claim_precision": "overall",
+    "claim_recall": "overall",
+    "claim_f1": "overall",
+    "context_claim_recall": "retriever",
+    "context_claim_precision": "retriever",
+    "context_claim_utilization": "generator",
+    "noise_sensitivity_relevant": "generator",
+    "noise_sensitivity_irrelevant": "generator",
+    "hallucination": "generator",
+    "self_knowledge": "generator",
+    "claim_faithfulness": "generator",
+}
+"""Which part of the RAG system each value speaks about (RAGChecker's grouping)."""
+
+READABLE: dict[str, str] = {
+    "claim_precision": "claim precision",
+    "claim_recall": "claim recall",
+    "claim_f1": "claim F1",
+    "context_claim_recall": "claim recall of the retrieved chunks",
+    "context_claim_precision": "context precision (chunks holding a reference claim)",
+    "context_claim_utilization": "context utilization",
+    "noise_sensitivity_relevant": "noise sensitivity (relevant chunks)",
+    "noise_sensitivity_irrelevant": "noise sensitivity (irrelevant chunks)",
+    "hallucination": "hallucination",
+    "self_knowledge": "self-knowledge",
+    "claim_faithfulness": "claim faithfulness",
+}
+"""How a diagnosis line names each value."""
+
 RAGCHECKER_NAMES = {
     "claim_precision": "precision",
     "claim_recall": "recall",

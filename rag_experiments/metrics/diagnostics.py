@@ -53,21 +53,6 @@ from rag_experiments.records import MetricValue, RagResponse, Sample
 RAGCHECKER = "RAGChecker (Ru et al., NeurIPS 2024 D&B; ragchecker/computation.py)"
 """Source line of the RAGChecker formulas."""
 
-GROUPS: dict[str, str] = {
-    "claim_precision": "overall",
-    "claim_recall": "overall",
-    "claim_f1": "overall",
-    "context_claim_recall": "retriever",
-    "context_claim_precision": "retriever",
-    "context_claim_utilization": "generator",
-    "noise_sensitivity_relevant": "generator",
-    "noise_sensitivity_irrelevant": "generator",
-    "hallucination": "generator",
-    "self_knowledge": "generator",
-    "claim_faithfulness": "generator",
-}
-"""Which part of the RAG system each diagnostic speaks about (RAGChecker's grouping)."""
-
 
 CHECKERS = frozenset({"judge", "lexical"})
 """Values of the entries' ``checker`` option."""
