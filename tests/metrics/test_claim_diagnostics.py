@@ -304,3 +304,16 @@ def test_no_judge_and_unknown_checker_say_how_to_fix():
         ClaimCorrectness().score_row(SAMPLE, RESP)
     with pytest.raises(ConfigError, match="checker must be one of"):
         ClaimCorrectness(checker="nli")
+
+
+def test_faithfulness_and_context_recall_on_the_claim_layer_cost_nothing_more():
+    from rag_experiments.metrics.context_recall import ContextRecall
+    from rag_experiments.metrics.faithfulness import Faithfulness
+
+    judge = ClaimJudge()
+    v = _score_all(judge)
+    faith, rec_f = Faithfulness(judge=judge, claim_layer=True).score_row(SAMPLE, RESP)
+    recall, rec_r = ContextRecall(judge=judge, claim_layer=True).score_row(SAMPLE, RESP)
+    assert judge.calls == 6 and rec_f["judge_calls"] == rec_r["judge_calls"] == 0
+    assert faith["faithfulness"].value == v["claim_faithfulness"] == 1.0
+    assert recall["context_recall"].value == v["context_claim_recall"] == 0.5
