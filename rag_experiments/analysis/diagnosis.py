@@ -100,3 +100,63 @@ def diagnosis_json(stats: Sequence[PairedStat]) -> dict[str, Any] | None:
     for s in claims:
         groups.setdefault(GROUPS[_base(s.metric)], []).append(s.metric)
     return {"headline": headline(stats), "groups": groups}
+
+
+class SweepChild(Protocol):
+    """What :func:`sweep_lines` reads of a sweep child
+    (:class:`~rag_experiments.analysis.report.Child`)."""
+
+    mean: dict[str, float]
+    ci_low: dict[str, float]
+    ci_high: dict[str, float]
+
+    @property
+    def label(self) -> str: ...  # noqa: D102
+
+
+def sweep_lines(children: Sequence[SweepChild]) -> list[str]:
+    """The diagnosis block of ``rag-exp report``: per part (retriever, generator, overall) the
+    range of each claim metric over the finished children, and one line naming the claim
+    metric whose best and worst child differ most among those whose 95 % CIs do not overlap
+    (retriever and generator metrics before overall ones); ``[]`` when the children have no
+    claim metric.
+
+    Unlike :func:`headline` (paired, per question), this compares run means: non-overlapping
+    intervals are a conservative sign of a real difference, not a test.
+    """
+    present = [m for m in GROUPS if any(_finite(c.mean.get(m)) for c in children)]
+    if not present or len(children) < 2:
+        return []
+    spans: dict[str, tuple[float, SweepChild, SweepChild, bool]] = {}
+    for m in present:
+        valued = [c for c in children if _finite(c.mean.get(m))]
+        lo = min(valued, key=lambda c: c.mean[m])
+        hi = max(valued, key=lambda c: c.mean[m])
+        apart = lo.ci_high.get(m, float("nan")) < hi.ci_low.get(m, float("nan"))
+        spans[m] = (hi.mean[m] - lo.mean[m], lo, hi, apart)
+    apart = [m for m in present if spans[m][3] and spans[m][0] > 0]
+    parts = [m for m in apart if GROUPS[m] != "overall"] or apart
+    if parts:
+        m = max(parts, key=lambda name: spans[name][0])
+        _, lo, hi, _ = spans[m]
+        where = READABLE[m] if GROUPS[m] == "overall" else f"the {GROUPS[m]}'s {READABLE[m]}"
+        head = (
+            f"the children differ most in {where}: {lo.mean[m]:.3f} ({lo.label}) to "
+            f"{hi.mean[m]:.3f} ({hi.label}), 95% CIs apart"
+        )
+    else:
+        head = "no claim metric differs between children beyond their 95% CIs"
+    lines = [f"diagnosis: {head}"]
+    for group in ORDER:
+        cells = [
+            f"{m} {spans[m][1].mean[m]:.3f}–{spans[m][2].mean[m]:.3f}"
+            for m in present
+            if GROUPS[m] == group
+        ]
+        if cells:
+            lines.append(f"  {group}: " + "; ".join(cells))
+    return lines
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and value == value and abs(value) != float("inf")

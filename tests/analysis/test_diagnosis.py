@@ -48,3 +48,35 @@ def test_no_claim_metrics_no_diagnosis_and_no_change_says_so():
     assert headline([_stat("claim_f1", 0.01, -0.02, 0.04, p=0.5)]) == (
         "no significant change in the claim diagnostics"
     )
+
+
+def _child(label, values):
+    from rag_experiments.analysis.report import Child
+
+    return Child(
+        label,
+        "FINISHED",
+        {"retriever.top_k": label},
+        {m: v for m, (v, _, _) in values.items()},
+        {m: lo for m, (_, lo, _) in values.items()},
+        {m: hi for m, (_, _, hi) in values.items()},
+        {},
+    )
+
+
+def test_sweep_diagnosis_names_the_metric_children_differ_most_in_beyond_their_cis():
+    from rag_experiments.analysis.diagnosis import sweep_lines
+
+    children = [
+        _child("4", {"noise_sensitivity_irrelevant": (0.0, 0.0, 0.0),
+                     "context_claim_precision": (0.5, 0.4, 0.6), "claim_f1": (1.0, 1.0, 1.0)}),
+        _child("5", {"noise_sensitivity_irrelevant": (0.3, 0.2, 0.4),
+                     "context_claim_precision": (0.4, 0.3, 0.5), "claim_f1": (0.2, 0.1, 0.3)}),
+    ]  # fmt: skip
+    lines = sweep_lines(children)
+    assert lines[0] == (
+        "diagnosis: the children differ most in the generator's noise sensitivity (irrelevant "
+        "chunks): 0.000 (retriever.top_k=4) to 0.300 (retriever.top_k=5), 95% CIs apart"
+    )  # claim_f1 differs more but is overall; context precision's CIs overlap
+    assert lines[1] == "  retriever: context_claim_precision 0.400–0.500"
+    assert sweep_lines(children[:1]) == []
