@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from rag_experiments.analysis.diagnosis import diagnosis_lines
 from rag_experiments.analysis.runs import key_metrics
 from rag_experiments.metrics.keys import key_metrics_among
 
@@ -260,6 +261,12 @@ def write_compare_report(result: Comparison, out_dir: Path) -> dict[str, Path]:
             html_table(other_flips, flip_cols, flip_left),
         ),
     ]
+    diagnosis = diagnosis_lines(overall_stats)
+    if diagnosis:  # the claim diagnostics: where the change is (retriever or generator)
+        body[1:1] = [
+            "<h2>Diagnosis</h2>",
+            *(f"<p>{html.escape(line.strip())}</p>" for line in diagnosis),
+        ]
     files["compare.html"].write_text(
         html_page(f"Comparison: {title}", "".join(body)), encoding="utf-8"
     )
