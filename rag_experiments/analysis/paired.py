@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from rag_experiments.analysis.diagnosis import diagnosis_json, diagnosis_lines
 from rag_experiments.config.stats_defaults import N_RESAMPLES
 from rag_experiments.metrics.keys import key_metrics_among
 from rag_experiments.tracking.record import TAGS
@@ -171,6 +172,7 @@ class Comparison:
             "flipped": [asdict(f) for f in self.flips],
             "thresholds": {m: asdict(t) for m, t in self.thresholds.items()},
             "notes": self.notes,
+            "diagnosis": diagnosis_json(self.overall()),
         })  # fmt: skip
 
     def rows(self) -> list[dict[str, Any]]:
@@ -249,6 +251,7 @@ class Comparison:
                 f"({sum(len(f) for f in other_flips.values())} flips; --all lists them, "
                 "flipped.csv has every one)"
             )
+        lines += diagnosis_lines(overall)
         if self.notes and self.notes.get("a") == self.notes.get("b"):
             lines.append(f"  NOTE (runs a and b): {self.notes['a']}")
         else:

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from rag_experiments.analysis.diagnosis import diagnosis_lines
 from rag_experiments.analysis.runs import key_metrics
 from rag_experiments.metrics.keys import key_metrics_among
 
@@ -120,7 +121,8 @@ def diff_ci_figure(stats: Sequence[PairedStat], title: str) -> Figure:
         ax.errorbar(
             s.diff,
             y,
-            xerr=[[s.diff - s.ci_low], [s.ci_high - s.diff]],
+            # ≥ 0: a CI of identical differences can sit a rounding error off the mean
+            xerr=[[max(0.0, s.diff - s.ci_low)], [max(0.0, s.ci_high - s.diff)]],
             fmt="o",
             color=color,
             capsize=3,
@@ -259,6 +261,12 @@ def write_compare_report(result: Comparison, out_dir: Path) -> dict[str, Path]:
             html_table(other_flips, flip_cols, flip_left),
         ),
     ]
+    diagnosis = diagnosis_lines(overall_stats)
+    if diagnosis:  # the claim diagnostics: where the change is (retriever or generator)
+        body[1:1] = [
+            "<h2>Diagnosis</h2>",
+            *(f"<p>{html.escape(line.strip())}</p>" for line in diagnosis),
+        ]
     files["compare.html"].write_text(
         html_page(f"Comparison: {title}", "".join(body)), encoding="utf-8"
     )

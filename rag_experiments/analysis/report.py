@@ -37,6 +37,7 @@ from typing import Any
 
 import pandas as pd
 
+from rag_experiments.analysis.diagnosis import sweep_lines
 from rag_experiments.analysis.paired import NOTE_TAG
 from rag_experiments.analysis.plots import (
     Series,
@@ -125,6 +126,12 @@ class SweepReport:
             f"NOTE: {note}" if k == n else f"NOTE ({k} of {n} child runs): {note}"
             for note, k in self.notes.items()
         ]
+
+    def diagnosis_lines(self) -> list[str]:
+        """The claim diagnostics of the finished children grouped retriever / generator, and
+        the metric they differ most in (:func:`~rag_experiments.analysis.diagnosis.
+        sweep_lines`); ``[]`` without claim metrics."""
+        return sweep_lines(self.finished())
 
     def finished(self) -> list[Child]:
         """The children that FINISHED (the only ones plotted and ranked)."""
@@ -351,6 +358,7 @@ def write_sweep_report(report: SweepReport, out_dir: Path) -> dict[str, Path]:
         "Means with their 95% bootstrap CI as each child logged them; latency_ms_p50 leaves "
         "out the n_cached_answers answers served from the response cache.</p>",
         *(f"<p><strong>{html.escape(line)}</strong></p>" for line in report.note_lines()),
+        *(f"<p>{html.escape(line)}</p>" for line in report.diagnosis_lines()),
         "<h2>Configurations</h2>",
         html_table(
             table,

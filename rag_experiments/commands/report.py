@@ -67,6 +67,8 @@ def report_command(argv: list[str]) -> int:
                 f"  best {row['metric']:<20} {row['best']:.4f} "
                 f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]  {tie}{row['config']}"
             )
+    for line in report.diagnosis_lines():
+        print(f"  {line}")
     for line in report.note_lines():
         print(f"  {line}")
     if not opts.no_log:

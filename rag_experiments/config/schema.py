@@ -228,6 +228,9 @@ class BaselineTargetConf(ComponentConf):
     )
     truncate_contexts: bool = False
     """True = trim contexts to fit the generator's window (row flagged) instead of failing it."""
+    cite: bool = False
+    """True = ask the generator to cite passages as ``[k]`` after each sentence
+    (``metrics=citations`` scores them)."""
 
 
 @dataclass

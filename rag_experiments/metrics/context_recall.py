@@ -20,6 +20,12 @@ Edges:
 - reference ``""`` (or blank) → NaN ``no_reference``;
 - contexts ``[]`` or only blank texts → 0.0 flagged ``empty_context``, no judge call;
 - judge failure → NaN with its reason.
+
+**Shared claim layer** (``claim_layer: true``): the value is instead read from the claim layer
+shared with the claim diagnostics (:mod:`~rag_experiments.metrics.claim_layer`: claims
+extracted once per text, checked once against all retrieved chunks), as ``context_claim_recall``
+computes it — the same definition, and in a suite that also holds the diagnostics no extra
+judge call. Off by default: alone, the one-call prompt above is cheaper.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ class ContextRecall(JudgedMetric):
         max_retries: Retries of an invalid judge output.
         max_tokens: Completion limit per judge call.
         prefix: Column-name prefix.
+        claim_layer: Read the value from the shared claim layer (module docstring).
     """
 
     name = "context_recall"
@@ -70,13 +77,21 @@ class ContextRecall(JudgedMetric):
     shows_contexts = True
 
     def __init__(
-        self, judge: Any = None, max_retries: int = 1, max_tokens: int = 320, prefix: str = ""
+        self,
+        judge: Any = None,
+        max_retries: int = 1,
+        max_tokens: int = 320,
+        prefix: str = "",
+        claim_layer: bool = False,
     ) -> None:
         super().__init__(judge, max_retries, max_tokens, prefix)
+        self.claim_layer = bool(claim_layer)
 
     def _score(
         self, sample: Sample, resp: RagResponse
     ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
+        if self.claim_layer:
+            return self._from_claim_layer(sample, resp)
         if resp.error is not None:
             return self._nan_all("target_error")
         if not sample.answerable:
@@ -110,3 +125,13 @@ class ContextRecall(JudgedMetric):
         ]
         attributed = sum(1 for c in claims if c.supported)
         return {"context_recall": MetricValue(attributed / len(claims))}, record
+
+    def _from_claim_layer(
+        self, sample: Sample, resp: RagResponse
+    ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
+        """The value as ``context_claim_recall`` reads it from the shared claim layer."""
+        from rag_experiments.metrics.diagnostics import RetrieverClaims  # imports this package
+
+        shared = RetrieverClaims(judge=self.judge, max_retries=self.max_retries)
+        values, record = shared._score(sample, resp)  # noqa: SLF001 - same family
+        return {"context_recall": values["context_claim_recall"]}, record

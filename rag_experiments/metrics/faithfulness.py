@@ -37,6 +37,12 @@ metric catches (a refusal is left out, as above). At most ``MAX_CLAIMS`` (6) cla
 A claim listed more than once (same normalised text) counts once, with its first verdict
 (:mod:`~rag_experiments.metrics.claims`); the audit record lists each distinct claim with its
 ``repeats``.
+
+**Shared claim layer** (``claim_layer: true``): the value is instead read from the claim layer
+shared with the claim diagnostics (:mod:`~rag_experiments.metrics.claim_layer`: claims
+extracted once per text, checked once against all retrieved chunks), as ``claim_faithfulness``
+computes it — the same definition, and in a suite that also holds the diagnostics no extra
+judge call. Off by default: alone, the one-call prompt above is cheaper.
 """
 
 from __future__ import annotations
@@ -69,6 +75,7 @@ class Faithfulness(JudgedMetric):
         max_tokens: Completion limit per judge call.
         refusal_patterns: Extra refusal patterns (see :mod:`~rag_experiments.metrics.refusal`).
         prefix: Column-name prefix.
+        claim_layer: Read the value from the shared claim layer (module docstring).
     """
 
     name = "faithfulness"
@@ -98,13 +105,17 @@ class Faithfulness(JudgedMetric):
         max_tokens: int = 320,
         refusal_patterns: Sequence[str] | None = None,
         prefix: str = "",
+        claim_layer: bool = False,
     ) -> None:
         super().__init__(judge, max_retries, max_tokens, prefix)
         self.refusal_patterns = compile_patterns(refusal_patterns)
+        self.claim_layer = bool(claim_layer)
 
     def _score(
         self, sample: Sample, resp: RagResponse
     ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
+        if self.claim_layer:
+            return self._from_claim_layer(sample, resp)
         if resp.error is not None:
             return self._nan_all("target_error")
         if resp.no_response:
@@ -135,3 +146,13 @@ class Faithfulness(JudgedMetric):
             return {"faithfulness": MetricValue.nan("no_claims")}, record
         supported = sum(1 for c in claims if c.supported)
         return {"faithfulness": MetricValue(supported / len(claims))}, record
+
+    def _from_claim_layer(
+        self, sample: Sample, resp: RagResponse
+    ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
+        """The value as ``claim_faithfulness`` reads it from the shared claim layer."""
+        from rag_experiments.metrics.diagnostics import ClaimFaithfulness  # imports this package
+
+        shared = ClaimFaithfulness(judge=self.judge, max_retries=self.max_retries)
+        values, record = shared._score(sample, resp)  # noqa: SLF001 - same family
+        return {"faithfulness": values["claim_faithfulness"]}, record

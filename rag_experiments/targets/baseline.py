@@ -13,7 +13,11 @@ from rag_experiments.llm.context import fit_contexts
 from rag_experiments.protocols import TargetBase
 from rag_experiments.records import RagResponse, Sample
 from rag_experiments.retrieval.base import rerank_result
-from rag_experiments.targets.prompts import ANSWER_PROMPT_VERSION, answer_messages
+from rag_experiments.targets.prompts import (
+    ANSWER_PROMPT_VERSION,
+    answer_messages,
+    cited_system_prompt,
+)
 
 if TYPE_CHECKING:
     from rag_experiments.data.base import EvalDataset
@@ -49,6 +53,9 @@ class BaselineTarget(TargetBase):
         reranker: Re-scores the first ``reranker.candidates`` hits of each ranking before the
             ``top_k`` are taken (:func:`~rag_experiments.retrieval.base.rerank_result`); None =
             the retriever's order.
+        cite: Ask the generator to cite the passages after each sentence as ``[k]``
+            (:data:`~rag_experiments.targets.prompts.CITE_INSTRUCTION` appended to the system
+            prompt), so ``metrics=citations`` scores the answers' citations.
     """
 
     assembled = True
@@ -66,6 +73,7 @@ class BaselineTarget(TargetBase):
         system_prompt: str = "",
         truncate_contexts: bool = False,
         reranker: RerankerBase | None = None,
+        cite: bool = False,
     ) -> None:
         self.chunker = chunker
         self.embedder = embedder
@@ -73,7 +81,8 @@ class BaselineTarget(TargetBase):
         self.index = index
         self.generator = generator if generate else None
         self.embed_title = embed_title
-        self.system_prompt = system_prompt
+        self.system_prompt = cited_system_prompt(system_prompt) if cite else system_prompt
+        self.cite = bool(cite)
         self.truncate_contexts = truncate_contexts
         self.reranker = reranker
         self.collection: str | None = None

@@ -37,6 +37,10 @@ def test_definitions_are_the_answer_level_outputs_and_deepeval_reports_them_pref
             "faithfulness", "answer_relevancy", "context_precision", "context_utilization",
             "context_recall", "context_relevancy", "keyword_faithfulness", "refusal",
             "correct_refusal_rate", "false_refusal_rate",
+            "claim_precision", "claim_recall", "claim_f1", "context_claim_recall",
+            "context_claim_precision", "context_claim_utilization", "noise_sensitivity_relevant",
+            "noise_sensitivity_irrelevant", "hallucination", "self_knowledge", "claim_faithfulness",
+            "citation_recall", "citation_precision",
             *(f"answer_judge.{c}{s}" for c in ("accuracy", "completeness", "relevance")
               for s in ("", "_raw")),
         ]
@@ -88,7 +92,7 @@ def test_how_a_metric_is_scored_is_declared() -> None:
 
 def test_constructor_parameters_follow_kwargs_to_the_base() -> None:
     assert constructor_parameters(Faithfulness) == [
-        "judge", "max_retries", "max_tokens", "refusal_patterns", "prefix",
+        "judge", "max_retries", "max_tokens", "refusal_patterns", "prefix", "claim_layer",
     ]  # fmt: skip
     params = constructor_parameters(DeepEvalFaithfulness)
     assert params[:3] == ["judge", "truths_extraction_limit", "penalize_ambiguous_claims"]
