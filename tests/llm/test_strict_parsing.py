@@ -20,7 +20,12 @@ from rag_experiments.llm.parsing import (
     parse_structured,
 )
 from rag_experiments.metrics.answer_judge import AnswerJudge
-from rag_experiments.metrics.prompts import answer_judge, answer_relevancy, context_precision
+from rag_experiments.metrics.prompts import (
+    answer_judge,
+    answer_relevancy,
+    claim_check,
+    context_precision,
+)
 from rag_experiments.metrics.prompts import faithfulness as faith
 from rag_experiments.records import RagResponse, Sample
 
@@ -182,6 +187,8 @@ def test_fake_judge_script_is_strictly_valid() -> None:
         "ContextVerdicts": context_precision.output_model(5),
         "GeneratedQuestions": answer_relevancy.output_model(3),
         "AnswerGrades": answer_judge.AnswerGrades,
+        "ClaimList": claim_check.ClaimList,
+        "ClaimSupport": claim_check.support_model(2, 5),
     }
     chat = FakeChat(responses=scripted)
     for name, schema in schemas.items():
