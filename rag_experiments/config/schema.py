@@ -406,6 +406,8 @@ class Bm25Conf:
     """PyStemmer algorithm: porter (Lucene's PorterStemFilter), english (Snowball) …, or null."""
     stopwords: str | None = Bm25Params.stopwords
     """en (Lucene's 33 English stop words) or null."""
+    language: str = Bm25Params.language
+    """auto (CJK runs as Lucene's CJKAnalyzer bigrams, other text as en) | en | cjk."""
     index_title: bool = INDEX_TITLE
     """Index ``title + ' ' + text`` (Anserini's BEIR "flat" index)."""
     index_dir: str = "${paths.bm25_dir}"
