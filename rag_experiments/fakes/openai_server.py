@@ -411,9 +411,14 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=8, help="requests served at once")
     parser.add_argument("--fault", choices=FAULTS, default=None)
     parser.add_argument("--fault-share", type=float, default=0.0)
+    parser.add_argument("--retry-after", type=float, default=0.1, help="Retry-After of a 429 (s)")
     args = parser.parse_args()
     with FakeOpenAIServer(
-        args.latency, args.slots, fault=args.fault, fault_share=args.fault_share
+        args.latency,
+        args.slots,
+        fault=args.fault,
+        fault_share=args.fault_share,
+        retry_after_s=args.retry_after,
     ) as server:
         print(server.url, flush=True)
         threading.Event().wait()

@@ -33,8 +33,8 @@ and retried as every other HTTP call of the package: the shared
 :class:`~rag_experiments.common.http.RetryPolicy` (``timeout_s``, ``max_retries``,
 ``backoff_s``, ``backoff_max_s``; timeouts, lost connections, HTTP 429 and 5xx are retried) and
 an :class:`~rag_experiments.llm.gate.EndpointGate` (at most ``max_concurrency`` requests at
-once, fewer after a 429/503, every new request held until a ``Retry-After`` has passed, and a
-breaker that fails calls at once when the server is gone). Failures raise the model layer's
+once; a request refused with 429/503 retried after its ``Retry-After``; a breaker that fails
+calls at once when the server is gone). Failures raise the model layer's
 typed errors (:mod:`rag_experiments.llm.errors`: reason ``timeout``, ``unreachable``,
 ``http_error``), :class:`RerankResponseError` or :class:`RerankBadBodyError` (a body that is
 not JSON; both ``bad_response``); a caller turns one into
