@@ -3,7 +3,7 @@
 Subcommands::
 
     rag-exp run [hydra overrides…]     evaluate one configuration (or a sweep with -m)
-    rag-exp serve [--host H] [--port P] [hydra overrides…]
+    rag-exp serve [--host H] [--port P] [--max-request-mb M] [hydra overrides…]
                                        serve the built-in baseline over HTTP (POST /ask)
     rag-exp generate docs=<folder or [files]> n=40 out=<folder> [hydra overrides…]
                                        generate an evaluation dataset from documents
@@ -141,7 +141,7 @@ def run_command(argv: list[str]) -> int:
 
 
 def serve_command(argv: list[str]) -> int:
-    """``rag-exp serve [--host H] [--port P] [hydra overrides…]``."""
+    """``rag-exp serve [--host H] [--port P] [--max-request-mb M] [hydra overrides…]``."""
     from rag_experiments.commands.serve import main as serve_main
 
     parser = argparse.ArgumentParser(
@@ -155,8 +155,21 @@ def serve_command(argv: list[str]) -> int:
     parser.add_argument(
         "--port", type=int, default=8000, help="TCP port (default 8000; 0 = any free)"
     )
+    parser.add_argument(
+        "--max-request-mb",
+        type=float,
+        default=1.0,
+        help="largest request body in MB; a larger one gets HTTP 413 (default 1)",
+    )
     opts, overrides = parser.parse_known_args(argv)
-    serve_main(with_user_conf(overrides), host=opts.host, port=opts.port)
+    if not opts.max_request_mb > 0:
+        parser.error(f"--max-request-mb must be > 0, got {opts.max_request_mb:g}")
+    serve_main(
+        with_user_conf(overrides),
+        host=opts.host,
+        port=opts.port,
+        max_request_bytes=int(opts.max_request_mb * 1_000_000),
+    )
     return 0
 
 

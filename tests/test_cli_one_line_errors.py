@@ -23,3 +23,18 @@ def test_a_fail_fast_run_error_is_one_line(
         f"rag-exp run: error: calibration.labels={labels}: is a directory; give a JSONL file "
         'of {"id", "metric", "value"} or a filled grade sheet (.csv) in it'
     ]
+
+
+def test_an_unquoted_jmespath_override_gets_the_quoted_form(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hydra alone says "mismatched input '['" and names no override."""
+    monkeypatch.chdir(tmp_path)
+    override = "target.response.contexts=source-documents[*].text"
+    assert main(["run", "embedder=hash", override]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"rag-exp run: error: override {override!r} does not parse")
+    assert line.endswith(
+        """quoted for Hydra inside the shell's quotes: """
+        """'target.response.contexts="source-documents[*].text"'"""
+    )

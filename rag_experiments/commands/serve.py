@@ -27,7 +27,7 @@ from rag_experiments.config import register
 from rag_experiments.errors import ConfigError
 from rag_experiments.locations import CONF_DIR
 from rag_experiments.protocols import MetricBase, TargetBase
-from rag_experiments.targets.http_server import TargetServer
+from rag_experiments.targets.http_server import MAX_REQUEST_BYTES, TargetServer
 
 log = logging.getLogger("rag_experiments")
 
@@ -48,7 +48,11 @@ def _serving_config(cfg: DictConfig) -> DictConfig:
 
 
 def serve_job(
-    cfg: DictConfig, host: str = "127.0.0.1", port: int = 8000, stop: threading.Event | None = None
+    cfg: DictConfig,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    stop: threading.Event | None = None,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
 ) -> None:
     """Build and prepare the baseline from ``cfg``, then serve it until ``stop`` is set (or
     SIGINT/SIGTERM arrives, when called from the main thread).
@@ -58,6 +62,7 @@ def serve_job(
         host: Interface to bind.
         port: TCP port (0 = any free port; the URL is printed).
         stop: Event that ends serving; None = wait for a signal.
+        max_request_bytes: Largest request body accepted (413 beyond).
 
     Raises:
         ConfigError: ``target`` is not assembled from the config's parts (the baseline), or
@@ -76,7 +81,7 @@ def serve_job(
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-    server = TargetServer(exp.target, host=host, port=port)
+    server = TargetServer(exp.target, host=host, port=port, max_request_bytes=max_request_bytes)
     url = server.start()
     if host not in ("127.0.0.1", "localhost", "::1"):
         log.warning(
@@ -105,13 +110,19 @@ def serve_job(
         print("rag-exp serve: stopped", flush=True)
 
 
-def main(argv: Sequence[str], host: str = "127.0.0.1", port: int = 8000) -> None:
+def main(
+    argv: Sequence[str],
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
+) -> None:
     """Compose the config from Hydra overrides ``argv`` and serve (see :func:`serve_job`).
 
     Args:
         argv: Hydra overrides and flags (``embedder=hash``, ``--cfg job``).
         host: Interface to bind.
         port: TCP port.
+        max_request_bytes: Largest request body accepted (413 beyond).
 
     Raises:
         ConfigError: ``-m``/``--multirun`` was given (one server serves one configuration).
@@ -125,7 +136,7 @@ def main(argv: Sequence[str], host: str = "127.0.0.1", port: int = 8000) -> None
     def _serve(cfg: DictConfig) -> None:
         if OmegaConf.is_missing(cfg, "dataset") or not cfg.dataset:
             raise ConfigError("no dataset selected: pass dataset=<name> (its corpus is served)")
-        serve_job(cfg, host=host, port=port)
+        serve_job(cfg, host=host, port=port, max_request_bytes=max_request_bytes)
 
     sys.argv = ["rag-exp serve", *argv]
     _serve()

@@ -284,8 +284,9 @@ class RetryPolicy:
       ``[0, min(backoff_max_s, backoff_s * 2**(n-1))]``;
     - ``jitter=False`` (tenacity's ``wait_exponential``):
       ``min(backoff_max_s, backoff_s * 2**(n-1))``;
-    - either way, after a :class:`RetryableStatusError` with ``Retry-After``, at least that
-      many seconds, capped at ``backoff_max_s``.
+    - either way, after an error carrying the server's ``Retry-After`` (``retry_after_s``: a
+      :class:`RetryableStatusError`, a model client's ``LLMHTTPError``), at least that many
+      seconds, capped at ``backoff_max_s``.
 
     So one call takes at most ``(max_retries + 1) * timeout_s`` plus the waits, and the waits
     without ``Retry-After`` add up to at most :meth:`max_total_wait_s`.
@@ -373,8 +374,11 @@ class RetryPolicy:
         def wait(state: RetryCallState) -> float:
             base = float(backoff(state))
             exc = state.outcome.exception() if state.outcome else None
-            if isinstance(exc, RetryableStatusError) and exc.retry_after_s is not None:
-                return min(max(base, exc.retry_after_s), self.backoff_max_s)
+            # RetryableStatusError (httpx clients) and LLMHTTPError (the model clients) both
+            # carry the server's Retry-After: the refused call waits at least that long
+            after = getattr(exc, "retry_after_s", None)
+            if after is not None:
+                return min(max(base, float(after)), self.backoff_max_s)
             return base
 
         def before_sleep(state: RetryCallState) -> None:

@@ -72,7 +72,7 @@ def suggestion(full_key: str, key: str, schema: Any) -> str:
     hint = (
         "did you mean " + " or ".join(f"{where}{c}" for c in close) + "?"
         if close
-        else "no key of it is close"
+        else "no key of it is close."
     )
     return (
         f"{full_key} is not a config key ({schema.__name__} has no {key!r}): {hint} "

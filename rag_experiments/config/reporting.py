@@ -18,7 +18,8 @@ command raised them.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from hydra.errors import CompactHydraException
@@ -123,7 +124,7 @@ def error_message(exc: BaseException) -> str | None:
         return f"config key {key} has no value: set it ({key}=…) on the command line. {exc}"
     if not isinstance(exc, CompactHydraException):
         return None
-    ours = explain(exc)
+    ours = explain(exc) or quoting_hint(exc)
     if ours:
         return ours
     unset = re.match(r"Error resolving interpolation '\$\{(\w+)\}'", str(exc))
@@ -134,3 +135,41 @@ def error_message(exc: BaseException) -> str | None:
     if isinstance(exc.__cause__, OmegaConfBaseException):
         lines.append(str(exc.__cause__))
     return "\n".join(lines)
+
+
+def quoting_hint(exc: BaseException, argv: Sequence[str] | None = None) -> str | None:
+    """Our line for an override Hydra's grammar refuses because its value needs quotes (a
+    JMESPath such as ``target.response.contexts=source-documents[*].text``: ``[`` opens a
+    Hydra list, so Hydra says only "mismatched input '['"), or None for another error.
+
+    Args:
+        exc: The error that ended the command.
+        argv: The command's arguments (default ``sys.argv[1:]``); the first ``key=value``
+            that does not parse is the one named.
+
+    Returns:
+        ``override '<it>' does not parse …; quote the value: '<key>="<value>"'``, or None.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    if not isinstance(exc, OverrideParseException):
+        return None
+    parser = OverridesParser.create()
+    for arg in sys.argv[1:] if argv is None else argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        try:
+            parser.parse_overrides([arg])
+        except OverrideParseException:
+            key, _, value = arg.partition("=")
+            if not value or value[0] in "'\"":
+                return None  # already quoted: Hydra's own message says more
+            quoted = f"'{key}=\"{value}\"'" if '"' not in value else f"\"{key}='{value}'\""
+            why = str(exc).splitlines()[0]
+            return (
+                f"override {arg!r} does not parse as a Hydra value ({why}): a value holding "
+                f"[ ] * ( ) , or spaces, such as a JMESPath, must be quoted for Hydra inside the "
+                f"shell's quotes: {quoted}"
+            )
+    return None

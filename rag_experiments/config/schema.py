@@ -409,6 +409,8 @@ class Bm25Conf:
     """PyStemmer algorithm: porter (Lucene's PorterStemFilter), english (Snowball) …, or null."""
     stopwords: str | None = Bm25Params.stopwords
     """en (Lucene's 33 English stop words) or null."""
+    language: str = Bm25Params.language
+    """auto (CJK runs as Lucene's CJKAnalyzer bigrams, other text as en) | en | cjk."""
     index_title: bool = INDEX_TITLE
     """Index ``title + ' ' + text`` (Anserini's BEIR "flat" index)."""
     index_dir: str = "${paths.bm25_dir}"
@@ -534,7 +536,8 @@ class RemoteChatConf(RemoteConf, GenerationConf):
     """The server's parallel slots: requests it computes at once (llama.cpp ``--parallel``,
     ``OLLAMA_NUM_PARALLEL``, vLLM ``--max-num-seqs``)."""
     in_flight: int | None = None
-    """Requests the client keeps in flight (lowered under HTTP 429/503); null = 2 x
+    """Requests the client keeps in flight (a request refused with 429/503 retried after its
+    Retry-After); null = 2 x
     ``max_concurrency``: the extra ones wait in the server's queue, so no slot idles while the
     client turns a call round."""
     slot_affinity: bool = False

@@ -207,18 +207,30 @@ class RowLog:
 
 
 def read_text_lines(path: Path, log: RowLog) -> list[tuple[int, str]]:
-    """Split a UTF-8 text file into ``(line number, text)``, dropping a BOM and ``\\r``.
+    """Split a UTF-8 text file into ``(line number, text)``, dropping a BOM and ``\\r``; a
+    file that starts with a UTF-16 byte order mark (what Windows editors save as "Unicode") is
+    decoded as UTF-16, so its lines are its rows.
 
-    A line that is not UTF-8 is logged (with ``path``) and left out; other lines still come
-    back.
+    A line that is not UTF-8 is logged (with ``path``), counted in :attr:`RowLog.rows` (it is
+    one of the file's rows, so "k of n rows are invalid" counts the file's rows) and left out;
+    other lines still come back.
 
     Raises:
-        DatasetError: The file cannot be read.
+        DatasetError: The file cannot be read, or is UTF-16 that does not decode.
     """
     try:
         data = path.read_bytes()
     except OSError as error:
         raise DatasetError(f"cannot read {path}: {error}") from error
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            text = data.decode("utf-16")  # the BOM names the byte order and is dropped
+        except UnicodeDecodeError as error:
+            raise DatasetError(
+                f"{path}: starts as UTF-16 but byte {error.start + 1} does not decode; save the "
+                "file as UTF-8"
+            ) from error
+        return [(n, line.rstrip("\r")) for n, line in enumerate(text.split("\n"), start=1)]
     if data.startswith(codecs.BOM_UTF8):
         data = data[len(codecs.BOM_UTF8) :]
     lines: list[tuple[int, str]] = []
@@ -226,6 +238,7 @@ def read_text_lines(path: Path, log: RowLog) -> list[tuple[int, str]]:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as error:
+            log.rows += 1
             log.problem(
                 number,
                 "",

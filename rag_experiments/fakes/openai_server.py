@@ -484,6 +484,7 @@ def main() -> None:
     parser.add_argument("--reasoning", choices=REASONING_SHAPES, default=None)
     parser.add_argument("--cut-thinking", action="store_true", help="cut every reply thinking")
     parser.add_argument("--report-reasoning-tokens", action="store_true")
+    parser.add_argument("--retry-after", type=float, default=0.1, help="Retry-After of a 429 (s)")
     args = parser.parse_args()
     with FakeOpenAIServer(
         args.latency,
@@ -493,6 +494,7 @@ def main() -> None:
         reasoning=args.reasoning,
         cut_thinking=args.cut_thinking,
         report_reasoning_tokens=args.report_reasoning_tokens,
+        retry_after_s=args.retry_after,
     ) as server:
         print(server.url, flush=True)
         threading.Event().wait()

@@ -13,8 +13,9 @@ holds) and answer best first (ties in the order sent), as llama.cpp's server doe
 A ``model`` other than the served one gets HTTP 404; a body without a query or documents gets
 422. ``GET /health`` answers 200. Faults are scripted per rerank request, in arrival order
 (``faults[n]`` for request ``n``; None or past the end = a normal answer): ``"429"`` (at
-once, with ``Retry-After: retry_after_s``), ``"500"``, or ``"slow"`` (the answer after
-``slow_s`` seconds: set it past the client's timeout). The server counts requests and keeps
+once, with ``Retry-After: retry_after_s``), ``"500"``, ``"slow"`` (the answer after
+``slow_s`` seconds: set it past the client's timeout) or ``"html"`` (a 200 whose body is an
+HTML page, not JSON: a proxy's or another server's answer). The server counts requests and keeps
 their bodies.
 """
 
@@ -33,7 +34,7 @@ from rag_experiments.retrieval.rerank import word_overlap
 RERANK_PATHS = ("/v1/rerank", "/rerank")
 """Paths the fake serves the rerank API on."""
 
-FAULTS = ("429", "500", "slow")
+FAULTS = ("429", "500", "slow", "html")
 """Fault kinds :class:`FakeRerankServer` can inject."""
 
 
@@ -186,6 +187,14 @@ def _make_handler(server: FakeRerankServer) -> type[BaseHTTPRequestHandler]:
                 return
             if fault == "500":
                 self._send(500, {"error": "internal error"})
+                return
+            if fault == "html":
+                page = b"<html><body>Welcome</body></html>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
                 return
             if fault == "slow":
                 time.sleep(server.slow_s)

@@ -26,6 +26,7 @@ from filelock import FileLock
 from rag_experiments.errors import VectorIndexError
 from rag_experiments.index.bm25_params import Bm25Params
 from rag_experiments.index.naming import collection_name
+from rag_experiments.text.cjk import spaced_bigrams
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,9 @@ one-letter tokens and numbers; bm25s's default ``\\w\\w+`` drops them)."""
 
 class Analyzer:
     """Turns texts into token lists the way :class:`Bm25Params` says (bm25s's tokenizer:
-    lower-case, :data:`TOKEN_PATTERN`, stop words, PyStemmer).
+    lower-case, :data:`TOKEN_PATTERN`, stop words, PyStemmer), with CJK runs made bigrams
+    first for ``language`` ``auto`` and ``cjk`` (:func:`~rag_experiments.text.cjk.
+    spaced_bigrams`; ``cjk`` does not stem, as Lucene's ``CJKAnalyzer``).
 
     Raises:
         VectorIndexError: The stemmer algorithm is unknown to PyStemmer.
@@ -48,7 +51,7 @@ class Analyzer:
     def __init__(self, params: Bm25Params) -> None:
         self.params = params
         self.stemmer: Any = None
-        if params.stemmer:
+        if params.stemmer and params.language != "cjk":
             import Stemmer
 
             try:
@@ -60,9 +63,12 @@ class Analyzer:
                 ) from exc
 
     def tokens(self, texts: list[str]) -> list[list[str]]:
-        """One token list per text (possibly empty)."""
+        """One token list per text (possibly empty: a text of stop words, emoji or punctuation
+        only has no token)."""
         import bm25s
 
+        if self.params.language != "en":
+            texts = [spaced_bigrams(t) for t in texts]
         return bm25s.tokenize(
             texts,
             lower=self.params.lower,

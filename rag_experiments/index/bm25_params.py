@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+LANGUAGES = ("auto", "en", "cjk")
+"""Values of ``retriever.language`` (see :attr:`Bm25Params.language`)."""
+
 INDEX_TITLE = True
 """Default of ``index_title``: index ``title + ' ' + text`` (Anserini's BEIR "flat" index)."""
 
@@ -27,6 +30,13 @@ class Bm25Params:
             ``PorterStemFilter``; ``english``: Snowball English), or None for no stemming.
         stopwords: ``en`` (Lucene's 33 English stop words, bm25s's list), or None.
         lower: Lower-case before tokenising.
+        language: How words are found (:data:`LANGUAGES`): ``auto`` (default) = runs of word
+            characters, except that a run of CJK characters (Chinese, Japanese, Korean: written
+            without spaces) becomes its overlapping bigrams as in Lucene's ``CJKAnalyzer``
+            (:mod:`rag_experiments.text.cjk`) — a text without CJK characters is analysed
+            exactly as ``en``; ``en`` = runs of word characters only (a CJK sentence is one
+            token); ``cjk`` = Lucene's ``CJKAnalyzer``: CJK bigrams, English stop words, no
+            stemming (``stemmer`` ignored).
     """
 
     k1: float = 0.9
@@ -36,10 +46,12 @@ class Bm25Params:
     stemmer: str | None = "porter"
     stopwords: str | None = "en"
     lower: bool = True
+    language: str = "auto"
 
     def key(self) -> str:
         """The parameters as text for the index key."""
         return (
             f"bm25-{self.method}-k1={self.k1:g}-b={self.b:g}-d={self.delta:g}"
             f"-stem={self.stemmer}-stop={self.stopwords}-lower={int(self.lower)}"
+            f"-lang={self.language}"
         )

@@ -43,6 +43,61 @@ from rag_experiments.tracking.sweep import (
 
 log = logging.getLogger(__name__)
 
+MAX_CHECKED_JOBS = 64
+"""Jobs of a sweep composed by :func:`check_sweep_keys` before it starts (each costs a
+composition, ~0.3 s); the first ones of a larger sweep only."""
+
+
+def check_sweep_keys(config: DictConfig) -> None:
+    """Compose each job of a ``-m`` sweep (Hydra's basic sweeper: the product of the comma
+    lists) and refuse the sweep when one names a key its part does not have
+    (``retriever=dense,bm25 retriever.k1=1.2``: ``k1`` is BM25's). Hydra composes a job only
+    when it launches it, so the sweep's parent and its first children used to exist (and end
+    FAILED) before the job that could not compose was reached. Other composition errors are
+    left to the job (it reports them as before); other sweepers (Optuna) are not checked.
+
+    Args:
+        config: The sweep's config (``on_multirun_start``'s).
+
+    Raises:
+        ConfigError: A job's overrides name a key that is not in its part's schema (the
+            message names the job and the closest keys).
+    """
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    from rag_experiments.config.compose import compose_config
+    from rag_experiments.errors import ConfigError
+
+    sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default="") or "")
+    if not sweeper.endswith("BasicSweeper"):
+        return
+    task = [str(o) for o in OmegaConf.select(config, "hydra.overrides.task", default=[]) or []]
+    try:
+        parsed = OverridesParser.create().parse_overrides(task)
+        (jobs,) = BasicSweeper.split_arguments(parsed, None)
+    except (HydraException, ValueError):
+        return  # the sweeper says what is wrong with the overrides
+    swept = {o.get_key_element() for o in parsed if o.is_sweep_override()}
+    sources = OmegaConf.select(config, "hydra.runtime.config_sources", default=[]) or []
+    extra = [str(s.path) for s in sources if s.get("provider") == "command-line"]
+    searchpath = [f"hydra.searchpath=[{','.join(extra)}]"] if extra else []
+    name = str(OmegaConf.select(config, "hydra.job.config_name", default="config") or "config")
+    for job in jobs[:MAX_CHECKED_JOBS]:
+        overrides = [*searchpath, *job]
+        try:
+            compose_config(name, overrides)
+        except ConfigError as exc:
+            text = str(exc)
+            if "is not a config key" in text:
+                ours = text.partition(f"{name} {' '.join(overrides)}: ")[0].strip()
+                label = " ".join(o for o in job if o.partition("=")[0] in swept)
+                raise ConfigError(
+                    f"sweep job {label}: {ours} Nothing was launched: fix the override and "
+                    "run the sweep again"
+                ) from None
+
 
 class MlflowSweepCallback(Callback):
     """Hydra callback that opens a parent run for a multirun and closes it at the end.
@@ -82,11 +137,17 @@ class MlflowSweepCallback(Callback):
         A tracking server is asked for ``/health`` first, so a dead one stops the sweep in
         seconds, before any job (not after MLflow's own retries, minutes).
 
+        Before that, every job of a ``-m`` sweep is composed (:func:`check_sweep_keys`), so a
+        key one of its parts does not have stops the sweep before any run exists.
+
         Raises:
-            CallbackAbort: The tracking store cannot be reached or the parent run cannot be
-                made (a :class:`TrackingError`, printed as one line; no job is launched).
+            CallbackAbort: A job's config names a key its part does not have (a
+                :class:`ConfigError`), the tracking store cannot be reached or the parent run
+                cannot be made (a :class:`TrackingError`, printed as one line; no job is
+                launched).
         """
         with aborting():
+            check_sweep_keys(config)
             self._open(config)
 
     def _open(self, config: DictConfig) -> None:

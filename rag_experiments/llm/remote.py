@@ -88,8 +88,9 @@ class RemoteChat(ChatModelBase, TakesRetry):
         max_concurrency: The server's parallel slots: requests it computes at once (llama.cpp
             ``--parallel``, Ollama ``OLLAMA_NUM_PARALLEL``, vLLM ``--max-num-seqs``).
         in_flight: Requests this client keeps in flight, from every thread
-            (:class:`~rag_experiments.llm.gate.EndpointGate`: lowered under HTTP 429/503,
-            paused by ``Retry-After``, failing fast once the server is gone). None = twice
+            (:class:`~rag_experiments.llm.gate.EndpointGate`: a request refused with HTTP
+            429/503 retried after its ``Retry-After``, failing fast once the server is gone).
+            None = twice
             ``max_concurrency``: the extra requests wait in the server's queue, so a slot
             that finishes one request starts the next at once instead of idling while the
             client turns a call round (:data:`IN_FLIGHT_PER_SLOT`).

@@ -27,6 +27,21 @@ requires numba, statsmodels and gdown and installs a top-level ``tests`` package
 variances use ``ddof=0``; ours use ``ddof=1`` (a slightly wider interval, better at small
 ``n``).
 
+**Few labels.** Both intervals above rest on the central limit theorem: they are valid as
+``n`` (and ``N``) grow (Angelopoulos et al. 2023, Theorem 1 holds in the limit; ppi_py's
+``ppi_mean_ci`` is the same normal interval), and at small ``n`` they can be badly narrow — two
+labels of the same value give σ̂²_Δ = 0 and a zero-width interval. Below :data:`MIN_LABELS`
+labeled rows (30, the usual floor for the normal approximation of a mean) the run logs instead
+intervals valid at every ``n`` for values in [0, 1], from Hoeffding's inequality (Hoeffding,
+"Probability inequalities for sums of bounded random variables", JASA 58(301), 1963, Thm 2):
+
+    labels-only:  mean_n(Y) ± sqrt(ln(2/α) / (2n))
+    PPI (λ = 1):  θ̂_PP ± ( sqrt(ln(4/α) / (2N)) + 2 · sqrt(ln(4/α) / (2n)) )
+
+(the PPI one bounds each of its two independent means at α/2: ``f(X̃)`` ranges over [0, 1],
+``f(X) − Y`` over [−1, 1]), both clipped to [0, 1]; ``λ`` is 1 there (power tuning estimates a
+covariance, not worth trusting at that ``n``), and the summary line says so.
+
 Rows whose judged value is NaN (no verdict) are left out of both estimates (their count is
 logged as ``<metric>.ppi_n_excluded``): both estimate the mean over the rows the judge scored,
 the same population as the plain ``<metric>`` mean.
@@ -56,6 +71,13 @@ CONFIDENCE = 0.95
 
 MIN_ROWS = 2
 """Fewest labeled (and unlabeled) rows for an estimate: a variance needs two values."""
+
+MIN_LABELS = 30
+"""Fewest labeled rows for the normal-approximation (CLT) intervals; below it the run logs the
+Hoeffding intervals of :func:`hoeffding_mean_ci` and :func:`hoeffding_ppi_ci` (see the module
+docstring). 30 is the usual floor for a normal approximation of a mean, and where our HaluEval
+bench (``bench/ppi_halueval.py``, docs/benchmarks.md) measured the normal interval's coverage
+falling short: 90–93 % instead of 95 % at n = 25 binary labels."""
 
 SUFFIXES = (
     "ppi",
@@ -173,6 +195,72 @@ def classical_mean_ci(
     mean = y_.mean(-1)
     se = np.sqrt(y_.var(-1, ddof=1) / y_.shape[-1])
     return _out(mean, mean - z * se, mean + z * se)
+
+
+def hoeffding_mean_ci(
+    y: Sequence[float], *, confidence: float = CONFIDENCE
+) -> tuple[float, float, float]:
+    """The labels-only estimate with an interval valid at every ``n`` (values in [0, 1]):
+    ``mean_n(Y) ± sqrt(ln(2/α) / (2n))`` (Hoeffding 1963, Thm 2), clipped to [0, 1].
+
+    Args:
+        y: Human values in [0, 1], n ≥ 1.
+        confidence: Coverage ``1 − α`` in (0, 1).
+
+    Returns:
+        ``(mean, ci_low, ci_high)``.
+
+    Raises:
+        ConfigError: No value, or a confidence outside (0, 1).
+    """
+    _z(confidence)  # checks the confidence
+    if len(y) < 1:
+        raise ConfigError("a labels-only CI needs at least 1 label, got 0")
+    alpha = 1.0 - confidence
+    mean = float(np.mean(y))
+    half = math.sqrt(math.log(2.0 / alpha) / (2.0 * len(y)))
+    return mean, max(0.0, mean - half), min(1.0, mean + half)
+
+
+def hoeffding_ppi_ci(
+    y: Sequence[float],
+    f_labeled: Sequence[float],
+    f_unlabeled: Sequence[float],
+    *,
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float, float]:
+    """The PPI estimate (``λ = 1``) with an interval valid at every ``n`` and ``N`` (values in
+    [0, 1]): ``θ̂_PP ± (sqrt(ln(4/α) / (2N)) + 2 · sqrt(ln(4/α) / (2n)))``, Hoeffding's bound on
+    each of the two independent means at ``α/2`` (``f(X̃)`` spans 1, ``f(X) − Y`` spans 2),
+    clipped to [0, 1].
+
+    Args:
+        y: Human values, n ≥ 1.
+        f_labeled: Judge values on the same rows.
+        f_unlabeled: Judge values on the unlabeled rows, N ≥ 1.
+        confidence: Coverage ``1 − α`` in (0, 1).
+
+    Returns:
+        ``(estimate, ci_low, ci_high)``.
+
+    Raises:
+        ConfigError: No labeled or no unlabeled row, mismatched lengths, or a confidence
+            outside (0, 1).
+    """
+    _z(confidence)
+    if len(y) != len(f_labeled):
+        raise ConfigError(f"labels and judge values differ in length: {len(y)} vs {len(f_labeled)}")
+    if len(y) < 1 or len(f_unlabeled) < 1:
+        raise ConfigError(
+            f"PPI needs at least 1 labeled and 1 unlabeled row, got {len(y)} and {len(f_unlabeled)}"
+        )
+    alpha = 1.0 - confidence
+    log_term = math.log(4.0 / alpha)
+    est = float(np.mean(f_unlabeled) - (np.mean(f_labeled) - np.mean(y)))
+    half = math.sqrt(log_term / (2.0 * len(f_unlabeled))) + 2.0 * math.sqrt(
+        log_term / (2.0 * len(y))
+    )
+    return est, max(0.0, est - half), min(1.0, est + half)
 
 
 def _out(*arrays: np.ndarray) -> tuple:
@@ -384,8 +472,10 @@ def calibrated_estimates(
     (``m.ppi_n_excluded``). Keys (:data:`SUFFIXES`): ``m.ppi``, ``m.ppi_ci_low``,
     ``m.ppi_ci_high``, ``m.ppi_lambda``, ``m.labels_mean``, ``m.labels_ci_low``,
     ``m.labels_ci_high``, ``m.ppi_n_labels``, ``m.ppi_n_unlabeled``, ``m.ppi_n_excluded``. With
-    fewer than :data:`MIN_ROWS` labeled rows only the counts are given; with fewer unlabeled
-    rows the PPI values are left out (the labels-only ones stay).
+    no labeled row only the counts are given; with fewer than :data:`MIN_LABELS` labeled rows
+    the intervals are Hoeffding's (:func:`hoeffding_mean_ci`, :func:`hoeffding_ppi_ci`, λ = 1),
+    valid at that ``n``; without enough unlabeled rows the PPI values are left out (the
+    labels-only ones stay).
 
     Args:
         labels: The human labels (checked with :meth:`CalibrationLabels.check_metrics` and
@@ -412,6 +502,15 @@ def calibrated_estimates(
         out[f"{metric}.ppi_n_labels"] = float(len(y))
         out[f"{metric}.ppi_n_unlabeled"] = float(len(fu))
         out[f"{metric}.ppi_n_excluded"] = float(excluded)
+        if 0 < len(y) < MIN_LABELS:  # too few for the normal approximation: Hoeffding
+            mean, low, high = hoeffding_mean_ci(y, confidence=labels.confidence)
+            out.update({f"{metric}.labels_mean": mean, f"{metric}.labels_ci_low": low})
+            out[f"{metric}.labels_ci_high"] = high
+            if fu:
+                est, low, high = hoeffding_ppi_ci(y, fl, fu, confidence=labels.confidence)
+                out.update({f"{metric}.ppi": est, f"{metric}.ppi_ci_low": low})
+                out.update({f"{metric}.ppi_ci_high": high, f"{metric}.ppi_lambda": 1.0})
+            continue
         if len(y) < MIN_ROWS:
             continue
         mean, low, high = classical_mean_ci(y, confidence=labels.confidence)
@@ -442,8 +541,15 @@ def summary_lines(values: Mapping[str, float]) -> list[str]:
         m = key.removesuffix(".ppi_n_labels")
         n, big_n = int(values[key]), int(values.get(f"{m}.ppi_n_unlabeled", 0))
         why = ""
-        if n < MIN_ROWS:
-            why = f"; a CI needs at least {MIN_ROWS} labeled rows with a valid judge value"
+        if n < 1:
+            why = "; a CI needs at least 1 labeled row with a valid judge value"
+        elif n < MIN_LABELS:
+            why = (
+                f"; fewer than {MIN_LABELS} labels: the normal-approximation interval is not "
+                "valid at this n, shown are Hoeffding intervals (valid at any n, wide)"
+            )
+            if big_n < 1:
+                why += "; PPI needs at least 1 unlabeled row with a valid judge value"
         elif big_n < MIN_ROWS:
             why = f"; PPI needs at least {MIN_ROWS} unlabeled rows with a valid judge value"
         lines.append(

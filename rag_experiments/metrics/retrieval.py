@@ -18,6 +18,17 @@ with no relevant docs are NaN with reasons ``unanswerable`` / ``no_reference_doc
 whose target failed is NaN with ``target_error``; a target that returns no document ids (a
 black-box endpoint that gives only context texts) is NaN with ``no_doc_ids``.
 
+**An empty ranking** (the retriever returned nothing: BM25 for a question of stop words or
+emoji only, or sharing no term with the corpus) is a ranking, not a missing one: every measure
+above is defined on it and is 0.0 — Hit@k, MRR@k, P@k, R@k and MAP@k have numerator 0 over a
+positive denominator (k, or the number of relevant documents, > 0 since a sample without
+relevant documents is NaN ``no_reference_docs``), and nDCG@k = 0 / IDCG@k with IDCG@k > 0
+for the same reason. trec_eval scores it so with ``-c`` ("missing queries will contribute a
+value of 0 to all evaluation measures", trec_eval's usage text); ir-measures gives 0 for a query
+without a run. None of them is NaN; the 0.0 is flagged with the target's
+``metadata["retrieval_note"]`` (``no_query_terms``, ``no_matching_terms``) or ``empty_ranking``
+so the row says why.
+
 **Chunk level** (``chunk_level=True``, names prefixed ``chunk.``: ``chunk.nDCG@10``,
 ``chunk.R@5`` …): the same measures, where the "relevant documents" are the sample's
 ``reference_contexts`` and the ranking is ``retrieved_contexts``. Each retrieved context is
@@ -198,7 +209,8 @@ class RetrievalMetrics(MetricBase):
             out.append(row)
             reason = self._skip_reason(sample, resp)
             if reason is None:
-                doc_rows[i] = (sample.qrels(), list(resp.retrieved_doc_ids or []), None)
+                ranking = list(resp.retrieved_doc_ids or [])
+                doc_rows[i] = (sample.qrels(), ranking, None if ranking else _empty_flag(resp))
             else:
                 row.update({n: MetricValue.nan(reason) for n in self._ir})
             if not self.chunk_level:
@@ -310,6 +322,13 @@ class RetrievalMetrics(MetricBase):
         if resp.error is not None:
             return "target_error"
         return None
+
+
+def _empty_flag(resp: RagResponse) -> str:
+    """Flag of the 0.0 an empty doc ranking scores: the target's ``retrieval_note`` when it
+    gave one, else ``empty_ranking``."""
+    note = resp.metadata.get("retrieval_note")
+    return note if isinstance(note, str) and note else "empty_ranking"
 
 
 def _run(rankings: dict[str, list[str]], k: int | None) -> dict[str, dict[str, float]]:

@@ -75,6 +75,12 @@ class RetrievalResult:
         scores: Scores of ``ranked_chunk_ids``, same order.
         hits: The deep ranking itself (:class:`Hit`, with source ranks); empty when the
             result was built from the lists above.
+        note: Why the ranking is empty or came from fewer sources than the retriever has, as
+            a short code (``no_query_terms``: the query has no token after analysis — only
+            stop words, emoji or punctuation; ``no_matching_terms``: no chunk shares a term
+            with it; ``bm25:no_query_terms`` …: a hybrid's source that returned nothing, the
+            other one ranked alone); None otherwise. The baseline copies it into the row's
+            ``metadata["retrieval_note"]``.
     """
 
     contexts: list[str] = field(default_factory=list)
@@ -83,11 +89,12 @@ class RetrievalResult:
     ranked_chunk_ids: list[str] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
     hits: list[Hit] = field(default_factory=list)
+    note: str | None = None
 
     @classmethod
-    def from_hits(cls, hits: list[Hit], top_k: int) -> RetrievalResult:
+    def from_hits(cls, hits: list[Hit], top_k: int, note: str | None = None) -> RetrievalResult:
         """The result of a deep ranking ``hits`` (best first) of which ``top_k`` go to the
-        generator."""
+        generator; ``note`` as the attribute."""
         top = hits[:top_k]
         return cls(
             contexts=[h.text for h in top],
@@ -96,6 +103,7 @@ class RetrievalResult:
             ranked_chunk_ids=[h.chunk_id for h in hits],
             scores=[h.score for h in hits],
             hits=list(hits),
+            note=note,
         )
 
     @property
@@ -117,6 +125,9 @@ class RetrieverBase:
       with the job's embedder and calls :meth:`bind`; False: no embedder is built for it.
     - ``sources`` (class attribute): the names of the rankings its hits carry ranks from
       (``("dense",)``, ``("bm25",)``, ``("dense", "bm25")``).
+    - ``ranks_every_chunk`` (class attribute): True when every query gets a full ranking
+      (dense: every chunk has a nearest-neighbour distance), False when a query can rank fewer
+      chunks or none (BM25 returns only chunks sharing a term with it).
 
     Args:
         top_k: Chunks handed to the generator (>= 1).
@@ -129,6 +140,7 @@ class RetrieverBase:
 
     uses_vectors: ClassVar[bool] = False
     sources: ClassVar[tuple[str, ...]] = ()
+    ranks_every_chunk: ClassVar[bool] = False
 
     def __init__(self, top_k: int = 5, depth: int | None = None) -> None:
         if top_k < 1:
@@ -227,6 +239,8 @@ def rerank_result(result: RetrievalResult, reranker: RerankerBase, query: str) -
             of candidates.
     """
     n = min(int(reranker.candidates), len(result.hits))
+    if n == 0:
+        return result  # nothing ranked: nothing to ask the reranker
     head = result.hits[:n]
     scores = reranker.rerank(query, [h.text for h in head])
     if len(scores) != n:
@@ -243,4 +257,4 @@ def rerank_result(result: RetrievalResult, reranker: RerankerBase, query: str) -
         )
         for i in order
     ]
-    return RetrievalResult.from_hits(reranked + result.hits[n:], result.top_k)
+    return RetrievalResult.from_hits(reranked + result.hits[n:], result.top_k, result.note)

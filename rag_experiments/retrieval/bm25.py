@@ -20,7 +20,7 @@ import numpy as np
 
 from rag_experiments.errors import ConfigError, VectorIndexError
 from rag_experiments.index.bm25 import Analyzer, Bm25Store
-from rag_experiments.index.bm25_params import INDEX_TITLE, Bm25Params
+from rag_experiments.index.bm25_params import INDEX_TITLE, LANGUAGES, Bm25Params
 from rag_experiments.retrieval.base import Hit, RetrievalResult, RetrieverBase
 
 if TYPE_CHECKING:
@@ -50,6 +50,9 @@ class Bm25Retriever(RetrieverBase):
         delta: δ of ``bm25l``/``bm25+``.
         stemmer: PyStemmer algorithm (``porter``, ``english`` …) or None.
         stopwords: ``en`` or None.
+        language: ``auto`` | ``en`` | ``cjk``: how words are found (see
+            :attr:`~rag_experiments.index.bm25_params.Bm25Params.language`; ``auto`` analyses
+            text without CJK characters exactly as ``en``).
         index_title: Index ``title + " " + text`` for chunks with a title.
         index_dir: Folder of the cached indexes (``paths.bm25_dir``).
 
@@ -72,6 +75,7 @@ class Bm25Retriever(RetrieverBase):
         delta: float = Bm25Params.delta,
         stemmer: str | None = Bm25Params.stemmer,
         stopwords: str | None = Bm25Params.stopwords,
+        language: str = Bm25Params.language,
         index_title: bool = INDEX_TITLE,
         index_dir: str = ".cache/bm25",
     ) -> None:
@@ -86,7 +90,11 @@ class Bm25Retriever(RetrieverBase):
             )
         if stopwords not in (None, "en"):
             raise ConfigError(f"retriever.stopwords must be en or null, got {stopwords!r}.")
-        self.params = Bm25Params(k1, b, method, delta, stemmer, stopwords)
+        if language not in LANGUAGES:
+            raise ConfigError(
+                f"retriever.language must be one of {', '.join(LANGUAGES)}, got {language!r}."
+            )
+        self.params = Bm25Params(k1, b, method, delta, stemmer, stopwords, language=language)
         self.analyzer = Analyzer(self.params)
         self.index_title = index_title
         self.store = Bm25Store(index_dir)
@@ -110,7 +118,8 @@ class Bm25Retriever(RetrieverBase):
         return {**super().describe(), "retriever.bm25": self.params.key()}
 
     def scores(self, query: str) -> np.ndarray:
-        """BM25 score of every chunk for ``query``, float32 ``(n_chunks,)``.
+        """BM25 score of every chunk for ``query``, float32 ``(n_chunks,)``; all 0.0 when the
+        query has no token after analysis (bm25s raises ``IndexError`` on an empty query).
 
         Raises:
             VectorIndexError: Not prepared.
@@ -121,6 +130,11 @@ class Bm25Retriever(RetrieverBase):
                 "(BaselineTarget.prepare does this)."
             )
         (tokens,) = self.analyzer.tokens([query])
+        return self._scores(tokens)
+
+    def _scores(self, tokens: list[str]) -> np.ndarray:
+        if not tokens:
+            return np.zeros(len(self.chunks), dtype=np.float32)
         with (
             self._lock
         ):  # bm25s keeps no per-query state, but its caches are not documented thread-safe
@@ -130,10 +144,21 @@ class Bm25Retriever(RetrieverBase):
         """Rank chunks for one query by BM25, ``ranking_depth`` deep (fewer when fewer chunks
         share a term with the query); ties keep corpus order.
 
+        A query with no token after analysis (only stop words, emoji or punctuation) ranks
+        nothing, noted ``no_query_terms``; one whose terms are in no chunk ranks nothing,
+        noted ``no_matching_terms``.
+
         Raises:
             VectorIndexError: Not prepared.
         """
-        scores = self.scores(query)
+        if self.model is None:
+            self.scores(query)  # raises: not prepared
+        (tokens,) = self.analyzer.tokens([query])
+        if not tokens:
+            return RetrievalResult(note="no_query_terms")
+        scores = self._scores(tokens)
+        if not scores.any():
+            return RetrievalResult(note="no_matching_terms")
         k = min(self.ranking_depth, len(scores))
         top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
         top = top[np.lexsort((top, -scores[top]))]

@@ -136,6 +136,7 @@ class HybridRetriever(RetrieverBase):
 
     uses_vectors: ClassVar[bool] = True
     sources: ClassVar[tuple[str, ...]] = ("dense", "bm25")
+    ranks_every_chunk: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -194,17 +195,23 @@ class HybridRetriever(RetrieverBase):
         }
 
     def retrieve(self, query: str) -> RetrievalResult:
-        """Both rankings, fused, cut to ``ranking_depth``.
+        """Both rankings, fused, cut to ``ranking_depth``. A source that ranks nothing (BM25
+        for a query of stop words or emoji only) leaves the other one to rank alone (its order
+        kept: RRF and convex fusion of one ranking are monotone in it), noted
+        ``"<source>:<its note>"`` (``bm25:no_query_terms``).
 
         Raises:
             RagExpError: Either side failed (not bound/prepared, index error).
         """
-        rankings = {
-            "dense": self.dense.retrieve(query).hits,
-            "bm25": self.bm25.retrieve(query).hits,
-        }
+        results = {"dense": self.dense.retrieve(query), "bm25": self.bm25.retrieve(query)}
+        rankings = {s: r.hits for s, r in results.items() if r.hits}
+        notes = [f"{s}:{r.note or 'empty'}" for s, r in results.items() if not r.hits]
+        note = ";".join(notes) or None
+        if not rankings:
+            return RetrievalResult(note=note)
         if self.fusion == "rrf":
             fused = rrf(rankings, self.k)
         else:
-            fused = convex(rankings, {"dense": self.alpha, "bm25": 1.0 - self.alpha}, self.norm)
-        return RetrievalResult.from_hits(fused[: self.ranking_depth], self.top_k)
+            weights = {"dense": self.alpha, "bm25": 1.0 - self.alpha}
+            fused = convex(rankings, {s: weights[s] for s in rankings}, self.norm)
+        return RetrievalResult.from_hits(fused[: self.ranking_depth], self.top_k, note)

@@ -33,10 +33,11 @@ and retried as every other HTTP call of the package: the shared
 :class:`~rag_experiments.common.http.RetryPolicy` (``timeout_s``, ``max_retries``,
 ``backoff_s``, ``backoff_max_s``; timeouts, lost connections, HTTP 429 and 5xx are retried) and
 an :class:`~rag_experiments.llm.gate.EndpointGate` (at most ``max_concurrency`` requests at
-once, fewer after a 429/503, every new request held until a ``Retry-After`` has passed, and a
-breaker that fails calls at once when the server is gone). Failures raise the model layer's
+once; a request refused with 429/503 retried after its ``Retry-After``; a breaker that fails
+calls at once when the server is gone). Failures raise the model layer's
 typed errors (:mod:`rag_experiments.llm.errors`: reason ``timeout``, ``unreachable``,
-``http_error``) or :class:`RerankResponseError` (``bad_response``); a caller turns one into
+``http_error``), :class:`RerankResponseError` or :class:`RerankBadBodyError` (a body that is
+not JSON; both ``bad_response``); a caller turns one into
 that question's row error.
 """
 
@@ -132,6 +133,14 @@ def word_overlap(query: str, document: str) -> float:
 class RerankResponseError(LLMError):
     """The rerank server's answer does not fit ``reranker.response`` (reason
     ``bad_response``; not retried: the same request would get the same answer)."""
+
+    reason = "bad_response"
+
+
+class RerankBadBodyError(LLMBadBodyError):
+    """A success status whose body is not JSON: reason ``bad_response`` as any answer that
+    does not fit ``reranker.response`` (retried like the model clients' garbled bodies: a
+    server under load may cut one)."""
 
     reason = "bad_response"
 
@@ -468,7 +477,7 @@ class HttpReranker(RerankerBase, TakesRetry):
         try:
             return reply.json()
         except ValueError:
-            raise LLMBadBodyError(
+            raise RerankBadBodyError(
                 f"{self.where}: the answer is not JSON (is reranker.url a rerank endpoint?)",
                 status=reply.status_code,
                 body=reply.text,

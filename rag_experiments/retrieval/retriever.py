@@ -33,6 +33,7 @@ class Retriever(RetrieverBase):
 
     uses_vectors: ClassVar[bool] = True
     sources: ClassVar[tuple[str, ...]] = ("dense",)
+    ranks_every_chunk: ClassVar[bool] = True
 
     def __init__(self, top_k: int = 5, depth: int | None = None) -> None:
         super().__init__(top_k, depth)

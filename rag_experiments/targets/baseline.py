@@ -128,11 +128,16 @@ class BaselineTarget(TargetBase):
         )
         if self.retriever.top_k > len(chunks):
             log.warning(
-                "retriever.top_k=%d but the corpus has only %d chunks: every question gets all "
-                "%d of them as context (lower retriever.top_k, or check the corpus and chunker)",
+                "retriever.top_k=%d but the corpus has only %d chunks: every question gets %s "
+                "%d of them as context (lower retriever.top_k, or check the corpus and chunker)%s",
                 self.retriever.top_k,
                 len(chunks),
+                "all" if self.retriever.ranks_every_chunk else "at most",
                 len(chunks),
+                ""
+                if self.retriever.ranks_every_chunk
+                else "; a question sharing no term with a chunk gets none (its row's "
+                "metadata.retrieval_note says why)",
             )
         if self.retriever.uses_vectors:
             if self.embedder is None:
@@ -169,6 +174,8 @@ class BaselineTarget(TargetBase):
             retrieved_doc_ids=list(hits.doc_ids),
             retrieved_sources=hits.provenance() or None,
         )
+        if hits.note:
+            response.metadata["retrieval_note"] = hits.note
         if self.generator is not None:
             contexts = list(hits.contexts)
             if self.truncate_contexts:

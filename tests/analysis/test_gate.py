@@ -764,3 +764,26 @@ def test_no_module_of_the_gate_imports_mlflow() -> None:
     found = {p.name for p in folder.glob("*.py") if imports_mlflow(p)}
     assert found == set()  # store_io reads through tracking.store.RunStore
     assert not imports_mlflow(Path(gate_command.__file__))
+
+
+def test_promote_refuses_a_run_that_is_not_finished(
+    store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A killed run stays RUNNING in the store; promoting it set an alias that made every
+    later ``gate --baseline`` exit 2. Refused (exit 2, one line saying how to finish it)."""
+    client = mlflow.MlflowClient(store)
+    exp_id = client.create_experiment("killed")
+    running = client.create_run(exp_id).info.run_id  # never terminated: RUNNING
+    failed = client.create_run(exp_id, tags={"error": "timeout"}).info.run_id
+    client.set_terminated(failed, "FAILED")
+    uri = ["--tracking-uri", store]
+    assert main(["promote", running, "--alias", "production", *uri]) == 2
+    assert main(["promote", failed, "--alias", "production", *uri]) == 2
+    err = capsys.readouterr().err.splitlines()
+    first, second = [x for x in err if x.startswith("rag-exp promote")]
+    assert first.startswith(f"rag-exp promote: error: run {running} is RUNNING (no error")
+    assert f"resume={running}" in first and "rag-exp promote last" in first
+    assert f"run {failed} is FAILED (timeout), not FINISHED" in second
+    assert "rag_exp.alias.production" not in client.get_experiment(exp_id).tags
+    client.set_terminated(running, "FINISHED")
+    assert main(["promote", running, "--alias", "production", *uri]) == 0

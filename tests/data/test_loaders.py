@@ -657,3 +657,24 @@ def test_max_samples_8_of_the_bundled_sample_spreads_types_and_answerability():
         sub16 = ds.subset(16, seed=seed)
         assert {s.question_type for s in sub16.samples} == types
         assert sum(not s.answerable for s in sub16.samples) == 2
+
+
+def test_row_counts_are_the_files_rows_whatever_the_encoding(tmp_path: Path) -> None:
+    """A UTF-16 file of 4 rows said "5 of 4 rows are invalid"; one line of bad UTF-8 among 4
+    said "1 of 3 rows". UTF-16 with its byte order mark is read; a bad line counts as a row."""
+    rows = [{"id": f"q{i}", "user_input": f"question {i}?"} for i in range(4)]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    for encoding in ("utf-16", "utf-16-be"):  # utf-16 writes the BOM; add it for big-endian
+        path = tmp_path / f"{encoding}.jsonl"
+        bom = b"\xfe\xff" if encoding == "utf-16-be" else b""
+        path.write_bytes(bom + text.encode(encoding))
+        ds = JsonlDataset(path=str(path)).load()
+        assert [s.id for s in ds.samples] == ["q0", "q1", "q2", "q3"]
+    bad = tmp_path / "bad_utf8.jsonl"
+    lines = [json.dumps(r).encode() for r in rows]
+    lines[2] = b'{"id": "q2", "user_input": "caf\xe9?"}'  # Latin-1 é: not UTF-8
+    bad.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(DatasetError) as info:
+        JsonlDataset(path=str(bad)).load()
+    assert _where(info.value) == [("bad_utf8.jsonl", 3, "")]
+    assert str(info.value).startswith(f"1 of 4 rows in {bad} are invalid")

@@ -15,9 +15,12 @@ from mlflow import MlflowClient
 from rag_experiments.errors import ConfigError
 from rag_experiments.metrics.answer_judge import AnswerJudge
 from rag_experiments.metrics.calibration import (
+    MIN_LABELS,
     CalibrationLabels,
     calibrated_estimates,
     classical_mean_ci,
+    hoeffding_mean_ci,
+    hoeffding_ppi_ci,
     load_labels,
     power_tuned_lambda,
     ppi_mean_ci,
@@ -118,11 +121,11 @@ def test_calibrated_estimates_leave_nan_rows_out_and_equal_the_function() -> Non
         {"faithfulness": MetricValue(v) if not math.isnan(v) else MetricValue.nan("no_claims")}
         for v in judge
     ]
-    # q3 is labeled but has no judge value: left out with q7
+    # q3 is labeled but has no judge value: left out with q7; 3 labels < MIN_LABELS: Hoeffding
     labels = CalibrationLabels({"faithfulness": {"q0": 1.0, "q1": 0.0, "q2": 1.0, "q3": 1.0}}, "x")
     out = calibrated_estimates(labels, ids, rows)
-    est, low, high = ppi_mean_ci([1.0, 0.0, 1.0], [0.8, 0.4, 0.6], [0.5, 0.9, 0.7])
-    mean, c_low, c_high = classical_mean_ci([1.0, 0.0, 1.0])
+    est, low, high = hoeffding_ppi_ci([1.0, 0.0, 1.0], [0.8, 0.4, 0.6], [0.5, 0.9, 0.7])
+    mean, c_low, c_high = hoeffding_mean_ci([1.0, 0.0, 1.0])
     assert out == pytest.approx({
         "faithfulness.ppi": est, "faithfulness.ppi_ci_low": low, "faithfulness.ppi_ci_high": high,
         "faithfulness.ppi_lambda": 1.0, "faithfulness.labels_mean": mean,
@@ -131,23 +134,63 @@ def test_calibrated_estimates_leave_nan_rows_out_and_equal_the_function() -> Non
         "faithfulness.ppi_n_excluded": 2.0,
     })  # fmt: skip
     lines = summary_lines(out)
-    assert "faithfulness  PPI 0.767 [0.244, 1.289]  labels-only 0.667" in lines[1]
-    assert "n=3 labeled, N=3 unlabeled, 2 excluded)" in lines[1]
+    assert "faithfulness  PPI 0.767 [0.000, 1.000]  labels-only 0.667 [0.000, 1.000]" in lines[1]
+    assert "n=3 labeled, N=3 unlabeled, 2 excluded; fewer than 30 labels" in lines[1]
+
+
+def test_enough_labels_give_the_normal_intervals() -> None:
+    rng = np.random.default_rng(5)
+    n, big_n = MIN_LABELS, 50
+    ids = [f"q{i}" for i in range(n + big_n)]
+    judge = rng.uniform(0.2, 0.9, n + big_n)
+    human = {ids[i]: float(rng.integers(0, 2)) for i in range(n)}
+    rows = [{"faithfulness": MetricValue(float(v))} for v in judge]
+    out = calibrated_estimates(CalibrationLabels({"faithfulness": human}, "x"), ids, rows)
+    y = list(human.values())
+    est, low, high = ppi_mean_ci(y, judge[:n], judge[n:])
+    mean, c_low, c_high = classical_mean_ci(y)
+    assert (out["faithfulness.ppi_ci_low"], out["faithfulness.labels_ci_high"]) == pytest.approx(
+        (low, c_high)
+    )
+    assert "fewer than" not in summary_lines(out)[1]
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_few_labels_get_an_interval_valid_at_that_n_and_a_line_saying_so(n: int) -> None:
+    """Two labels of 1.0 on rows the judge also scored 1.0 gave "1.000 [1.000, 1.000]":
+    σ̂ = 0, a zero-width normal interval. Below MIN_LABELS: Hoeffding's, by hand."""
+    big_n = 20
+    ids = [f"q{i}" for i in range(n + big_n)]
+    judge = [1.0] * n + [0.5] * big_n  # the judge's mean over the unlabeled rows: 0.5
+    rows = [{"faithfulness": MetricValue(v)} for v in judge]
+    human = {ids[i]: 1.0 for i in range(n)}
+    out = calibrated_estimates(CalibrationLabels({"faithfulness": human}, "x"), ids, rows)
+    # θ̂ = 0.5 − (1 − 1) = 0.5; half = sqrt(ln(4/0.05)/(2·20)) + 2·sqrt(ln(4/0.05)/(2n))
+    half = math.sqrt(math.log(80) / 40) + 2 * math.sqrt(math.log(80) / (2 * n))
+    assert half > 0.5  # at n <= 5 the bound spans all of [0, 1]
+    assert out["faithfulness.ppi"] == pytest.approx(0.5)
+    assert (out["faithfulness.ppi_ci_low"], out["faithfulness.ppi_ci_high"]) == (0.0, 1.0)
+    labels_half = math.sqrt(math.log(40) / (2 * n))  # labels-only: mean 1.0 − sqrt(ln(2/α)/2n)
+    assert out["faithfulness.labels_ci_low"] == pytest.approx(max(0.0, 1.0 - labels_half))
+    assert out["faithfulness.labels_ci_high"] == 1.0
+    (line,) = summary_lines(out)[1:]
+    assert "PPI 0.500 [0.000, 1.000]" in line and f"(n={n} labeled, N=20 unlabeled" in line
+    assert "fewer than 30 labels: the normal-approximation interval is not valid" in line
 
 
 def test_summary_says_why_an_estimate_is_missing() -> None:
     ids = ["q0", "q1", "q2"]
     rows = [{"faithfulness": MetricValue(v)} for v in (0.8, 0.4, 0.6)]
-    one = calibrated_estimates(CalibrationLabels({"faithfulness": {"q0": 1.0}}, "x"), ids, rows)
-    (line,) = summary_lines(one)[1:]
+    none = calibrated_estimates(CalibrationLabels({"faithfulness": {"zz": 1.0}}, "x"), ids, rows)
+    (line,) = summary_lines(none)[1:]
     assert "PPI n/a  labels-only n/a" in line
-    assert "n=1 labeled, N=2 unlabeled, 0 excluded; a CI needs at least 2 labeled rows" in line
-    two = {"q0": 1.0, "q1": 0.0}
-    out = calibrated_estimates(CalibrationLabels({"faithfulness": two}, "x"), ids, rows)
+    assert "n=0 labeled, N=3 unlabeled, 0 excluded; a CI needs at least 1 labeled row" in line
+    every = {"q0": 1.0, "q1": 0.0, "q2": 1.0}
+    out = calibrated_estimates(CalibrationLabels({"faithfulness": every}, "x"), ids, rows)
     (line,) = summary_lines(out)[1:]
-    mean, low, high = classical_mean_ci([1.0, 0.0])
+    mean, low, high = hoeffding_mean_ci([1.0, 0.0, 1.0])
     assert f"PPI n/a  labels-only {mean:.3f} [{low:.3f}, {high:.3f}]" in line
-    assert "N=1 unlabeled, 0 excluded; PPI needs at least 2 unlabeled rows" in line
+    assert "PPI needs at least 1 unlabeled row" in line
 
 
 # --- label files ---------------------------------------------------------------------------------

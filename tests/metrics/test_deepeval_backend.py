@@ -143,7 +143,7 @@ def test_context_recall_and_relevancy_edges() -> None:
         DeepEvalContextRelevancy(judge=no_ctx),
         resp=RagResponse(response="x", retrieved_contexts=[]),
     )
-    assert (value.value, no_ctx.calls) == (0.0, 0)  # DeepEval: no context → 0, no call
+    assert (value.value, value.reason, no_ctx.calls) == (0.0, "empty_context", 0)  # our guard
 
 
 # --- parity with the custom backend ----------------------------------------------------------
@@ -208,7 +208,7 @@ def test_context_precision_parity() -> None:
 def test_row_errors_are_nan_with_reasons() -> None:
     no_ref = Sample(id="q2", user_input="Who?", reference="")
     value = _one(DeepEvalContextRecall(judge=FakeChat()), sample=no_ref)
-    assert math.isnan(value.value) and value.reason == "missing_params"
+    assert math.isnan(value.value) and value.reason == "no_reference"  # as the custom metric
     unans = Sample(id="q3", user_input="Who?", reference="x", answerable=False)
     assert _one(DeepEvalContextPrecision(judge=FakeChat()), sample=unans).reason == "unanswerable"
     failed = RagResponse(error="timeout")
@@ -467,3 +467,34 @@ def test_the_measure_thread_carries_the_judge_repeat_and_no_lane() -> None:
     assert seen["lane"] is None
     assert _measure_with_timeout(Probe(), None, 5.0) is None  # outside a repeat: none
     assert seen["repeat"] is None
+
+
+# --- our guards before DeepEval ----------------------------------------------------------------
+def test_guards_give_the_custom_backends_values_and_reasons_without_a_judge_call() -> None:
+    """DeepEval alone scores these edges as perfect (faithfulness and context recall 1.0 on no
+    context, precision 1.0 on [""]: DeepEval #2248); each DeepEval metric gives instead what
+    the custom metric of the same definition gives, and calls no judge."""
+    from rag_experiments.metrics.answer_relevancy import AnswerRelevancy
+    from rag_experiments.metrics.context_recall import ContextRecall
+
+    no_context = RagResponse(response="The line manager signs AR-1.", retrieved_contexts=[])
+    blank_context = RagResponse(response="The line manager signs AR-1.", retrieved_contexts=[""])
+    empty_answer = RagResponse(response="  ", retrieved_contexts=CONTEXTS)
+    no_reference = Sample(id="q4", user_input="How is an account requested?", reference=" ")
+    cases = [
+        (DeepEvalFaithfulness, Faithfulness, SAMPLE, no_context, (0.0, "empty_context")),
+        (DeepEvalFaithfulness, Faithfulness, SAMPLE, empty_answer, (math.nan, "no_claims")),
+        (DeepEvalContextRecall, ContextRecall, SAMPLE, no_context, (0.0, "empty_context")),
+        (DeepEvalContextRecall, ContextRecall, no_reference, RESPONSE, (math.nan, "no_reference")),
+        (DeepEvalContextPrecision, ContextPrecision, SAMPLE, blank_context, (0.0, "empty_context")),
+        (DeepEvalAnswerRelevancy, AnswerRelevancy, SAMPLE, empty_answer, (0.0, "empty_answer")),
+    ]
+    for ours, custom, sample, resp, (value, reason) in cases:
+        judge = FakeChat()
+        got = _one(ours(judge=judge), sample=sample, resp=resp)
+        (custom_row,) = custom(judge=FakeChat()).evaluate([sample], [resp])
+        expected = custom_row[ours.definition]
+        assert got.reason == reason == expected.reason, (ours.__name__, reason)
+        assert got.value == pytest.approx(value, nan_ok=True), ours.__name__
+        assert expected.value == pytest.approx(value, nan_ok=True), custom.__name__
+        assert judge.calls == 0, ours.__name__

@@ -206,8 +206,9 @@ def test_429_with_retry_after_on_30_percent_every_row_completes_within_the_limit
 
 
 def test_gate_bounds_halves_under_backpressure_and_recovers() -> None:
+    """The AIMD option with a hold (the default until issue 42)."""
     now = [0.0]
-    gate = EndpointGate(4, clock=lambda: now[0])
+    gate = EndpointGate(4, clock=lambda: now[0], hold_all=True, decrease_every_s=0.0)
 
     def busy() -> None:
         raise LLMHTTPError("busy", status=429, retry_after_s=2.0)
@@ -522,3 +523,40 @@ def test_worker_pool_runs_every_call_within_its_bound_and_hands_back_errors() ->
     assert all(f.cancelled() for f in later)
     with pytest.raises(RuntimeError, match="after shutdown"):
         blocked.submit(work, 0)
+
+
+def test_by_default_a_429_makes_only_the_refused_call_wait_its_retry_after() -> None:
+    """Issue 42: a 429 held every call and halved the bound; at 32 in flight with 5 % 429s the
+    client spent its wall in one-second pauses. Now the bound and the other calls go on, and
+    the refused call's retry waits the server's Retry-After (which the model client's retry
+    ignored: only RetryableStatusError's was read)."""
+    now = [0.0]
+    gate = EndpointGate(4, clock=lambda: now[0])
+
+    def busy() -> None:
+        raise LLMHTTPError("busy", status=429, retry_after_s=2.0)
+
+    with pytest.raises(LLMHTTPError):
+        gate.call(busy)
+    assert gate.bound == 4  # not halved
+    done = threading.Event()
+    threading.Thread(target=lambda: (gate.call(lambda: None), done.set()), daemon=True).start()
+    assert done.wait(5)  # not held: the clock never moved
+    # the refused call itself waits at least Retry-After before its retry
+    calls: list[float] = []
+
+    def refused_once() -> str:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise LLMHTTPError("busy", status=429, retry_after_s=0.3)
+        return "ok"
+
+    retry = RetryPolicy(max_retries=1, backoff_s=0.01, backoff_max_s=5.0)
+    assert retry.call(refused_once) == "ok"
+    assert calls[1] - calls[0] >= 0.3  # was about 0.01 s (the backoff alone)
+    staged = EndpointGate(4, clock=lambda: now[0], decrease_every_s=5.0)  # MLflow-like AIMD
+    for t in (0.0, 1.0, 5.5):
+        now[0] = t
+        with pytest.raises(LLMHTTPError):
+            staged.call(busy)
+    assert staged.bound == 1  # halved at 0 s (4 → 2) and 5.5 s (2 → 1), not at 1 s

@@ -106,7 +106,8 @@ def test_rank_order_is_kept_for_tied_ids():
 def test_empty_ranking_scores_zero():
     m = RetrievalMetrics(cutoffs=[5])
     out = m.evaluate([_s("a", ["x"])], [_r([])])
-    assert out[0]["nDCG@5"].value == 0.0 and out[0]["nDCG@5"].reason is None
+    # defined (0 over IDCG > 0, trec_eval -c) and flagged, so the row says why it is 0
+    assert out[0]["nDCG@5"] == MetricValue(0.0, "empty_ranking")
 
 
 def test_bad_config_is_refused():
@@ -267,7 +268,7 @@ def test_chunk_level_nan_reasons_and_empty_context_flag():
     assert reasons(out[3], "") == reasons(out[3], "chunk.") == {"target_error"}
     assert reasons(out[4], "") == {"no_reference_docs"}
     assert out[4]["chunk.Hit@2"].value == 1.0
-    assert out[5]["R@2"].value == 0.0 and out[5]["R@2"].reason is None
+    assert out[5]["R@2"] == MetricValue(0.0, "empty_ranking")
     assert out[5]["chunk.R@2"] == MetricValue(0.0, "empty_context")
     for row in out[:4]:
         assert all(math.isnan(v.value) for n, v in row.items() if n.startswith("chunk."))

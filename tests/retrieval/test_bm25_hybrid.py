@@ -304,7 +304,9 @@ def test_a_set_retriever_depth_never_cuts_the_reranker_candidates(compose_cfg) -
 def test_bm25_defaults_come_from_one_place() -> None:
     """Pyserini's BEIR "flat" settings, by hand, in Bm25Params; the config schema and the
     retriever take each default from there (none written twice)."""
-    assert Bm25Params() == Bm25Params(0.9, 0.4, "lucene", 0.5, "porter", "en", lower=True)
+    assert Bm25Params() == Bm25Params(
+        0.9, 0.4, "lucene", 0.5, "porter", "en", lower=True, language="auto"
+    )
     assert INDEX_TITLE is True
     conf, taken = Bm25Conf(), signature(Bm25Retriever).parameters
     for name in [f.name for f in fields(Bm25Params) if f.name != "lower"] + ["index_title"]:

@@ -20,7 +20,7 @@ from rag_experiments.fakes.llama_cpp_server import free_port
 from rag_experiments.fakes.rerank_server import FakeRerankServer
 from rag_experiments.job import preflight
 from rag_experiments.llm.cache import CachedChat, ResponseCache, cache_in_use
-from rag_experiments.llm.errors import LLMHTTPError, LLMUnreachableError
+from rag_experiments.llm.errors import LLMError, LLMHTTPError, LLMUnreachableError
 from rag_experiments.llm.fake import FakeChat
 from rag_experiments.llm.usage import UsageMeter
 from rag_experiments.locations import CONF_DIR
@@ -180,6 +180,15 @@ def test_check_refuses_an_answer_the_mapping_cannot_read():
             reranker.check()
     assert caught.value.reason == "bad_response"
     assert "reranker.response.score" in str(caught.value)
+
+
+def test_an_answer_that_is_not_json_is_a_bad_response_as_the_docs_say():
+    with FakeRerankServer(faults=["html"] * 2) as server:
+        reranker = build(url=server.url, backoff_s=0.01, max_retries=1)
+        with pytest.raises(LLMError) as caught:
+            reranker.rerank(QUERY, DOCS)
+    assert caught.value.reason == "bad_response"  # was http_error
+    assert "the answer is not JSON" in str(caught.value) and server.requests == 2  # retried
 
 
 def test_check_names_the_fix_for_an_unknown_model():

@@ -233,3 +233,18 @@ def test_serve_refuses_non_baseline_target_and_multirun(compose_cfg):
         serve_job(compose_cfg("target=http"))
     with pytest.raises(ConfigError, match="multirun"):
         main(["-m", "chunker.size=256,512"])
+
+
+def test_a_request_over_the_size_limit_gets_413_before_it_is_read():
+    """rag-exp serve took a 20 MB question; the limit is configurable (--max-request-mb)."""
+    with TargetServer(_EchoTarget(), port=0, max_request_bytes=1000) as server:
+        ask = f"{server.url}/ask"
+        big = httpx.post(ask, json={"question": "x" * 2000})
+        assert big.status_code == 413 and big.json()["error"] == "http_413"
+        assert "over 1,000 bytes" in big.json()["message"]
+        assert "--max-request-mb" in big.json()["message"]
+        assert httpx.post(ask, json={"question": "x" * 900}).status_code == 200
+    with TargetServer(_EchoTarget(), port=0) as server:  # the default: 1 MB
+        ask = f"{server.url}/ask"
+        assert httpx.post(ask, json={"question": "x" * 2_000_000}).status_code == 413
+        assert httpx.post(ask, json={"question": "x" * 500_000}).status_code == 200

@@ -164,12 +164,22 @@ def set_alias(tracking_uri: str, run_id: str, alias: str, retry_s: float = 120.0
 
     Raises:
         ConfigError: An alias that is empty, holds characters a tag key refuses, or is
-            reserved (:func:`~.rules.check_alias_name`).
+            reserved (:func:`~.rules.check_alias_name`); a run that is not FINISHED (a killed
+            run still marked RUNNING, a FAILED one: its metrics are partial or missing, and
+            every later gate against the alias would stop undecided).
         TrackingError: The run is missing or the store refuses the tag.
     """
     check_alias_name(alias)
     store = open_store(tracking_uri)
     run = store.get_run(run_id)
+    if run.status != "FINISHED":
+        why = run.tags.get(TAGS.error, "no error recorded")
+        raise ConfigError(
+            f"run {run_id} is {run.status} ({why}), not FINISHED: a baseline must be a finished "
+            f"run. Finish it with `rag-exp run <its overrides> resume={run_id}` (answers only the "
+            "questions its checkpoint lacks), or promote a finished run (`rag-exp promote last` "
+            "takes the newest)"
+        )
     outage = Outage(resolve_tracking_uri(tracking_uri), retry_s)
     try:
         outage.call("alias", store.set_experiment_tag, run.experiment_id, ALIAS_TAG + alias, run_id)

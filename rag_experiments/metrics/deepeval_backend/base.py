@@ -19,8 +19,14 @@ embedded judge (one model, calls serialised) the next row may wait for that one 
 - target failed → ``target_error``; a reference-based metric on an unanswerable sample →
   ``unanswerable``; an answer metric on a row with no recorded answer → ``no_response`` (all
   as in the custom backend, no judge call);
-- a test-case field DeepEval requires is None (no reference for context precision/recall) →
-  ``missing_params``;
+- the custom backend's guards, before DeepEval is called, with the same values and reasons
+  (DeepEval scores some of these edges as perfect: faithfulness and context recall 1.0 on no
+  context, precision 1.0 on ``[""]``; confident-ai/deepeval#2248): contexts ``[]`` or only
+  blank texts → 0.0 flagged ``empty_context`` for the metrics that read them (not answer
+  relevancy); an empty or blank answer → faithfulness NaN ``no_claims``, answer relevancy 0.0
+  ``empty_answer``; a blank reference → context precision/recall NaN ``no_reference``
+  (:meth:`DeepEvalMetric._guard`, each subclass's :attr:`~DeepEvalMetric.guards`);
+- a test-case field DeepEval requires is None otherwise → ``missing_params``;
 - the judge failed → its reason (``timeout``, ``parse_error``, ``truncated`` …); a verdict list
   whose length does not match what it judges (claims, statements, contexts) → ``parse_error``;
 - over ``timeout_s`` → ``timeout``; any other exception in DeepEval → ``metric_error``.
@@ -46,6 +52,7 @@ from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.llm.base import LANE, ChatModel
 from rag_experiments.metrics.audit import RATIONALE_KEY, USAGE_KEYS
 from rag_experiments.metrics.definitions import spec
+from rag_experiments.metrics.judge import has_context
 from rag_experiments.metrics.scheduler import JudgedRowMetric
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
 
@@ -95,6 +102,11 @@ class DeepEvalMetric(JudgedRowMetric):
     needs_reference = False
     needs_response = False
     """True for a metric that judges the answer: NaN ``no_response`` when none was recorded."""
+    guards: tuple[str, ...] = ()
+    """The custom backend's guards this metric applies before calling DeepEval, in order:
+    ``no_reference`` (blank reference → NaN), ``empty_answer`` (blank answer → 0.0 flagged),
+    ``no_claims`` (blank answer → NaN), ``empty_context`` (no non-blank context → 0.0
+    flagged)."""
     state_attrs: tuple[str, ...] = ()
     verdict_item = "item"
     """What one DeepEval verdict judges when DeepEval keeps no list of them (audit lines)."""
@@ -208,6 +220,9 @@ class DeepEvalMetric(JudgedRowMetric):
             return MetricValue.nan("no_response"), {"skipped": "no_response"}
         if self.needs_reference and not sample.answerable:
             return MetricValue.nan("unanswerable"), {"skipped": "unanswerable"}
+        guarded = self._guard(sample, resp)
+        if guarded is not None:
+            return guarded, {"skipped": guarded.reason}
         from deepeval.test_case import LLMTestCase
 
         from rag_experiments.metrics.deepeval_backend.judge_llm import JudgeLLM
@@ -252,6 +267,20 @@ class DeepEvalMetric(JudgedRowMetric):
             record["error"], record["error_message"] = reason, str(error)
             return MetricValue.nan(reason), record
         return value, record
+
+    def _guard(self, sample: Sample, resp: RagResponse) -> MetricValue | None:
+        """The value of the first of :attr:`guards` that applies (as the custom metric of the
+        same definition gives it), or None to call DeepEval."""
+        for guard in self.guards:
+            if guard == "no_reference" and not sample.reference.strip():
+                return MetricValue.nan("no_reference")
+            if guard == "empty_answer" and not resp.response.strip():
+                return MetricValue(0.0, "empty_answer")
+            if guard == "no_claims" and not resp.response.strip():
+                return MetricValue.nan("no_claims")
+            if guard == "empty_context" and not has_context(resp.retrieved_contexts):
+                return MetricValue(0.0, "empty_context")
+        return None
 
     def _metric_kwargs(self) -> dict[str, Any]:
         """Constructor arguments of the DeepEval metric beyond the common ones."""

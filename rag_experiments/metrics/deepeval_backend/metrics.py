@@ -46,6 +46,7 @@ class DeepEvalFaithfulness(DeepEvalMetric):
 
     definition = "faithfulness"
     deepeval_class = "deepeval.metrics:FaithfulnessMetric"
+    guards = ("no_claims", "empty_context")
     needs_response = True
     state_attrs = ("truths", "claims", "verdicts")
 
@@ -92,6 +93,7 @@ class DeepEvalAnswerRelevancy(DeepEvalMetric):
 
     definition = "answer_relevancy"
     deepeval_class = "deepeval.metrics:AnswerRelevancyMetric"
+    guards = ("empty_answer",)
     needs_response = True
     state_attrs = ("statements", "verdicts")
 
@@ -107,11 +109,12 @@ class DeepEvalContextPrecision(DeepEvalMetric):
 
     with rel_k = 1 when the judge says context k is useful for the expected output ("yes").
     One judge call (one verdict per context), two with ``include_reason``. The same formula as
-    the custom backend's ``context_precision``. Needs a reference (``missing_params`` without).
+    the custom backend's ``context_precision``. Needs a reference (NaN ``no_reference`` without).
     """
 
     definition = "context_precision"
     deepeval_class = "deepeval.metrics:ContextualPrecisionMetric"
+    guards = ("no_reference", "empty_context")
     needs_reference = True
     state_attrs = ("verdicts",)
     verdict_item = "context"
@@ -134,6 +137,7 @@ class DeepEvalContextRecall(DeepEvalMetric):
 
     definition = "context_recall"
     deepeval_class = "deepeval.metrics:ContextualRecallMetric"
+    guards = ("no_reference", "empty_context")
     needs_reference = True
     state_attrs = ("verdicts",)
     verdict_item = "reference sentence"
@@ -147,7 +151,7 @@ class DeepEvalContextRelevancy(DeepEvalMetric):
                 / |statements of all contexts|             (0 when there is none)
 
     One judge call per context (statements and their verdicts), one more with
-    ``include_reason``. With no context DeepEval makes no call and scores 0.
+    ``include_reason``. With no context: 0.0 flagged ``empty_context``, no call.
     """
 
     definition = "context_relevancy"
@@ -167,4 +171,5 @@ class DeepEvalContextRelevancy(DeepEvalMetric):
     """The one definition with no custom counterpart (the other DeepEval metrics report the
     custom metrics' definitions under the prefix)."""
     deepeval_class = "deepeval.metrics:ContextualRelevancyMetric"
+    guards = ("empty_context",)
     state_attrs = ("verdicts_list",)
