@@ -21,9 +21,9 @@ kept as they are, never doubled).
 
 Why not MLflow's own review UI: ``mlflow.genai.labeling`` (labeling sessions) is Databricks-only
 in MLflow 3.17, and its open review queues (``mlflow.genai.review_queues``) work offline but show
-the judge's feedback one click away ("View full trace"), record every grader as ``default``
+the judge's feedback two clicks away (View full trace, Assess), record every grader as ``default``
 without MLflow's auth, and show neither the retrieved contexts and reference apart from the
-trace's JSON nor agreement after a submission; see ``docs/grading.md``.
+trace's JSON nor agreement after a submission; see ``docs/how-to/grading.md``.
 
 Security is the review app's (:func:`~rag_experiments.review.app.install_security`): token
 header on every POST, loopback ``Host`` names, CSP without inline script; no route takes a path.
