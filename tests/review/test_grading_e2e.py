@@ -172,7 +172,6 @@ def test_grade_close_reopen_kill_restart_then_agreement_traces_and_ppi(
     assert {(h.sample_id, h.grader): h.value for h in human} == {
         (x["id"], x["grader"]): x["value"] for x in lines
     }
-    print("HUMAN feedback via mlflow.search_traces:", len(human), sorted({h.grader for h in human}))
 
     # rag-exp agreement <run id>: ana-judge: the judge says 1 everywhere, ana 1 on 6 of 10:
     # p_o = 0.6 = p_e -> kappa 0; ana-bob: p_o = 0.8, p_e = 0.6*0.8 + 0.4*0.2 = 0.56,
@@ -199,3 +198,5 @@ def test_grade_close_reopen_kill_restart_then_agreement_traces_and_ppi(
         "PPI:",
         {k: round(v, 4) for k, v in metrics.items() if k.startswith("faithfulness.")},
     )
+    print(f"HUMAN feedback via mlflow.search_traces: {len(human)}, e.g. {human[0]}")
+    print(f"labels file: {len(lines)} lines, e.g. {lines[0]}")
