@@ -81,3 +81,39 @@ def test_agreement_with_the_judge_and_between_graders_by_hand() -> None:
     assert report[("ana", "bob")].raw == pytest.approx(0.5)
     assert report[("ana", "bob")].kappa == pytest.approx(0.2)
     assert report[("ana", "bob")].n == 4
+
+
+class _GradedStore:
+    """What :func:`graded_pairs` reads of a run: its rows and its logged labels file."""
+
+    def __init__(self, labels: Path) -> None:
+        self.labels = labels
+
+    def list_artifacts(self, run_id: str, path: str | None = None) -> list[str]:
+        return ["grading/labels.jsonl"]
+
+    def download(self, run_id: str, path: str) -> Path:
+        return self.labels
+
+    def read_rows(self, run_id: str) -> list[PerQueryRow]:
+        return [
+            PerQueryRow(id=f"q{i}", user_input=f"question {i}", response=f"answer {i}",
+                        retrieved_contexts=[f"context {i}"], values={"faithfulness": 0.5})
+            for i in range(4)
+        ]  # fmt: skip
+
+
+def test_a_graded_run_gives_judge_check_pairs_by_majority(tmp_path: Path) -> None:
+    from rag_experiments.qualify.graded import graded_pairs
+
+    labels = LabelsFile(tmp_path / "labels.jsonl", "r1")
+    for sid, grader, value in (
+        ("q0", "ana", 1), ("q0", "bob", 1), ("q0", "cy", 0),  # majority 1
+        ("q1", "ana", 0),                                      # 0
+        ("q2", "ana", 1), ("q2", "bob", 0),                    # a tie: left out
+    ):  # fmt: skip
+        labels.add(Label(sid, "faithfulness", float(value), grader))
+    pairs = graded_pairs(_GradedStore(labels.path), "r1")  # type: ignore[arg-type]
+    assert [(p.id, p.faithful) for p in pairs] == [("q0", True), ("q1", False)]
+    assert pairs[0].question == "question 0" and pairs[0].contexts == ("context 0",)
+    assert pairs[0].answer == "answer 0"
