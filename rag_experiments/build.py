@@ -28,9 +28,10 @@ anything is built: the run opens first, the review form composes first).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from hydra.errors import InstantiationException
@@ -587,9 +588,29 @@ def build_calibration(cfg: DictConfig, metrics: list[Any]) -> CalibrationLabels 
     node = cfg.get("calibration")
     if node is None or not node.get("labels"):
         return None
-    labels = load_labels(str(node.labels), power_tuning=bool(node.get("power_tuning", False)))
+    labels = load_labels(
+        str(node.labels),
+        power_tuning=bool(node.get("power_tuning", False)),
+        run_labels=_graded_run_labels(cfg),
+    )
     labels.check_metrics([s for m in metrics for s in m.specs()])
     return labels
+
+
+def _graded_run_labels(cfg: DictConfig) -> Callable[[str], Path]:
+    """``calibration.labels=<run id>``: the labels file of a run graded with ``rag-exp review
+    --run``, read from the run's tracking store (``tracking.uri``)."""
+
+    def fetch(run_id: str) -> Path:
+        from rag_experiments.qualify.graded import run_labels_file
+        from rag_experiments.tracking.store import RunStore
+
+        try:
+            return run_labels_file(RunStore(str(cfg.tracking.uri), where="tracking.uri"), run_id)
+        except RagExpError as exc:
+            raise ConfigError(f"calibration.labels={run_id}: {exc}") from exc
+
+    return fetch
 
 
 # --- a generation ---------------------------------------------------------------------------

@@ -15,11 +15,13 @@ Subcommands::
                                        qualify a judge on labeled pairs (MLflow experiment judges)
     rag-exp review [dataset=<file.jsonl>] [--port N] [--host H] [--workspace DIR] [--out FILE]
                                        review, edit and approve generated pairs in the browser
+    rag-exp review --run <run_id> [--metric M …] [--n 20] [--seed 0] [--tracking-uri URI]
+                                       grade a run's answers in the browser (blind 0/1 verdicts)
     rag-exp rerun <run_id> [--tracking-uri URI] [key=value…]
                                        repeat a logged run; print what changed
     rag-exp grade-sheet <run_id> [--n 20] [--seed 0] [--out DIR]
                                        blinded CSV for human graders + a separate key
-    rag-exp agreement <filled.csv> [--key KEY.json]
+    rag-exp agreement <filled.csv | graded run_id> [--key KEY.json]
                                        raw agreement and Cohen's kappa, logged to the run
     rag-exp compare <run_a> <run_b> [--json] [--metrics …] [--force]
                                        paired comparison (diff, CI, p, flipped questions)

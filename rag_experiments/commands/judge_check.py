@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -17,7 +19,7 @@ from rag_experiments.errors import ConfigError
 from rag_experiments.metrics.audit import nan_to_none
 from rag_experiments.qualify.check import JudgeCheck
 from rag_experiments.qualify.config import register_judge_check_config
-from rag_experiments.qualify.pairs import balanced_subset, load_pairs
+from rag_experiments.qualify.pairs import LabeledPair, balanced_subset, load_pairs
 from rag_experiments.qualify.registry import (
     JUDGES_EXPERIMENT,
     check_metrics,
@@ -25,6 +27,9 @@ from rag_experiments.qualify.registry import (
 )
 
 register_judge_check_config()
+
+RUN_ID = re.compile(r"[0-9a-f]{32}")
+"""An MLflow run id (``judge_check.data`` takes one besides a file)."""
 
 
 def compose_judge_check(overrides: list[str]) -> DictConfig:
@@ -34,6 +39,19 @@ def compose_judge_check(overrides: list[str]) -> DictConfig:
         ConfigError: An override does not parse or names an unknown key or option.
     """
     return compose_config("judge_check", overrides)
+
+
+def _labeled_pairs(cfg: DictConfig) -> list[LabeledPair]:
+    """The labeled pairs of ``judge_check.data``: a file (:func:`load_pairs`), or the id of a
+    run graded with ``rag-exp review --run`` in ``tracking.uri`` (its rows with the people's
+    faithfulness verdicts, :func:`~rag_experiments.qualify.graded.graded_pairs`)."""
+    data = cfg.judge_check.data
+    if data is not None and not Path(str(data)).exists() and RUN_ID.fullmatch(str(data)):
+        from rag_experiments.qualify.graded import graded_pairs
+        from rag_experiments.tracking.store import RunStore
+
+        return graded_pairs(RunStore(str(cfg.tracking.uri), where="tracking.uri"), str(data))
+    return load_pairs(data, str(cfg.judge_check.format))
 
 
 def run_judge_check(
@@ -54,9 +72,7 @@ def run_judge_check(
     """
     settings = cfg.judge_check
     pairs = balanced_subset(
-        load_pairs(settings.data, str(settings.format)),
-        None if cfg.n is None else int(cfg.n),
-        seed=int(cfg.seed),
+        _labeled_pairs(cfg), None if cfg.n is None else int(cfg.n), seed=int(cfg.seed)
     )
     data_name = str(settings.data) if settings.data else "bundled"
     session = model_session(cfg)  # the response cache and a fresh usage meter

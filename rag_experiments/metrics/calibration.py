@@ -49,14 +49,16 @@ the same population as the plain ``<metric>`` mean.
 Human labels come from a file (:func:`load_labels`): a JSONL of ``{"id", "metric", "value"}``
 (value in [0, 1]) or a filled ``rag-exp grade-sheet`` CSV with its key beside it (label ``k``
 of a set of ``K`` labels, worst to best, is the value ``k / (K − 1)``: ``unfaithful`` 0,
-``partial`` 0.5, ``faithful`` 1; rubric grades 1…5 → 0, 0.25, …, 1).
+``partial`` 0.5, ``faithful`` 1; rubric grades 1…5 → 0, 0.25, …, 1), or a run graded in the
+browser (``rag-exp review --run``; its labels file, several graders' values averaged).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
@@ -344,16 +346,28 @@ class CalibrationLabels:
 
 
 def load_labels(
-    path: str | Path, *, power_tuning: bool = False, confidence: float = CONFIDENCE
+    path: str | Path,
+    *,
+    power_tuning: bool = False,
+    confidence: float = CONFIDENCE,
+    run_labels: Callable[[str], Path] | None = None,
 ) -> CalibrationLabels:
     """Read human labels: a JSONL of ``{"id", "metric", "value"}`` (``.jsonl``/``.json``) or a
     filled ``rag-exp grade-sheet`` CSV (``.csv``, its key ``grade_sheet_<sheet_id>.key.json``
-    beside it; label ``k`` of ``K`` is ``k / (K − 1)``, blank cells are not labels).
+    beside it; label ``k`` of ``K`` is ``k / (K − 1)``, blank cells are not labels), or the id
+    of a run graded with ``rag-exp review --run`` (its labels file, fetched by ``run_labels``).
+
+    A JSONL line may name its ``grader`` (the labels file of ``rag-exp review --run`` does):
+    a later line of the same ``(id, metric, grader)`` is that grader's revision and replaces
+    the earlier one, and a row labeled by several graders gets the mean of their values (the
+    share who said 1, for verdicts). Lines without ``grader`` may not repeat an ``(id, metric)``.
 
     Args:
-        path: The file.
+        path: The file, or a run id when ``run_labels`` is given and no such file exists.
         power_tuning: Carried into the result (see :class:`CalibrationLabels`).
         confidence: Carried into the result.
+        run_labels: Called with a run id, returns the local path of that run's labels file
+            (the engine passes one that reads the tracking store; None: files only).
 
     Returns:
         The :class:`CalibrationLabels`.
@@ -365,6 +379,8 @@ def load_labels(
             file, the line and the fix.
     """
     p = Path(path)
+    if run_labels is not None and not p.exists() and _RUN_ID.fullmatch(str(path)):
+        p = run_labels(str(path))
     if p.is_dir():
         raise ConfigError(
             f"calibration.labels={path}: is a directory; give a JSONL file of "
@@ -383,9 +399,14 @@ def load_labels(
     )
 
 
+_RUN_ID = re.compile(r"[0-9a-f]{32}")
+"""An MLflow run id (what ``calibration.labels`` takes besides a file)."""
+
+
 def _read_jsonl(p: Path) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     seen: dict[tuple[str, str], int] = {}
+    graded: dict[tuple[str, str], dict[str, float]] = {}  # (metric, id) -> grader -> value
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
@@ -404,6 +425,9 @@ def _read_jsonl(p: Path) -> dict[str, dict[str, float]]:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
             raise ConfigError(f"{where}: value {value!r} is not a number in [0, 1]")
         key = (str(row["id"]), str(row["metric"]))
+        if row.get("grader") is not None:  # a grader's latest line replaces its earlier ones
+            graded.setdefault((key[1], key[0]), {})[str(row["grader"])] = float(value)
+            continue
         if key in seen:
             raise ConfigError(
                 f"{where}: id {key[0]} metric {key[1]} is labeled again (first on line "
@@ -411,6 +435,13 @@ def _read_jsonl(p: Path) -> dict[str, dict[str, float]]:
             )
         seen[key] = lineno
         out.setdefault(key[1], {})[key[0]] = float(value)
+    for (metric, sid), by_grader in graded.items():
+        if sid in out.get(metric, {}):
+            raise ConfigError(
+                f"calibration.labels={p}: id {sid} metric {metric} has lines with and without "
+                '"grader"; give every line of a row a grader, or none'
+            )
+        out.setdefault(metric, {})[sid] = sum(by_grader.values()) / len(by_grader)
     return out
 
 

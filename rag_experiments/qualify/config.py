@@ -26,11 +26,12 @@ class JudgeCheckSettings:
     """``judge_check.*``: the labeled set and the verdict thresholds.
 
     ``data``: null = the bundled hand-written set, else a HaluEval QA ``.jsonl``, a
-    FaithBench ``.csv`` or a file in our pairs format (``format``: auto | pairs | halueval |
-    faithbench). ``threshold``: faithfulness score at or above which an answer is judged
-    faithful (1.0 = every claim supported; see :mod:`rag_experiments.qualify.check`).
-    ``relevancy_threshold``: the same for answer relevancy. ``log``: log to MLflow
-    (experiment ``judges``)."""
+    FaithBench ``.csv``, a file in our pairs format (``format``: auto | pairs | halueval |
+    faithbench), or the id of a run graded with ``rag-exp review --run`` in ``tracking.uri``
+    (its rows with the people's faithfulness verdicts). ``threshold``: faithfulness score at
+    or above which an answer is judged faithful (1.0 = every claim supported; see
+    :mod:`rag_experiments.qualify.check`). ``relevancy_threshold``: the same for answer
+    relevancy. ``log``: log to MLflow (experiment ``judges``)."""
 
     data: str | None = None
     format: str = "auto"

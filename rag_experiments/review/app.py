@@ -128,12 +128,8 @@ def create_app(
 
     app = Flask("rag_experiments.review", root_path=str(Path(__file__).parent))
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.config.update(
-        MAX_CONTENT_LENGTH=max_bytes + 2**16,  # the limit per file, plus multipart framing
-        REVIEW_TOKEN=secrets.token_urlsafe(24),
-        TRUSTED_HOSTS=LOOPBACK_HOSTS if loopback_only else None,
-        TEMPLATES_AUTO_RELOAD=False,
-    )
+    app.config.update(MAX_CONTENT_LENGTH=max_bytes + 2**16)  # per file, plus multipart framing
+    install_security(app, loopback_only)
     app.extensions["rag_exp_review"] = {
         "workspace": space,
         "state": state,
@@ -141,23 +137,6 @@ def create_app(
         "options": options,
         "out": out_path,
     }
-
-    @app.before_request
-    def require_token() -> Any:
-        if request.method in ("POST", "PATCH", "PUT", "DELETE"):
-            sent = request.headers.get(TOKEN_HEADER, "")
-            if not secrets.compare_digest(sent, app.config["REVIEW_TOKEN"]):
-                return _error("missing or wrong X-Review-Token header: reload the page", 403)
-        return None
-
-    @app.after_request
-    def security_headers(response: Any) -> Any:
-        response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
-        response.headers["X-Content-Type-Options"] = "nosniff"
-        response.headers["X-Frame-Options"] = "DENY"
-        response.headers["Referrer-Policy"] = "no-referrer"
-        response.headers["Cache-Control"] = "no-store"
-        return response
 
     @app.get("/")
     def index() -> Any:
@@ -285,6 +264,35 @@ def create_app(
         return _error(exc.description or exc.name, exc.code or 500)
 
     return app
+
+
+def install_security(app: Flask, loopback_only: bool) -> None:
+    """The review apps' protections (see the module docstring): a fresh token in
+    ``app.config["REVIEW_TOKEN"]`` that every state-changing request must send in
+    ``X-Review-Token``; loopback-only ``Host`` names when ``loopback_only``; the security
+    headers (CSP, nosniff, no framing, no referrer, no caching) on every response."""
+    app.config.update(
+        REVIEW_TOKEN=secrets.token_urlsafe(24),
+        TRUSTED_HOSTS=LOOPBACK_HOSTS if loopback_only else None,
+        TEMPLATES_AUTO_RELOAD=False,
+    )
+
+    @app.before_request
+    def require_token() -> Any:
+        if request.method in ("POST", "PATCH", "PUT", "DELETE"):
+            sent = request.headers.get(TOKEN_HEADER, "")
+            if not secrets.compare_digest(sent, app.config["REVIEW_TOKEN"]):
+                return _error("missing or wrong X-Review-Token header: reload the page", 403)
+        return None
+
+    @app.after_request
+    def security_headers(response: Any) -> Any:
+        response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.headers["Cache-Control"] = "no-store"
+        return response
 
 
 def _error(message: str, status: int) -> Any:

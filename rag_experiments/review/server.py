@@ -18,7 +18,9 @@ from pathlib import Path
 
 from flask import Flask
 
+from rag_experiments.common.cliargs import DEFAULT_TRACKING_URI
 from rag_experiments.common.wsgi_server import BackgroundServer
+from rag_experiments.errors import ConfigError
 from rag_experiments.review.app import DEFAULT_MAX_UPLOAD_MB, DEFAULT_MLFLOW_UI, create_app
 from rag_experiments.review.workspace import Workspace
 
@@ -109,12 +111,33 @@ def review_command(argv: list[str], stop: threading.Event | None = None) -> int:
         default=DEFAULT_MLFLOW_UI,
         help=f"MLflow UI address for the run links (default {DEFAULT_MLFLOW_UI})",
     )
+    grading = parser.add_argument_group(
+        "grading a run (--run): people's 0/1 verdicts on a sample of its rows, blind to the judge"
+    )
+    grading.add_argument("--run", default=None, help="the run id to grade")
+    grading.add_argument(
+        "--metric",
+        action="append",
+        default=None,
+        help="a [0, 1] metric column to grade (repeatable; default: every judged one)",
+    )
+    grading.add_argument("--n", type=int, default=20, help="rows in the sample (default 20)")
+    grading.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0)")
+    grading.add_argument(
+        "--tracking-uri",
+        default=DEFAULT_TRACKING_URI,
+        help=f"MLflow store holding the run (default {DEFAULT_TRACKING_URI})",
+    )
     opts, rest = parser.parse_known_args(argv)
     unknown = [a for a in rest if a.startswith("-")]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if opts.max_upload_mb <= 0:
         parser.error("--max-upload-mb must be > 0")
+    if opts.run is not None:
+        if rest:
+            parser.error(f"--run takes no dataset or overrides: {' '.join(rest)}")
+        return _serve_grading(opts, stop)
     dataset = None
     overrides = []
     for arg in rest:
@@ -161,4 +184,49 @@ def review_command(argv: list[str], stop: threading.Event | None = None) -> int:
     finally:
         server.stop()
         print(f"rag-exp review: stopped; the workspace {workspace.root} is kept", flush=True)
+    return 0
+
+
+def _serve_grading(opts: argparse.Namespace, stop: threading.Event | None) -> int:
+    """``rag-exp review --run <run id>``: serve the grading page of the run until Ctrl-C."""
+    from rag_experiments.common.uri import require_existing_store
+    from rag_experiments.review.grading import create_grading_app
+    from rag_experiments.tracking.store import RunStore
+
+    if opts.n < 1:
+        raise ConfigError("--n must be ≥ 1")
+    require_existing_store(opts.tracking_uri)
+    folder = Path(opts.workspace or "grading").expanduser().resolve()
+    app = create_grading_app(
+        RunStore(opts.tracking_uri),
+        opts.run,
+        folder,
+        metrics=opts.metric,
+        n=opts.n,
+        seed=opts.seed,
+        mlflow_ui=opts.mlflow_ui,
+        loopback_only=opts.host in LOOPBACK,
+    )
+    grading = app.extensions["rag_exp_grading"]
+    server = ReviewServer(app, host=opts.host, port=opts.port)
+    url = server.start()
+    print(
+        f"rag-exp review: grade run {opts.run} at {url}  ({len(grading.sample)} rows, metrics "
+        f"{', '.join(grading.metrics)}; labels in {grading.labels.path}); Ctrl-C to stop",
+        flush=True,
+    )
+    return _wait(server, stop, f"the labels are kept in {grading.labels.path}")
+
+
+def _wait(server: ReviewServer, stop: threading.Event | None, kept: str) -> int:
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.stop()
+        print(f"rag-exp review: stopped; {kept}", flush=True)
     return 0

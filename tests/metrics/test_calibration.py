@@ -230,6 +230,28 @@ def test_jsonl_labels_and_their_errors(tmp_path: Path) -> None:
         load_labels(tmp_path / "absent.jsonl")
 
 
+def test_graders_lines_revise_and_average_and_a_run_id_is_resolved(tmp_path: Path) -> None:
+    # the labels file of `rag-exp review --run`: ana revises q1 (1 -> 0), bob says 1: mean 0.5
+    rows = [
+        {"id": "q1", "metric": "faithfulness", "value": 1.0, "grader": "ana"},
+        {"id": "q1", "metric": "faithfulness", "value": 0.0, "grader": "ana"},
+        {"id": "q1", "metric": "faithfulness", "value": 1.0, "grader": "bob"},
+        {"id": "q2", "metric": "faithfulness", "value": 1.0, "grader": "ana"},
+    ]
+    graded = _jsonl(tmp_path / "labels.jsonl", rows)
+    assert load_labels(graded).by_metric == {"faithfulness": {"q1": 0.5, "q2": 1.0}}
+    run_id = "0123456789abcdef0123456789abcdef"
+    asked = []
+    labels = load_labels(run_id, run_labels=lambda r: asked.append(r) or graded)
+    assert asked == [run_id] and labels.by_metric == {"faithfulness": {"q1": 0.5, "q2": 1.0}}
+    with pytest.raises(ConfigError, match="no such file"):  # no resolver: a file name only
+        load_labels(run_id)
+    mixed = _jsonl(tmp_path / "mixed.jsonl", [rows[0], {"id": "q1", "metric": "faithfulness",
+                                                        "value": 1}])  # fmt: skip
+    with pytest.raises(ConfigError, match='has lines with and without "grader"'):
+        load_labels(mixed)
+
+
 def test_a_filled_grade_sheet_gives_values_on_the_metric_scale(tmp_path: Path) -> None:
     key = {
         "sheet_id": "abc-s0-n3",
