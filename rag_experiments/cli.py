@@ -129,13 +129,14 @@ def run_command(argv: list[str]) -> int:
         return 0
     from rag_experiments.app import hydra_main, refuse_gated_sweep
     from rag_experiments.config import register
-    from rag_experiments.config.compose import compose_once
+    from rag_experiments.config.compose import compose_once, prompt_previews
 
     register(config_dirs(argv)[1:])  # the derived schemas of a --config-dir overlay too
     refuse_gated_sweep(argv)  # before Hydra makes the sweep's folder and parent run
     sys.argv = ["rag-exp run", *argv]
     # the cyclic collector is off from the command's start (main, _collector_paused)
-    with compose_once(), _without_hydra_job_line():  # Hydra composes once, not twice
+    # --cfg job: a YAML rubric's prompt is printed under its suite entry (prompt_preview)
+    with compose_once(), prompt_previews(), _without_hydra_job_line():
         hydra_main()
     return 0
 

@@ -47,9 +47,12 @@ class ContextRecall(JudgedMetric):
         max_retries: Retries of an invalid judge output.
         max_tokens: Completion limit per judge call.
         prefix: Column-name prefix.
+        examples: Graded few-shot examples for the prompt (:mod:`~rag_experiments.metrics.
+            fewshot`; ``rag-exp align`` writes them).
     """
 
     name = "context_recall"
+    example_fields = ("question", "contexts", "reference")
     columns = ("context_recall",)
     declaration = MetricDeclaration(
         outputs=(
@@ -70,9 +73,14 @@ class ContextRecall(JudgedMetric):
     shows_contexts = True
 
     def __init__(
-        self, judge: Any = None, max_retries: int = 1, max_tokens: int = 320, prefix: str = ""
+        self,
+        judge: Any = None,
+        max_retries: int = 1,
+        max_tokens: int = 320,
+        prefix: str = "",
+        examples: Any = None,
     ) -> None:
-        super().__init__(judge, max_retries, max_tokens, prefix)
+        super().__init__(judge, max_retries, max_tokens, prefix, examples)
 
     def _score(
         self, sample: Sample, resp: RagResponse

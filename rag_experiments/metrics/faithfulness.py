@@ -69,6 +69,8 @@ class Faithfulness(JudgedMetric):
         max_tokens: Completion limit per judge call.
         refusal_patterns: Extra refusal patterns (see :mod:`~rag_experiments.metrics.refusal`).
         prefix: Column-name prefix.
+        examples: Graded few-shot examples for the prompt (:mod:`~rag_experiments.metrics.
+            fewshot`; ``rag-exp align`` writes them).
     """
 
     name = "faithfulness"
@@ -98,8 +100,9 @@ class Faithfulness(JudgedMetric):
         max_tokens: int = 320,
         refusal_patterns: Sequence[str] | None = None,
         prefix: str = "",
+        examples: Any = None,
     ) -> None:
-        super().__init__(judge, max_retries, max_tokens, prefix)
+        super().__init__(judge, max_retries, max_tokens, prefix, examples)
         self.refusal_patterns = compile_patterns(refusal_patterns)
 
     def _score(
