@@ -35,6 +35,9 @@ Subcommands::
     rag-exp promote <run_id> [--alias production]
                                        point a baseline alias of the experiment at the run;
                                        exit 2 on a wrong input
+    rag-exp align <graded run | labels file> --metric M [--run RUN] [--k 4] [overrides…]
+                                       few-shot examples from labels into the judge's prompt;
+                                       kappa and balanced accuracy before/after (CV)
     rag-exp init [--dir DIR] [--force]  a starter conf/ overlay (experiment, HTTP target)
 
 ``rag-exp run --help`` shows our usage, examples and the config groups, read from ``conf/``
@@ -247,6 +250,10 @@ COMMANDS: dict[str, Command] = {
     "promote": Command(
         "rag_experiments.commands.gate:promote_command",
         "set a baseline alias (e.g. production) of the run's experiment",
+    ),
+    "align": Command(
+        "rag_experiments.commands.align:align_command",
+        "few-shot examples from people's labels into a judge's prompt; kappa before/after",
     ),
     "init": Command(
         "rag_experiments.starter:init_command",

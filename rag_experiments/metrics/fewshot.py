@@ -46,6 +46,9 @@ from rag_experiments.errors import ConfigError
 BLOCK_TITLE = "Examples graded by people (grade the Answer below the same way):"
 """First line of the examples block (the example-reading fake judge finds the block by it)."""
 
+GRADE_MARK = "Human grade: "
+"""Start of an example's grade line (``Human grade: faithful (1.00 on a 0-1 scale)``)."""
+
 CONTEXT_CHARS = 300
 """Characters of each context shown in an example."""
 
@@ -141,7 +144,8 @@ class ExampleSet:
 
     def block(self, reads: Sequence[str] = ("question", "contexts", "answer")) -> str:
         """The examples as prompt text: :data:`BLOCK_TITLE`, then per example its fields
-        (those of ``reads`` it has), ``Human grade: <verdict>`` and the note."""
+        (those of ``reads`` it has), ``Human grade: <verdict> (<value> on a 0-1 scale)`` and
+        the note."""
         parts = [BLOCK_TITLE]
         for i, e in enumerate(self.examples, start=1):
             lines = [f"Example {i}:"]
@@ -154,7 +158,8 @@ class ExampleSet:
             if "reference" in reads and e.reference:
                 lines.append(f"Reference answer: {e.reference}")
             lines.append(f"Answer: {e.answer}")
-            lines.append(f"Human grade: {e.verdict}")
+            value = "" if e.value is None else f" ({e.value:.2f} on a 0-1 scale)"
+            lines.append(f"{GRADE_MARK}{e.verdict}{value}")
             if e.note:
                 lines.append(f"Why: {e.note}")
             parts.append("\n".join(lines))
