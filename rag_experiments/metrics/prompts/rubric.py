@@ -166,7 +166,7 @@ class Rubric:
         if "contexts" in self.reads:
             parts.append("Context passages:\n\n{contexts}\n\n")
         item = []
-        for name in self.reads:
+        for name in (*[r for r in self.reads if r != "answer"], "answer"):  # the answer last
             if name == "contexts":
                 continue
             if name.startswith("metadata."):
