@@ -45,7 +45,7 @@ check (``critera`` → "did you mean criteria"), a bad scale, field or name by
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from rag_experiments.errors import ConfigError
@@ -88,11 +88,12 @@ _CLASSES: dict[str, type[RubricJudge]] = {}
 
 
 def _plain(value: Any) -> Any:
-    """OmegaConf containers → dicts and lists."""
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-
-    if isinstance(value, DictConfig | ListConfig):
-        return OmegaConf.to_container(value, resolve=True)
+    """Mappings and sequences (a composed config's nodes too) → dicts and lists, recursively;
+    text and scalars as they are."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return [_plain(v) for v in value]
     return value
 
 

@@ -151,6 +151,16 @@ def test_a_rubric_declares_itself_into_every_list() -> None:
     rebuilt = type(binary)(judge=_judge(0))
     (row,) = rebuilt.evaluate([_sample()], [_resp()])
     assert row["cites"].value == 0.0
+    # judge-check: a probe named as the rubric; every pair graded 1 (pass ≥ 0.5), so the
+    # accuracy is the share of faithful pairs
+    from rag_experiments.qualify.check import PROBES, JudgeCheck
+    from rag_experiments.qualify.pairs import load_pairs
+
+    assert "cites" in PROBES
+    pairs = load_pairs()[:6]
+    (result,) = JudgeCheck(_judge(1)).run(pairs, ["cites"]).values()
+    assert result.agreement.n == 6
+    assert result.agreement.accuracy == pytest.approx(sum(p.faithful for p in pairs) / 6)
 
 
 def test_a_logged_runs_params_declare_the_rubric_again() -> None:
