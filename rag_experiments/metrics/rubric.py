@@ -44,6 +44,7 @@ check (``critera`` → "did you mean criteria"), a bad scale, field or name by
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -73,15 +74,6 @@ RUBRIC_KEY = 150
 NO_CONTEXT = "(no passage retrieved)"
 """What the prompt shows for an empty context list."""
 
-DEFAULTS: dict[str, Any] = {
-    "steps": None,
-    "scale": "binary",
-    "reads": ("question", "answer"),
-    "higher_is_better": True,
-    "threshold": 0.5,
-}
-"""Defaults of the rubric keys (the constructor's)."""
-
 _CONTENT_KEYS = ("name", "criteria", "steps", "scale", "reads", "higher_is_better", "threshold")
 
 _CLASSES: dict[str, type[RubricJudge]] = {}
@@ -99,10 +91,11 @@ def _plain(value: Any) -> Any:
 
 def _content(config: Mapping[str, Any]) -> dict[str, Any]:
     """The rubric keys of ``config`` with the defaults filled in, as plain data."""
-    out = {k: _plain(config.get(k, DEFAULTS.get(k))) for k in _CONTENT_KEYS}
-    if isinstance(out["reads"], tuple):
-        out["reads"] = list(out["reads"])
-    return out
+    defaults = {
+        p.name: None if p.default is inspect.Parameter.empty else p.default
+        for p in inspect.signature(RubricJudge.__init__).parameters.values()
+    }  # the constructor's defaults: declared once
+    return {k: _plain(config.get(k, defaults[k])) for k in _CONTENT_KEYS}
 
 
 def rubric_class(config: Mapping[str, Any], where: str = "metrics.suite") -> type[RubricJudge]:
@@ -110,7 +103,8 @@ def rubric_class(config: Mapping[str, Any], where: str = "metrics.suite") -> typ
     registered (its ``declaration`` joins every derived list).
 
     Args:
-        config: The rubric keys (:data:`_CONTENT_KEYS`; missing ones take :data:`DEFAULTS`).
+        config: The rubric keys (:data:`_CONTENT_KEYS`; missing ones take the defaults of
+            :class:`RubricJudge`'s constructor).
         where: The config key, for messages.
 
     Raises:
