@@ -37,6 +37,9 @@ Subcommands::
     rag-exp promote <run_id> [--alias production]
                                        point a baseline alias of the experiment at the run;
                                        exit 2 on a wrong input
+    rag-exp align <graded run | labels file> --metric M [--run RUN] [--k 4] [overrides…]
+                                       few-shot examples from labels into the judge's prompt;
+                                       kappa and balanced accuracy before/after (CV)
     rag-exp init [--dir DIR] [--force]  a starter conf/ overlay (experiment, HTTP target)
 
 ``rag-exp run --help`` shows our usage, examples and the config groups, read from ``conf/``
@@ -131,13 +134,14 @@ def run_command(argv: list[str]) -> int:
         return 0
     from rag_experiments.app import hydra_main, refuse_gated_sweep
     from rag_experiments.config import register
-    from rag_experiments.config.compose import compose_once
+    from rag_experiments.config.compose import compose_once, prompt_previews
 
     register(config_dirs(argv)[1:])  # the derived schemas of a --config-dir overlay too
     refuse_gated_sweep(argv)  # before Hydra makes the sweep's folder and parent run
     sys.argv = ["rag-exp run", *argv]
     # the cyclic collector is off from the command's start (main, _collector_paused)
-    with compose_once(), _without_hydra_job_line():  # Hydra composes once, not twice
+    # --cfg job: a YAML rubric's prompt is printed under its suite entry (prompt_preview)
+    with compose_once(), prompt_previews(), _without_hydra_job_line():
         hydra_main()
     return 0
 
@@ -261,6 +265,10 @@ COMMANDS: dict[str, Command] = {
     "promote": Command(
         "rag_experiments.commands.gate:promote_command",
         "set a baseline alias (e.g. production) of the run's experiment",
+    ),
+    "align": Command(
+        "rag_experiments.commands.align:align_command",
+        "few-shot examples from people's labels into a judge's prompt; kappa before/after",
     ),
     "init": Command(
         "rag_experiments.starter:init_command",

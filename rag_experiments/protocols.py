@@ -11,7 +11,7 @@ implementation states only what differs. (The chat-model protocol is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
@@ -188,6 +188,28 @@ class MetricBase:
     def audit(self) -> list[dict[str, Any]]:
         """No per-row records (``[]``)."""
         return []
+
+    preview: ClassVar[Mapping[str, Any] | None] = None
+    """What ``rag-exp run --cfg job`` shows under the suite entry as ``prompt_preview``, plain
+    data (a YAML rubric's prompt: its id, system message and user template, line by line);
+    None: nothing shown."""
+
+    @classmethod
+    def declared_for(cls, config: Mapping[str, Any]) -> type[MetricBase]:
+        """The class declaring the metric a suite entry of this class configures. Default:
+        this class. A metric whose outputs depend on its config (a YAML rubric,
+        :mod:`~rag_experiments.metrics.rubric`) returns a class made for that config, which
+        registers, so its declaration is in every derived list. Called when the config is
+        composed (:func:`~rag_experiments.config.keys.check_suite`) and for a logged run's
+        params (:func:`~rag_experiments.metrics.definitions.register_run_metrics`).
+
+        Args:
+            config: The suite entry's keys (``_target_`` included), plain data.
+
+        Raises:
+            ConfigError: A value the metric refuses (the message names the key).
+        """
+        return cls
 
 
 class TargetBase:

@@ -33,6 +33,30 @@ def _no_active_mlflow_experiment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fluent, "_active_experiment_id", None)
 
 
+@pytest.fixture(autouse=True)
+def _no_leftover_rubric_metrics() -> Iterator[None]:
+    """A YAML rubric a test builds or composes registers a metric class made for it
+    (:func:`rag_experiments.metrics.rubric.rubric_class`): the ones a test made are dropped
+    from the registry afterwards, so no other test finds them in the derived lists (scorers,
+    probes, key metrics)."""
+    from rag_experiments import protocols
+
+    before = set(protocols._METRIC_CLASSES)
+    yield
+    made = [
+        c
+        for c in protocols._METRIC_CLASSES
+        if c not in before
+        and c.__module__ == "rag_experiments.metrics.rubric"
+        and c.__name__.startswith("Rubric[")
+    ]
+    if made:
+        from rag_experiments.metrics import rubric
+
+        protocols._METRIC_CLASSES[:] = [c for c in protocols._METRIC_CLASSES if c not in made]
+        rubric._CLASSES = {k: v for k, v in rubric._CLASSES.items() if v not in made}
+
+
 @pytest.fixture
 def compose_cfg(tmp_path: Path) -> Iterator[Callable[..., DictConfig]]:
     """Return ``compose(*overrides)`` over conf/, with caches and MLflow under ``tmp_path``."""

@@ -132,3 +132,28 @@ def compose_once() -> Iterator[None]:
     finally:
         Hydra.get_mode = original_get_mode  # type: ignore[method-assign]
         Hydra.compose_config = original_compose  # type: ignore[method-assign]
+
+
+@contextmanager
+def prompt_previews() -> Iterator[None]:
+    """While the block runs, the config Hydra prints for ``--cfg job`` (and ``--cfg all``)
+    shows each YAML rubric's prompt under its suite entry as ``prompt_preview``
+    (:func:`~rag_experiments.config.keys.add_prompt_previews`). Only the printed copy
+    (``Hydra.get_sanitized_cfg``, called by ``show_cfg`` alone) changes: a run's config is
+    untouched."""
+    from hydra._internal.hydra import Hydra
+
+    from rag_experiments.config.keys import add_prompt_previews
+
+    original = Hydra.get_sanitized_cfg
+
+    def get_sanitized_cfg(self: Any, cfg: DictConfig, cfg_type: str) -> DictConfig:
+        out = original(self, cfg, cfg_type)
+        add_prompt_previews(out)
+        return out
+
+    Hydra.get_sanitized_cfg = get_sanitized_cfg  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Hydra.get_sanitized_cfg = original  # type: ignore[method-assign]

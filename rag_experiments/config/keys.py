@@ -31,7 +31,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from rag_experiments.errors import ConfigError
@@ -95,13 +95,13 @@ def unknown_keys(cfg: DictConfig) -> list[tuple[str, str, type]]:
         if not isinstance(node, DictConfig):
             return
         fields = schema_fields(OmegaConf.get_type(node))
-        for key in node.keys():
-            key = str(key)
+        for raw in node.keys():  # an int key (a rubric's grades) is looked up as an int
+            key = str(raw)
             full = f"{path}.{key}" if path else key
             if fields and key not in fields and not _hydra_key(key):
                 found.append((full, key, OmegaConf.get_type(node)))
                 continue
-            walk(node._get_node(key), full)
+            walk(node._get_node(raw), full)
 
     walk(cfg, "")
     return found
@@ -190,7 +190,9 @@ def check_suite(cfg: Any) -> None:
 
     Each entry of ``metrics.suite`` must hold a ``_target_`` naming an importable class, and
     each of its other keys must be a parameter of that class's constructor
-    (:func:`constructor_parameters`); the shared parts a metric ``requires`` (``judge``,
+    (:func:`constructor_parameters`), and a metric declared by its config checks its values
+    (:meth:`~rag_experiments.protocols.MetricBase.declared_for`: a YAML rubric's scale,
+    fields, name); the shared parts a metric ``requires`` (``judge``,
     ``embedder``) are given by the run and may not be set in the suite.
 
     Args:
@@ -227,6 +229,7 @@ def check_suite(cfg: Any) -> None:
         requires = cls.requires if issubclass(cls, MetricBase) else frozenset()
         given = [p for p in sorted(requires) if p in params]
         accepted = [p for p in params if p not in given]
+        before = len(problems)
         for name in map(str, node.keys()):
             if _hydra_key(name) or name in accepted:
                 continue
@@ -240,8 +243,45 @@ def check_suite(cfg: Any) -> None:
                 f"{full}.{name} is not a parameter of {target}: "
                 f"{_close(name, accepted, f'{full}.')} Its parameters: {', '.join(accepted)}"
             )
+        if len(problems) == before and issubclass(cls, MetricBase) and isinstance(node, DictConfig):
+            try:  # the values a metric declared by its config checks (a YAML rubric's scale)
+                cls.declared_for(OmegaConf.to_container(node, resolve=True))  # type: ignore[arg-type]
+            except ConfigError as exc:
+                problems.append(str(exc))
     if problems:
         raise ConfigError("; ".join(problems))
+
+
+def add_prompt_previews(cfg: Any) -> None:
+    """Show, under each suite entry whose metric declares a ``preview`` (a YAML rubric's
+    prompt, :attr:`~rag_experiments.protocols.MetricBase.preview`), that text as
+    ``prompt_preview`` (what ``rag-exp run --cfg job`` prints; the entry is changed in place,
+    so call it on a config that is only printed). Entries that do not compose into a class
+    are left as they are (the run reports them).
+
+    Args:
+        cfg: A composed root config.
+    """
+    from hydra.utils import get_class
+
+    suite = OmegaConf.select(cfg, "metrics.suite") if isinstance(cfg, DictConfig) else None
+    if not isinstance(suite, DictConfig):
+        return
+    for key in list(suite.keys()):
+        node = suite._get_node(key)
+        target = node.get("_target_") if isinstance(node, DictConfig) else None
+        if not target:
+            continue
+        try:
+            cls = get_class(str(target))
+            if not (isinstance(cls, type) and issubclass(cls, MetricBase)):
+                continue
+            declared = cls.declared_for(OmegaConf.to_container(node, resolve=True))  # type: ignore[arg-type]
+        except (ImportError, ValueError, ConfigError, OmegaConfBaseException):
+            continue
+        if declared.preview:
+            with open_dict(node):
+                node.prompt_preview = declared.preview
 
 
 def group_choices(group: str) -> list[str]:

@@ -54,9 +54,12 @@ class AnswerJudge(JudgedMetric):
         max_retries: Retries of an invalid judge output.
         max_tokens: Completion limit per judge call.
         prefix: Column-name prefix.
+        examples: Graded few-shot examples for the prompt (:mod:`~rag_experiments.metrics.
+            fewshot`; ``rag-exp align`` writes them).
     """
 
     name = "answer_judge"
+    example_fields = ("question", "reference", "answer")
     columns = tuple(f"answer_judge.{c}" for c in CRITERIA) + tuple(
         f"answer_judge.{c}_raw" for c in CRITERIA
     )
@@ -118,9 +121,14 @@ class AnswerJudge(JudgedMetric):
     )
 
     def __init__(
-        self, judge: Any = None, max_retries: int = 1, max_tokens: int = 128, prefix: str = ""
+        self,
+        judge: Any = None,
+        max_retries: int = 1,
+        max_tokens: int = 128,
+        prefix: str = "",
+        examples: Any = None,
     ) -> None:
-        super().__init__(judge, max_retries, max_tokens, prefix)
+        super().__init__(judge, max_retries, max_tokens, prefix, examples)
 
     def _score(
         self, sample: Sample, resp: RagResponse

@@ -58,12 +58,15 @@ class AnswerRelevancy(JudgedMetric):
         max_tokens: Completion limit per judge call.
         refusal_patterns: Extra refusal patterns (see :mod:`~rag_experiments.metrics.refusal`).
         prefix: Column-name prefix.
+        examples: Graded few-shot examples for the prompt (:mod:`~rag_experiments.metrics.
+            fewshot`; ``rag-exp align`` writes them).
 
     Raises:
         ConfigError: ``n_questions`` outside 1..10.
     """
 
     name = "answer_relevancy"
+    example_fields = ("answer",)
     requires: ClassVar[frozenset[str]] = frozenset({"judge", "embedder"})
     columns = ("answer_relevancy",)
     declaration = MetricDeclaration(
@@ -90,8 +93,9 @@ class AnswerRelevancy(JudgedMetric):
         max_tokens: int = 192,
         refusal_patterns: Sequence[str] | None = None,
         prefix: str = "",
+        examples: Any = None,
     ) -> None:
-        super().__init__(judge, max_retries, max_tokens, prefix)
+        super().__init__(judge, max_retries, max_tokens, prefix, examples)
         if not 1 <= int(n_questions) <= prompt.MAX_QUESTIONS:
             raise ConfigError(
                 f"answer_relevancy.n_questions must be in 1..{prompt.MAX_QUESTIONS}, "

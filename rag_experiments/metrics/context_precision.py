@@ -66,9 +66,12 @@ class ContextPrecision(JudgedMetric):
         max_tokens: Completion limit per judge call (raised to ``8 · n_contexts + 16`` when that
             is larger, so any number of contexts fits).
         prefix: Column-name prefix.
+        examples: Graded few-shot examples for the prompt (:mod:`~rag_experiments.metrics.
+            fewshot`; ``rag-exp align`` writes them).
     """
 
     name = "context_precision"
+    example_fields = ("question", "contexts", "reference")
     columns = ("context_precision", "context_utilization")
     declaration = MetricDeclaration(
         outputs=(
@@ -95,9 +98,14 @@ class ContextPrecision(JudgedMetric):
     shows_contexts = True
 
     def __init__(
-        self, judge: Any = None, max_retries: int = 1, max_tokens: int = 96, prefix: str = ""
+        self,
+        judge: Any = None,
+        max_retries: int = 1,
+        max_tokens: int = 96,
+        prefix: str = "",
+        examples: Any = None,
     ) -> None:
-        super().__init__(judge, max_retries, max_tokens, prefix)
+        super().__init__(judge, max_retries, max_tokens, prefix, examples)
 
     def _score(
         self, sample: Sample, resp: RagResponse

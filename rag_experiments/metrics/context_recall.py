@@ -54,9 +54,12 @@ class ContextRecall(JudgedMetric):
         max_tokens: Completion limit per judge call.
         prefix: Column-name prefix.
         claim_layer: Read the value from the shared claim layer (module docstring).
+        examples: Graded few-shot examples for the prompt (:mod:`~rag_experiments.metrics.
+            fewshot`; ``rag-exp align`` writes them).
     """
 
     name = "context_recall"
+    example_fields = ("question", "contexts", "reference")
     columns = ("context_recall",)
     declaration = MetricDeclaration(
         outputs=(
@@ -83,8 +86,9 @@ class ContextRecall(JudgedMetric):
         max_tokens: int = 320,
         prefix: str = "",
         claim_layer: bool = False,
+        examples: Any = None,
     ) -> None:
-        super().__init__(judge, max_retries, max_tokens, prefix)
+        super().__init__(judge, max_retries, max_tokens, prefix, examples)
         self.claim_layer = bool(claim_layer)
 
     def _score(

@@ -28,6 +28,7 @@ a prefix (``deepeval.faithfulness``) so both can sit side by side in one run or 
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 import re
 import threading
@@ -209,14 +210,64 @@ def register_run_metrics(params: Mapping[str, str]) -> list[str]:
     """
     from hydra.utils import get_class  # as composition imports a suite's _target_
 
+    from rag_experiments.protocols import MetricBase
+
     missing = []
     for key, target in params.items():
         if SUITE_TARGET.match(key):
             try:
-                get_class(str(target))
+                cls = get_class(str(target))
             except (ImportError, ValueError):
                 missing.append(str(target))
+                continue
+            if isinstance(cls, type) and issubclass(cls, MetricBase):
+                try:  # a metric declared by its config (a YAML rubric) declares itself again
+                    cls.declared_for(entry_config(params, key.removesuffix("_target_")))
+                except ConfigError:
+                    missing.append(str(target))
     return missing
+
+
+def entry_config(params: Mapping[str, str], prefix: str) -> dict[str, Any]:
+    """A suite entry's keys back from a logged run's flat params: the params under ``prefix``
+    (``metrics.suite.<entry>.``), nested again at their dots, values as MLflow wrote them
+    turned back into data (``None``, ``True``/``False``, numbers, JSON lists and mappings);
+    ``name`` and ``criteria`` stay text.
+
+    Args:
+        params: A run's params.
+        prefix: The entry's prefix, dot included.
+    """
+    out: dict[str, Any] = {}
+    for full, raw in params.items():
+        if not full.startswith(prefix):
+            continue
+        key = full[len(prefix) :]
+        value: Any = raw
+        if key in ("name", "criteria"):
+            value = raw
+        elif raw == "None":
+            value = None
+        elif raw in ("True", "False"):
+            value = raw == "True"
+        elif raw.startswith(("[", "{")):
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                value = raw
+        else:
+            for kind in (int, float):
+                try:
+                    value = kind(raw)
+                    break
+                except ValueError:
+                    continue
+        node = out
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
 
 
 def declared_metrics() -> list[type[Any]]:

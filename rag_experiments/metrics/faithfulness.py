@@ -76,6 +76,8 @@ class Faithfulness(JudgedMetric):
         refusal_patterns: Extra refusal patterns (see :mod:`~rag_experiments.metrics.refusal`).
         prefix: Column-name prefix.
         claim_layer: Read the value from the shared claim layer (module docstring).
+        examples: Graded few-shot examples for the prompt (:mod:`~rag_experiments.metrics.
+            fewshot`; ``rag-exp align`` writes them).
     """
 
     name = "faithfulness"
@@ -106,8 +108,9 @@ class Faithfulness(JudgedMetric):
         refusal_patterns: Sequence[str] | None = None,
         prefix: str = "",
         claim_layer: bool = False,
+        examples: Any = None,
     ) -> None:
-        super().__init__(judge, max_retries, max_tokens, prefix)
+        super().__init__(judge, max_retries, max_tokens, prefix, examples)
         self.refusal_patterns = compile_patterns(refusal_patterns)
         self.claim_layer = bool(claim_layer)
 

@@ -33,6 +33,7 @@ from rag_experiments.llm.base import ChatModel, Message
 from rag_experiments.llm.parsing import LLMParseError, StructuredOutput, parse_structured
 from rag_experiments.llm.reasoning import shorten
 from rag_experiments.metrics.audit import RATIONALE_KEY, USAGE_KEYS
+from rag_experiments.metrics.fewshot import ExampleSet, insert_block, load_examples
 from rag_experiments.metrics.prompts.base import JudgePrompt
 from rag_experiments.metrics.scheduler import JudgedRowMetric
 from rag_experiments.records import MetricSpec, MetricValue, RagResponse, Sample
@@ -200,14 +201,19 @@ class JudgedMetric(JudgedRowMetric):
         max_retries: Retries of a judgement whose output is invalid.
         max_tokens: Completion limit per judge call (keeps small models from rambling).
         prefix: Prefix of every column name (a second backend uses ``deepeval.``).
+        examples: Graded few-shot examples put into every prompt of the metric (a file
+            written by ``rag-exp align``, a list, or None; :mod:`~rag_experiments.metrics.
+            fewshot`); the prompt id gets their version.
 
     Raises:
-        ConfigError: ``max_retries`` < 0 or ``max_tokens`` < 1.
+        ConfigError: ``max_retries`` < 0 or ``max_tokens`` < 1, or unreadable examples.
     """
 
     name = "judged"
     columns: tuple[str, ...] = ()
     """Output columns, in order; default the names of the class's ``declaration`` outputs."""
+    example_fields: tuple[str, ...] = ("question", "contexts", "answer")
+    """Fields of a few-shot example shown in the prompt (those the metric's prompt reads)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -220,6 +226,7 @@ class JudgedMetric(JudgedRowMetric):
         max_retries: int = 1,
         max_tokens: int = 256,
         prefix: str = "",
+        examples: Any = None,
     ) -> None:
         if type(self).declaration is None:  # specs() and the registry read it
             cls = f"{type(self).__module__}.{type(self).__qualname__}"
@@ -236,6 +243,9 @@ class JudgedMetric(JudgedRowMetric):
         self.max_retries = int(max_retries)
         self.max_tokens = int(max_tokens)
         self.prefix = prefix
+        self.examples: ExampleSet | None = load_examples(
+            examples, f"metrics.suite.{self.name}.examples"
+        )
 
     def specs(self) -> list[MetricSpec]:
         """The specs of :attr:`columns`, prefixed."""
@@ -285,11 +295,17 @@ class JudgedMetric(JudgedRowMetric):
                 f"metric {self.name} needs a judge model: run it through `rag-exp run` (which "
                 "builds the `judge` config) or pass judge=<ChatModel>"
             )
+        messages = prompt.messages(**{k: str(v) for k, v in fields.items()})
+        prompt_id = prompt.id
+        if self.examples is not None:  # few-shot: before the task, after the contexts
+            block = self.examples.block(self.example_fields)
+            messages[-1] = {**messages[-1], "content": insert_block(messages[-1]["content"], block)}
+            prompt_id = f"{prompt.id}+{self.examples.version}"
         judgement = ask_judge(
             self.judge,
-            prompt.messages(**{k: str(v) for k, v in fields.items()}),
+            messages,
             schema,
-            prompt_id=prompt.id,
+            prompt_id=prompt_id,
             check=check,
             max_retries=self.max_retries,
             options={"max_tokens": max_tokens or self.max_tokens},

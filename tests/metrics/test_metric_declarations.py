@@ -93,6 +93,7 @@ def test_how_a_metric_is_scored_is_declared() -> None:
 def test_constructor_parameters_follow_kwargs_to_the_base() -> None:
     assert constructor_parameters(Faithfulness) == [
         "judge", "max_retries", "max_tokens", "refusal_patterns", "prefix", "claim_layer",
+        "examples",
     ]  # fmt: skip
     params = constructor_parameters(DeepEvalFaithfulness)
     assert params[:3] == ["judge", "truths_extraction_limit", "penalize_ambiguous_claims"]
