@@ -25,6 +25,7 @@ from rag_experiments.metrics.prompts import (
     answer_relevancy,
     claim_check,
     context_precision,
+    rubric,
 )
 from rag_experiments.metrics.prompts import faithfulness as faith
 from rag_experiments.records import RagResponse, Sample
@@ -189,6 +190,7 @@ def test_fake_judge_script_is_strictly_valid() -> None:
         "AnswerGrades": answer_judge.AnswerGrades,
         "ClaimList": claim_check.ClaimList,
         "ClaimSupport": claim_check.support_model(2, 5),
+        "RubricGrade": rubric.output_model(1, 5),
     }
     chat = FakeChat(responses=scripted)
     for name, schema in schemas.items():
