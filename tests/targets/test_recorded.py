@@ -4,6 +4,7 @@ hand-written peer files load and score; a row without a response is NaN ``no_res
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable
@@ -20,7 +21,14 @@ from rag_experiments.data.peer import DeepEvalDataset, RagasDataset, write_deepe
 from rag_experiments.errors import DatasetError
 from rag_experiments.job import run_job
 from rag_experiments.metrics.keyword_faithfulness import KeywordFaithfulness
-from rag_experiments.records import Citation, Document, RecordedAnswer, RecordedCitation, Sample
+from rag_experiments.records import (
+    Citation,
+    Document,
+    RagResponse,
+    RecordedAnswer,
+    RecordedCitation,
+    Sample,
+)
 from rag_experiments.targets.recorded import RecordedTarget
 from rag_experiments.tracking.store import read_table
 
@@ -297,6 +305,8 @@ def test_structured_citations_round_trip_every_format_and_reach_the_response(
         Citation("A.", chunk_id="d#0"),
         Citation("B", doc_id="d", text="quoted"),
     ]
+    resp = target.answer(samples[0])  # a checkpoint line (asdict, JSON) reads back equal
+    assert RagResponse(**json.loads(json.dumps(dataclasses.asdict(resp)))) == resp
     assert target.answer(samples[1]).citations == []  # cites nothing
     assert target.answer(samples[2]).citations is None  # inline markers, if any
 
