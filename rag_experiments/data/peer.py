@@ -415,9 +415,9 @@ class DeepEvalDataset(RowDataset):
     ``retrieval_context`` → ``retrieved_contexts``. ``additional_metadata`` may hold ``id``,
     ``question_type``, ``answerable``, ``reference_doc_ids``, ``keywords``, ``relevance``,
     ``retrieved_ids``, ``retrieved_doc_ids``, ``latency_ms`` and ``citations`` (what
-    :func:`write_deepeval` writes there); its other keys, and every other non-null key (``name``, ``comments``,
-    ``tools_called`` …), are kept in ``metadata``. Multi-turn goldens (``turns``) are not
-    supported. Problems are reported by 1-based item index.
+    :func:`write_deepeval` writes there); its other keys, and every other non-null key
+    (``name``, ``comments``, ``tools_called`` …), are kept in ``metadata``. Multi-turn goldens
+    (``turns``) are not supported. Problems are reported by 1-based item index.
 
     Args:
         path: The ``.json`` file.
