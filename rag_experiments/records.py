@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 QUESTION_TYPES: tuple[str, ...] = (
     "procedural",
@@ -82,6 +82,61 @@ class Chunk:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Citation:
+    """One structured citation of a response: the statement it supports and the source it
+    names (what ``metrics=citations`` checks, :mod:`~rag_experiments.metrics.citations`).
+
+    The statement is given by its **text** (not a character span): the sentence of
+    ``response`` it supports, or a part of it (Cohere's citation ``text`` is a span of the
+    answer); markers, case, whitespace and final punctuation do not matter. The source is a
+    retrieved chunk id, a document id, or the cited passage's text: at least one of them.
+    Several sources of one statement are several citations with the same statement.
+
+    Attributes:
+        statement: Text of the cited statement (non-blank).
+        chunk_id: Id of the cited retrieved chunk (one of ``retrieved_ids``), or None.
+        doc_id: Id of the cited document (one of ``retrieved_doc_ids``), or None.
+        text: The cited passage's text (a retrieved context, or a quote of one), or None.
+
+    Raises:
+        ValueError: A blank statement, or no source.
+    """
+
+    statement: str
+    chunk_id: str | None = None
+    doc_id: str | None = None
+    text: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.statement.strip():
+            raise ValueError("a citation's statement must not be blank")
+        if self.chunk_id is None and self.doc_id is None and self.text is None:
+            raise ValueError("a citation needs a source: chunk_id, doc_id or text")
+
+
+class RecordedCitation(BaseModel):
+    """A :class:`Citation` as a dataset row records it (same fields, checked strictly by the
+    loaders; :meth:`to_citation` gives the record)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    statement: str = Field(min_length=1, pattern=r"\S")
+    chunk_id: str | None = None
+    doc_id: str | None = None
+    text: str | None = None
+
+    @model_validator(mode="after")
+    def _names_a_source(self) -> RecordedCitation:
+        if self.chunk_id is None and self.doc_id is None and self.text is None:
+            raise ValueError("a citation needs a source: chunk_id, doc_id or text")
+        return self
+
+    def to_citation(self) -> Citation:
+        """The :class:`Citation` record."""
+        return Citation(self.statement, self.chunk_id, self.doc_id, self.text)
+
+
 class RecordedAnswer(BaseModel):
     """An answer the system under test already gave, carried by the dataset row
     (``target=recorded`` scores it without calling the system).
@@ -97,6 +152,9 @@ class RecordedAnswer(BaseModel):
         retrieved_doc_ids: Document ids in rank order, when recorded (else matched to the
             corpus by text, as for HTTP targets).
         latency_ms: Recorded wall time of the answer, milliseconds (≥ 0), when known.
+        citations: The answer's structured citations (:class:`RecordedCitation`: statement
+            and chunk_id / doc_id / text), when recorded; None = the citations are the
+            answer's inline ``[k]`` markers, if any.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -106,6 +164,7 @@ class RecordedAnswer(BaseModel):
     retrieved_ids: list[str] | None = None
     retrieved_doc_ids: list[str] | None = None
     latency_ms: float | None = Field(default=None, ge=0)
+    citations: list[RecordedCitation] | None = None
 
 
 class Sample(BaseModel):
@@ -178,6 +237,9 @@ class RagResponse:
         error: None on success; otherwise a short reason code (``timeout``, …).
         error_message: Human-readable detail for ``error``.
         metadata: Free-form (token usage, model id, …).
+        citations: The answer's structured citations (:class:`Citation`) when the target
+            returns them, else None (``metrics=citations`` then reads inline ``[k]`` markers).
+            Plain dicts (a checkpoint read back) are turned into :class:`Citation`.
     """
 
     response: str = ""
@@ -190,6 +252,13 @@ class RagResponse:
     error: str | None = None
     error_message: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    citations: list[Citation] | None = None
+
+    def __post_init__(self) -> None:
+        if self.citations is not None:
+            self.citations = [
+                c if isinstance(c, Citation) else Citation(**c) for c in self.citations
+            ]
 
 
 @dataclass(frozen=True)

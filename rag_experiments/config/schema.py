@@ -239,7 +239,9 @@ class HttpResponseConf:
     ``null`` = not mapped; ``required`` fields must be found on every answer (a missing one
     fails the row as ``mapping_empty``). ``contexts`` is a list of strings or of objects
     (``context_text``, ``context_id``, ``context_doc_id`` inside each); ``context_ids`` and
-    ``doc_ids`` are separate ranked lists."""
+    ``doc_ids`` are separate ranked lists. ``citations`` (not mapped by default) is a list of
+    objects (``citation_statement`` and ``citation_chunk_id`` / ``citation_doc_id`` /
+    ``citation_text`` inside each) that ``metrics=citations`` scores."""
 
     answer: str | None = "answer"
     contexts: str | None = "contexts"
@@ -249,6 +251,11 @@ class HttpResponseConf:
     context_ids: str | None = "context_ids"
     doc_ids: str | None = "doc_ids"
     required: list[str] = field(default_factory=lambda: ["answer", "contexts"])
+    citations: str | None = None
+    citation_statement: str = "statement"
+    citation_chunk_id: str | None = "chunk_id"
+    citation_doc_id: str | None = "doc_id"
+    citation_text: str | None = "text"
 
 
 @option("target", "http")

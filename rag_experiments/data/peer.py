@@ -209,6 +209,7 @@ RECORDED_FIELDS: tuple[str, ...] = (
     "retrieved_ids",
     "retrieved_doc_ids",
     "latency_ms",
+    "citations",
 )
 """Fields of :class:`~rag_experiments.records.RecordedAnswer`, by their Sample-side names."""
 
@@ -307,7 +308,7 @@ class RagasDataset(RowDataset):
     ``response``, ``retrieved_contexts``, ``retrieved_context_ids`` (RAGAS' chunk ids, strings
     or integers) → ``retrieved_ids``. Optional keys RAGAS ignores and :func:`write_ragas` writes:
     ``id`` (default ``q<line>``), ``question_type``, ``answerable``, ``reference_doc_ids``,
-    ``keywords``, ``relevance``, ``retrieved_doc_ids``, ``latency_ms``, ``metadata``
+    ``keywords``, ``relevance``, ``retrieved_doc_ids``, ``latency_ms``, ``citations``, ``metadata``
     (without ``id``, a row is ``q<line>`` by its file line; a CSV's header is line 1). Every
     other key (``rubrics``, ``persona_name`` …) is kept in ``metadata``. In CSV, list, boolean
     and number columns are JSON or Python literals (RAGAS writes lists as ``['a', 'b']``); an
@@ -348,6 +349,7 @@ class RagasDataset(RowDataset):
         "retrieved_context_ids": "retrieved_ids",
         "retrieved_doc_ids": "retrieved_doc_ids",
         "latency_ms": "latency_ms",
+        "citations": "citations",
     }
     _CSV_DECODED: ClassVar[tuple[str, ...]] = (
         "retrieved_contexts",
@@ -360,6 +362,7 @@ class RagasDataset(RowDataset):
         "relevance",
         "answerable",
         "latency_ms",
+        "citations",
         "metadata",
         "multi_responses",
         "rubrics",
@@ -411,10 +414,10 @@ class DeepEvalDataset(RowDataset):
     ``recorded``: ``actual_output`` → ``response`` (null or missing = no response),
     ``retrieval_context`` → ``retrieved_contexts``. ``additional_metadata`` may hold ``id``,
     ``question_type``, ``answerable``, ``reference_doc_ids``, ``keywords``, ``relevance``,
-    ``retrieved_ids``, ``retrieved_doc_ids`` and ``latency_ms`` (what :func:`write_deepeval`
-    writes there); its other keys, and every other non-null key (``name``, ``comments``,
-    ``tools_called`` …), are kept in ``metadata``. Multi-turn goldens (``turns``) are not
-    supported. Problems are reported by 1-based item index.
+    ``retrieved_ids``, ``retrieved_doc_ids``, ``latency_ms`` and ``citations`` (what
+    :func:`write_deepeval` writes there); its other keys, and every other non-null key
+    (``name``, ``comments``, ``tools_called`` …), are kept in ``metadata``. Multi-turn goldens
+    (``turns``) are not supported. Problems are reported by 1-based item index.
 
     Args:
         path: The ``.json`` file.
@@ -516,6 +519,8 @@ def ragas_row(sample: Sample) -> dict[str, Any]:
             row["retrieved_doc_ids"] = list(rec.retrieved_doc_ids)
         if rec.latency_ms is not None:
             row["latency_ms"] = rec.latency_ms
+        if rec.citations is not None:
+            row["citations"] = [c.model_dump(mode="json") for c in rec.citations]
     if sample.metadata:
         row["metadata"] = sample.metadata
     return row
@@ -568,7 +573,8 @@ def deepeval_row(sample: Sample) -> dict[str, Any]:
             {
                 k: v
                 for k, v in rec.model_dump(mode="json").items()
-                if k in ("retrieved_ids", "retrieved_doc_ids", "latency_ms") and v is not None
+                if k in ("retrieved_ids", "retrieved_doc_ids", "latency_ms", "citations")
+                and v is not None
             }
         )
     return {

@@ -421,6 +421,7 @@ class HttpTarget(TargetBase, TakesRetry):
             retrieved_contexts=mapped.contexts,
             retrieved_ids=mapped.context_ids,
             retrieved_doc_ids=doc_ids,
+            citations=mapped.citations,
         )
         resp.metadata.update(http_status=reply.status_code)
         if doc_ids is not None:

@@ -19,6 +19,8 @@ no network.
   ``doc_ids_from_text`` and a corpus, each context is matched to the corpus document that
   contains it (:class:`~rag_experiments.targets.doc_matcher.CorpusDocMatcher`, as for HTTP
   targets); else None (doc-level metrics are NaN ``no_doc_ids``).
+- ``citations``: the recorded structured citations (statement + chunk id / doc id / text),
+  else None (``metrics=citations`` then reads the answer's inline ``[k]`` markers).
 - ``latency_ms``: the recorded value, else 0.0 (the run's latency percentiles are then those of
   the recorded values, 0 for rows without one).
 """
@@ -91,6 +93,7 @@ class RecordedTarget(TargetBase):
             retrieved_doc_ids=None if doc_ids is None else list(doc_ids),
             latency_ms=rec.latency_ms or 0.0,
             no_response=rec.response is None,
+            citations=(None if rec.citations is None else [c.to_citation() for c in rec.citations]),
         )
 
     def _doc_ids(self, contexts: list[str]) -> list[str] | None:

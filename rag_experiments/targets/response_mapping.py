@@ -9,7 +9,16 @@ Top-level expressions are evaluated on the whole JSON response:
   optionally, their chunk id by ``context_id`` and document id by ``context_doc_id``;
 - ``context_ids`` → chunk ids, one per context (overrides ``context_id``);
 - ``doc_ids`` → the ranked document ids (overrides ``context_doc_id``; may be deeper than
-  ``contexts``, as the baseline's is).
+  ``contexts``, as the baseline's is);
+- ``citations`` → the answer's structured citations (:class:`~rag_experiments.records.
+  Citation`; not mapped by default): a list of objects, in each of which the sub-expressions
+  ``citation_statement`` (the cited statement's text: a sentence of the answer or a part of
+  it), ``citation_chunk_id``, ``citation_doc_id`` and ``citation_text`` (the cited passage)
+  are evaluated. An id sub-expression may give one id or a list of ids: one citation per
+  chunk id (else per doc id), each with the object's doc id (one, or one per chunk id) and
+  text. An object needs a statement and at least one source (an id or a text), else the row
+  is ``mapping_invalid``. An empty list is an answer that cites nothing; not mapped (or not
+  found) = None, and ``metrics=citations`` reads the answer's inline ``[k]`` markers instead.
 
 An expression set to null is not used. An expression that finds nothing (JMESPath gives null:
 a missing key, an index out of range) is an error for the fields listed in ``required``
@@ -31,8 +40,9 @@ from rag_experiments.common.jsonpath import compile_expression
 from rag_experiments.common.jsonpath import peek as _peek
 from rag_experiments.common.jsonpath import quoted_form as quoted_form  # re-exported
 from rag_experiments.errors import ConfigError, TargetError
+from rag_experiments.records import Citation
 
-MAPPED_FIELDS: tuple[str, ...] = ("answer", "contexts", "context_ids", "doc_ids")
+MAPPED_FIELDS: tuple[str, ...] = ("answer", "contexts", "context_ids", "doc_ids", "citations")
 """Top-level fields that can be listed in ``required``."""
 
 
@@ -51,12 +61,14 @@ class MappedResponse:
         context_ids: Chunk ids (same order as ``contexts``), or None when unknown.
         doc_ids: Ranked document ids (deduplicated, first occurrence wins), or None when the
             endpoint gave none.
+        citations: Structured citations, or None when not mapped or not found.
     """
 
     answer: str
     contexts: list[str]
     context_ids: list[str] | None
     doc_ids: list[str] | None
+    citations: list[Citation] | None = None
 
 
 def _compile(expr: str | None, field: str) -> jmespath.parser.ParsedResult | None:
@@ -78,6 +90,11 @@ class ResponseMapping:
         context_doc_id: Sub-expression of a context object's document id (None = not mapped).
         context_ids: Expression of the chunk-id list (None = not mapped).
         doc_ids: Expression of the ranked document-id list (None = not mapped).
+        citations: Expression of the citation list (None = not mapped).
+        citation_statement: Sub-expression of a citation object's statement text.
+        citation_chunk_id: Sub-expression of its chunk id(s) (None = not mapped).
+        citation_doc_id: Sub-expression of its document id(s) (None = not mapped).
+        citation_text: Sub-expression of its cited passage text (None = not mapped).
         required: Top-level fields (of :data:`MAPPED_FIELDS`) that must be found.
 
     Raises:
@@ -94,6 +111,11 @@ class ResponseMapping:
         context_ids: str | None = "context_ids",
         doc_ids: str | None = "doc_ids",
         required: Sequence[str] = ("answer", "contexts"),
+        citations: str | None = None,
+        citation_statement: str = "statement",
+        citation_chunk_id: str | None = "chunk_id",
+        citation_doc_id: str | None = "doc_id",
+        citation_text: str | None = "text",
     ) -> None:
         self.exprs = {
             "answer": answer,
@@ -103,10 +125,16 @@ class ResponseMapping:
             "context_doc_id": context_doc_id,
             "context_ids": context_ids,
             "doc_ids": doc_ids,
+            "citations": citations,
+            "citation_statement": citation_statement,
+            "citation_chunk_id": citation_chunk_id,
+            "citation_doc_id": citation_doc_id,
+            "citation_text": citation_text,
         }
         self._compiled = {k: _compile(v, k) for k, v in self.exprs.items()}
-        if self._compiled["context_text"] is None:
-            raise ConfigError("target.response.context_text must be set (e.g. 'text')")
+        for sub in ("context_text", "citation_statement"):
+            if self._compiled[sub] is None:
+                raise ConfigError(f"target.response.{sub} must be set (e.g. {sub.split('_')[1]!r})")
         self.required = tuple(required)
         for name in self.required:
             if name not in MAPPED_FIELDS:
@@ -209,7 +237,77 @@ class ResponseMapping:
             contexts=texts,
             context_ids=context_ids,
             doc_ids=None if doc_ids is None else _dedupe(doc_ids),
+            citations=self._citations(self._find("citations", payload)),
         )
+
+    def _citations(self, raw: Any) -> list[Citation] | None:
+        """Structured citations from the value found at ``citations`` (rules in the module
+        docstring)."""
+        if raw is None:
+            return None
+        if not isinstance(raw, list):
+            raise self._invalid("citations", f"expected a list, got {_peek(raw)}")
+        out: list[Citation] = []
+        for n, item in enumerate(raw, start=1):
+            if not isinstance(item, dict):
+                raise self._invalid(
+                    "citations", f"citation {n} is {_peek(item)}, expected an object"
+                )
+            statement = self._compiled["citation_statement"].search(item)
+            if not isinstance(statement, str) or not statement.strip():
+                raise self._invalid(
+                    "citations",
+                    f"citation {n} has no statement text at {self.exprs['citation_statement']!r} "
+                    f"(target.response.citation_statement); it is {_peek(item)}",
+                )
+            text = self._sub_value("citation_text", item)
+            if text is not None and not isinstance(text, str):
+                raise self._invalid(
+                    "citations", f"citation {n} text is {_peek(text)}, not a string"
+                )
+            chunk_ids = self._sub_ids("citation_chunk_id", item, n)
+            doc_ids = self._sub_ids("citation_doc_id", item, n)
+            if not (chunk_ids or doc_ids or text is not None):
+                raise self._invalid(
+                    "citations",
+                    f"citation {n} names no source (citation_chunk_id, citation_doc_id or "
+                    f"citation_text); it is {_peek(item)}",
+                )
+            k = len(chunk_ids) or len(doc_ids) or 1
+            if chunk_ids and len(doc_ids) not in (0, 1, k):
+                raise self._invalid(
+                    "citations",
+                    f"citation {n} has {len(chunk_ids)} chunk ids but {len(doc_ids)} doc ids; "
+                    "give one doc id, or one per chunk id",
+                )
+            for i in range(k):
+                out.append(
+                    Citation(
+                        statement,
+                        chunk_id=chunk_ids[i] if chunk_ids else None,
+                        doc_id=doc_ids[i if len(doc_ids) == k else 0] if doc_ids else None,
+                        text=text,
+                    )
+                )
+        return out
+
+    def _sub_value(self, field: str, item: dict[str, Any]) -> Any:
+        compiled = self._compiled[field]
+        return None if compiled is None else compiled.search(item)
+
+    def _sub_ids(self, field: str, item: dict[str, Any], n: int) -> list[str]:
+        """One id or a list of ids found by a citation sub-expression ([] when none)."""
+        value = self._sub_value(field, item)
+        if value is None:
+            return []
+        values = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in values):
+            raise self._invalid(
+                "citations",
+                f"citation {n} {field.split('_', 1)[1]} at {self.exprs[field]!r} is "
+                f"{_peek(value)}, expected an id or a list of ids",
+            )
+        return [str(v) for v in values]
 
     def _sub_id(self, field: str, item: dict[str, Any]) -> str | None:
         compiled = self._compiled[field]

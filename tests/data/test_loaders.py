@@ -296,6 +296,18 @@ GOOD_ROWS: list[dict[str, Any]] = [
     },
     {"id": "q1", "user_input": "no response", "recorded": {"response": None}},
     {"id": "q1", "user_input": "null recorded", "recorded": None},
+    {
+        "id": "q1",
+        "user_input": "structured citations",
+        "recorded": {
+            "response": "A. B.",
+            "citations": [
+                {"statement": "A.", "chunk_id": "d#0"},
+                {"statement": "B", "doc_id": "d", "text": "quote", "chunk_id": None},
+            ],
+        },
+    },
+    {"id": "q1", "user_input": "cites nothing", "recorded": {"citations": []}},
 ]
 BAD_ROWS: list[dict[str, Any]] = [
     {"user_input": "no id"},
@@ -319,6 +331,13 @@ BAD_ROWS: list[dict[str, Any]] = [
     {"id": "q1", "user_input": "x", "recorded": {"retrieved_contexts": "c"}},
     {"id": "q1", "user_input": "x", "recorded": {"latency_ms": -1}},
     {"id": "q1", "user_input": "x", "recorded": {"latency_ms": "12"}},
+    {"id": "q1", "user_input": "x", "recorded": {"citations": "c1"}},
+    {"id": "q1", "user_input": "x", "recorded": {"citations": [{"statement": "A"}]}},
+    {"id": "q1", "user_input": "x", "recorded": {"citations": [{"statement": "A", "text": None}]}},
+    {"id": "q1", "user_input": "x", "recorded": {"citations": [{"statement": " ", "text": "t"}]}},
+    {"id": "q1", "user_input": "x", "recorded": {"citations": [{"statement": "A", "chunk_id": 1}]}},
+    {"id": "q1", "user_input": "x", "recorded": {"citations": [{"statement": "A", "url": "u"}]}},
+    {"id": "q1", "user_input": "x", "recorded": {"citations": [{"text": "t"}]}},
 ]
 
 

@@ -24,9 +24,16 @@ from rag_experiments.build import build_target
 from rag_experiments.common.redact import REDACTED
 from rag_experiments.data.base import EvalDataset
 from rag_experiments.errors import ConfigError, RunFailedError, TargetError
+from rag_experiments.metrics.citations import CitationAccuracy
+from rag_experiments.metrics.claim_layer import (
+    Checked,
+    ClaimLayer,
+    SentenceClaimExtractor,
+    Usage,
+)
 from rag_experiments.metrics.keyword_coverage import KeywordCoverage
 from rag_experiments.metrics.retrieval import RetrievalMetrics
-from rag_experiments.records import Document, Sample
+from rag_experiments.records import Citation, Document, Sample
 from rag_experiments.runner import evaluate, run_experiment
 from rag_experiments.targets.doc_matcher import CorpusDocMatcher
 from rag_experiments.targets.http import TARGET_RETRY, HttpTarget
@@ -242,6 +249,119 @@ def test_mapping_errors():
         ResponseMapping(answer="choices[0")
     with pytest.raises(ConfigError, match="required lists 'doc_ids'"):
         ResponseMapping(doc_ids=None, required=["doc_ids"])
+
+
+def test_mapping_citations_objects_id_lists_and_errors():
+    m = ResponseMapping(
+        citations="answer_citations",
+        citation_statement="span",
+        citation_chunk_id="chunks",
+        citation_doc_id="doc",
+        citation_text="quote",
+    )
+    out = m.apply(
+        {
+            "answer": "A. B.",
+            "contexts": [],
+            "answer_citations": [
+                {"span": "A.", "chunks": ["c1", 2], "doc": "d"},  # two chunk ids: two citations
+                {"span": "B", "quote": "the text"},
+            ],
+        }
+    )
+    assert out.citations == [
+        Citation("A.", chunk_id="c1", doc_id="d"),
+        Citation("A.", chunk_id="2", doc_id="d"),
+        Citation("B", text="the text"),
+    ]
+    assert m.apply({"answer": "a", "contexts": []}).citations is None  # not found: markers
+    assert m.apply({"answer": "a", "contexts": [], "answer_citations": []}).citations == []
+    assert (
+        ResponseMapping().apply({"answer": "a", "contexts": [], "citations": 1}).citations is None
+    )
+    for bad, message in [
+        ("c1", "expected a list"),
+        (["c1"], 'citation 1 is str "c1", expected an object'),
+        ([{"chunks": "c1"}], "citation 1 has no statement text at 'span'"),
+        ([{"span": "A", "quote": None}], "citation 1 names no source"),
+        ([{"span": "A", "chunks": [True]}], "citation 1 chunk_id at 'chunks'"),
+        ([{"span": "A", "chunks": ["a", "b"], "doc": ["x", "y", "z"]}], "2 chunk ids but 3"),
+    ]:
+        with pytest.raises(ResponseMappingError, match=message) as e:
+            m.apply({"answer": "a", "contexts": [], "answer_citations": bad})
+        assert e.value.reason == "mapping_invalid"
+    with pytest.raises(ResponseMappingError, match="no citations at 'cites'") as e:
+        ResponseMapping(citations="cites", required=["citations"]).apply({"answer": "a"})
+    assert e.value.reason == "mapping_empty"
+    with pytest.raises(ConfigError, match="citation_statement must be set"):
+        ResponseMapping(citation_statement=None)
+
+
+class _Substring:
+    """Checker: a statement is entailed by a passage holding it (case-insensitive)."""
+
+    batch = True
+
+    def check(self, claims, texts, question=""):
+        table = tuple(tuple(c.lower().rstrip(".") in t.lower() for t in texts) for c in claims)
+        return Checked(table), Usage()
+
+
+def test_http_target_maps_structured_citations_and_the_metric_scores_them():
+    # A Cohere-shaped reply: the answer, its documents, and citations naming the answer's
+    # spans and the cited documents' ids. s1 cites it#0 (holds it: good), s2 cites hr#0
+    # (does not: wrong), s3 cites nothing -> recall 1/3, precision 1/2 (hand values).
+    docs = [
+        {"id": "it#0", "text": "Form AR-1 requests an account."},
+        {"id": "it#1", "text": "The Service Desk needs 2 days."},
+        {"id": "hr#0", "text": "Badges are collected at reception."},
+    ]
+    reply = {
+        "text": "Form AR-1 requests an account. The Service Desk needs 2 days. "
+        "Badges are collected at reception.",
+        "documents": docs,
+        "citations": [
+            {
+                "start": 0,
+                "end": 29,
+                "text": "Form AR-1 requests an account",
+                "document_ids": ["it#0"],
+            },
+            {
+                "start": 31,
+                "end": 60,
+                "text": "The Service Desk needs 2 days",
+                "document_ids": ["hr#0"],
+            },
+        ],
+    }
+    with ScriptedServer(lambda body, headers, n: _json(reply)) as srv:
+        target = HttpTarget(
+            f"{srv.url}/chat",
+            response={
+                "answer": "text",
+                "contexts": "documents",
+                "context_id": "id",
+                "citations": "citations",
+                "citation_statement": "text",
+                "citation_chunk_id": "document_ids",
+                "citation_doc_id": None,
+                "citation_text": None,
+            },
+            doc_ids_from_text=False,
+        )
+        sample = _sample(1)
+        resp = target.answer(sample)
+        target.close()
+    assert resp.error is None, resp.error_message
+    assert resp.citations == [
+        Citation("Form AR-1 requests an account", chunk_id="it#0"),
+        Citation("The Service Desk needs 2 days", chunk_id="hr#0"),
+    ]
+    layer = ClaimLayer(SentenceClaimExtractor(), _Substring())
+    values, _ = CitationAccuracy(layer=layer).score_row(sample, resp)
+    assert values["citation_recall"].value == pytest.approx(1 / 3)
+    assert values["citation_precision"].value == pytest.approx(1 / 2)
 
 
 @pytest.mark.parametrize(

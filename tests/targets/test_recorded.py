@@ -4,6 +4,7 @@ hand-written peer files load and score; a row without a response is NaN ``no_res
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable
@@ -15,11 +16,19 @@ from omegaconf import DictConfig
 
 from rag_experiments.cli import main as cli_main
 from rag_experiments.data.base import EvalDataset
-from rag_experiments.data.peer import DeepEvalDataset, RagasDataset
+from rag_experiments.data.jsonl import JsonlDataset, write_jsonl
+from rag_experiments.data.peer import DeepEvalDataset, RagasDataset, write_deepeval, write_ragas
 from rag_experiments.errors import DatasetError
 from rag_experiments.job import run_job
 from rag_experiments.metrics.keyword_faithfulness import KeywordFaithfulness
-from rag_experiments.records import Document, RecordedAnswer, Sample
+from rag_experiments.records import (
+    Citation,
+    Document,
+    RagResponse,
+    RecordedAnswer,
+    RecordedCitation,
+    Sample,
+)
 from rag_experiments.targets.recorded import RecordedTarget
 from rag_experiments.tracking.store import read_table
 
@@ -268,3 +277,55 @@ def test_ragas_jsonl_keeps_unknown_keys_and_reads_integer_context_ids(tmp_path: 
     assert sample.recorded == RecordedAnswer(
         response="a", retrieved_contexts=["c"], retrieved_ids=["3"]
     )
+
+
+def test_structured_citations_round_trip_every_format_and_reach_the_response(
+    tmp_path: Path,
+) -> None:
+    cites = [
+        RecordedCitation(statement="A.", chunk_id="d#0"),
+        RecordedCitation(statement="B", doc_id="d", text="quoted"),
+    ]
+    samples = [
+        Sample(
+            id="q1", user_input="Q?", recorded=RecordedAnswer(response="A. B.", citations=cites)
+        ),
+        Sample(id="q2", user_input="R?", recorded=RecordedAnswer(response="C.", citations=[])),
+        Sample(id="q3", user_input="S?", recorded=RecordedAnswer(response="D [1].")),
+    ]
+    for name, write, load in [
+        ("o.jsonl", write_jsonl, JsonlDataset),
+        ("r.jsonl", write_ragas, RagasDataset),
+        ("r.csv", write_ragas, RagasDataset),
+        ("d.json", write_deepeval, DeepEvalDataset),
+    ]:
+        assert load(str(write(samples, tmp_path / name))).load().samples == samples, name
+    target = RecordedTarget()
+    assert target.answer(samples[0]).citations == [
+        Citation("A.", chunk_id="d#0"),
+        Citation("B", doc_id="d", text="quoted"),
+    ]
+    resp = target.answer(samples[0])  # a checkpoint line (asdict, JSON) reads back equal
+    assert RagResponse(**json.loads(json.dumps(dataclasses.asdict(resp)))) == resp
+    assert target.answer(samples[1]).citations == []  # cites nothing
+    assert target.answer(samples[2]).citations is None  # inline markers, if any
+
+
+def test_bad_citations_are_named_by_file_line_and_field(tmp_path: Path) -> None:
+    rows = [
+        {"id": "q1", "user_input": "Q", "recorded": {"citations": [{"statement": "A"}]}},
+        {
+            "id": "q2",
+            "user_input": "Q",
+            "recorded": {
+                "citations": [{"statement": "A", "text": "t"}, {"statement": "A", "chunk_id": 3}]
+            },
+        },
+    ]
+    data = tmp_path / "bad.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with pytest.raises(DatasetError) as err:
+        JsonlDataset(str(data)).load()
+    text = str(err.value)
+    assert f"{data}:1:recorded.citations.0: " in text and "needs a source" in text
+    assert f"{data}:2:recorded.citations.1.chunk_id: " in text
