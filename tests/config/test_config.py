@@ -193,8 +193,8 @@ def test_yaml_options_carry_only_what_differs_from_their_schema():
         if keys:
             repeated[where] = keys
     # no schema: presets (overrides only), launchers whose plugin is not installed, and the
-    # null option reranker=none
-    allowed = ("experiment/", "hydra/launcher/", "reranker/none.yaml")
+    # null options reranker=none and verifier=none
+    allowed = ("experiment/", "hydra/launcher/", "reranker/none.yaml", "verifier/none.yaml")
     assert all(w.startswith(allowed) for w in unchecked), unchecked
     assert repeated == {}, f"YAML keys that repeat their schema's default: {repeated}"
 
