@@ -268,6 +268,13 @@ def build_verifier(node: Any, session: ModelSession | None = None) -> Any:
         return None
     from rag_experiments.verifier.cache import CachedVerifier  # imports torch only when used
 
+    if isinstance(node, DictConfig):
+        unset = sorted(str(k) for k in node if OmegaConf.is_missing(node, k))
+        if unset:
+            raise ConfigError(
+                f"verifier.{unset[0]} is not set: add verifier.{unset[0]}=… (verifier=local "
+                "needs verifier.path, the model folder)"
+            )
     data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
     with own_errors():
         inner = instantiate(nest_retry(dict(data), where="verifier"))
