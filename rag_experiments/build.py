@@ -57,8 +57,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-SHARED_PARTS = ("judge", "embedder")
-"""What a metric may declare in ``requires``: the job's judge model and its embedder."""
+SHARED_PARTS = ("judge", "embedder", "verifier")
+"""What a metric may declare in ``requires``: the job's judge model, its embedder and its
+verifier (``cfg.verifier``, :func:`build_verifier`)."""
 
 
 # --- declarations read from a config node ---------------------------------------------------
@@ -253,6 +254,36 @@ def build_embedder(cfg: DictConfig) -> Any:
     return embedder
 
 
+def build_verifier(node: Any, session: ModelSession | None = None) -> Any:
+    """The verifier of ``node`` (``cfg.verifier``: ``verifier=local``, ``tei``), behind the
+    LLM response cache and the usage meter of role ``verifier``
+    (:class:`~rag_experiments.verifier.cache.CachedVerifier`); a served one's ``timeout_s``/
+    ``max_retries``/``backoff_s``/``backoff_max_s`` reach it as one
+    :class:`~rag_experiments.common.http.RetryPolicy`. None for ``verifier=none`` (null).
+
+    Raises:
+        RagExpError: The verifier refused its config (no model folder, a label it cannot
+            resolve, a bad URL).
+    """
+    if node is None:
+        return None
+    from rag_experiments.verifier.cache import CachedVerifier  # imports torch only when used
+
+    if isinstance(node, DictConfig):
+        unset = sorted(str(k) for k in node if OmegaConf.is_missing(node, k))
+        if unset:
+            raise ConfigError(
+                f"verifier.{unset[0]} is not set: add verifier.{unset[0]}=… (verifier=local "
+                "needs verifier.path, the model folder)"
+            )
+    data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+    with own_errors():
+        inner = instantiate(nest_retry(dict(data), where="verifier"))
+    session = session if session is not None else ModelSession()
+    cache, mode, meter = session.cache_for("verifier")
+    return CachedVerifier(inner, meter, cache, mode)
+
+
 def build_target(node: DictConfig) -> Any:
     """A target that is not assembled from parts (``target=http``, ``target=recorded``) from
     its node; an HTTP target's ``timeout_s``/``retries``/``backoff_s``/``backoff_max_s`` reach
@@ -330,6 +361,7 @@ class SharedParts:
         self.repeats = repeats
         self._judge: Any = None
         self._embedder: Any = None
+        self._verifier: Any = None
         self.built: dict[str, Any] = {}
 
     def judge(self) -> Any:
@@ -349,6 +381,23 @@ class SharedParts:
             self._embedder = self.built["embedder"] = build_embedder(self.cfg)
         return self._embedder
 
+    def verifier(self) -> Any:
+        """The job's verifier (``cfg.verifier``, built on first use).
+
+        Raises:
+            ConfigError: ``verifier=none`` while a metric requires one.
+        """
+        if self._verifier is None:
+            node = self.cfg.get("verifier")
+            if node is None:
+                raise ConfigError(
+                    "a metric of metrics.suite requires a verifier and verifier=none: set "
+                    "verifier=local verifier.path=<model folder> or verifier=tei "
+                    "verifier.url=<TEI server> (docs: how-to/verifiers.md)"
+                )
+            self._verifier = self.built["verifier"] = build_verifier(node, self.session)
+        return self._verifier
+
     def get(self, name: str) -> Any:
         """The shared part ``name`` (one of :data:`SHARED_PARTS`).
 
@@ -359,6 +408,8 @@ class SharedParts:
             return self.judge()
         if name == "embedder":
             return self.embedder()
+        if name == "verifier":
+            return self.verifier()
         raise ConfigError(
             f"a metric requires {name!r}, which is not a shared part; "
             f"metrics may require {', '.join(SHARED_PARTS)}"

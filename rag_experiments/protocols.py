@@ -158,6 +158,59 @@ class Metric(Protocol):
     ) -> list[dict[str, MetricValue]]: ...
 
 
+@runtime_checkable
+class Verifier(Protocol):
+    """A groundedness verifier: a sequence-classification (NLI, fact-checking) or
+    cross-encoder model that says how likely a premise supports a hypothesis
+    (:mod:`rag_experiments.verifier`: a local model folder, a TEI server).
+
+    The one call is :meth:`score`, batched; the faithfulness metric of ``metrics=verifier``
+    asks it for (context, claim) pairs, and any other part (a claim checker) may ask it for its
+    own pairs. Declared for the judge scheduler, which runs it like a judge model:
+    ``max_concurrency`` (rows scored at once), ``slot_affinity`` (False) and ``slots`` (1).
+    """
+
+    max_concurrency: int
+    slot_affinity: bool
+    slots: int
+
+    @property
+    def id(self) -> str:
+        """Identity of the model and of every setting that changes a score (part of the
+        response-cache key of each pair)."""
+        ...
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        """Score ``(premise, hypothesis)`` pairs.
+
+        Args:
+            pairs: Each pair's premise (the evidence: a retrieved context) and hypothesis (the
+                statement to check: a claim of the answer). A premise longer than the model
+                reads is cut into overlapping windows and the pair gets the maximum over them.
+
+        Returns:
+            One probability in [0, 1] per pair, same order, that the premise supports
+            (entails) the hypothesis; ``[]`` for no pairs. Thread-safe.
+
+        Raises:
+            LLMError: A served verifier failed after its retries (``timeout``,
+                ``unreachable``, ``http_error``, ``bad_response``): the caller's row error.
+        """
+        ...
+
+    def describe(self) -> dict[str, str]:
+        """Tags naming it: ``provider``, ``model`` and the settings that matter."""
+        ...
+
+    def check(self) -> None:
+        """Make sure it can be used now (quick; a server must answer one pair).
+
+        Raises:
+            RagExpError: It cannot be used; the message names the fix.
+        """
+        ...
+
+
 _METRIC_CLASSES: list[type[MetricBase]] = []
 
 

@@ -140,7 +140,7 @@ PART_TIERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tracking part", ("tracking",)),
     ("evaluation part", ("metrics", "targets", "config", "console", "fakes")),
     ("retrieval part", ("retrieval", "index", "chunking")),
-    ("model part", ("llm", "embedding")),
+    ("model part", ("llm", "embedding", "verifier")),
     ("record part", ("records", "protocols", "data")),
     ("text part", ("text",)),
     ("foundation part", ("common", "errors", "locations", "offline")),
@@ -184,6 +184,7 @@ PARTS = (
     "retrieval",
     "targets",
     "text",
+    "verifier",
     "tracking",
 )
 """Folders of parts: built by the composition root (``build.py``), never building themselves."""
@@ -218,6 +219,7 @@ CONTRACTS = (
     MLFLOW,
     Contract("models know no metrics/targets/data/tracking", "llm", MODEL_FORBIDDEN),
     Contract("models know no metrics/targets/data/tracking", "embedding", MODEL_FORBIDDEN),
+    Contract("models know no metrics/targets/data/tracking", "verifier", MODEL_FORBIDDEN),
     Contract("llm imports no embedding (no llm <-> embedding cycle)", "llm", ("embedding",)),
     Contract("metrics know no tracking/targets", "metrics", ("tracking", "targets")),
     Contract("targets know no tracking/metrics", "targets", ("tracking", "metrics")),

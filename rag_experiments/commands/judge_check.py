@@ -13,11 +13,17 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rag_experiments.build import build_embedder, build_role_chat, build_tracker, model_session
+from rag_experiments.build import (
+    build_embedder,
+    build_role_chat,
+    build_tracker,
+    build_verifier,
+    model_session,
+)
 from rag_experiments.config.compose import compose_config
 from rag_experiments.errors import ConfigError
 from rag_experiments.metrics.audit import nan_to_none
-from rag_experiments.qualify.check import JudgeCheck
+from rag_experiments.qualify.check import JudgeCheck, labeled_probes
 from rag_experiments.qualify.config import register_judge_check_config
 from rag_experiments.qualify.pairs import LabeledPair, balanced_subset, load_pairs
 from rag_experiments.qualify.registry import (
@@ -76,12 +82,18 @@ def run_judge_check(
     )
     data_name = str(settings.data) if settings.data else "bundled"
     session = model_session(cfg)  # the response cache and a fresh usage meter
-    probes = list(settings.probes)
-    model = (
-        session.build_chat(judge, "judge")
-        if judge is not None
-        else build_role_chat(cfg.judge, "judge", session)
+    verifier = build_verifier(cfg.get("verifier"), session)
+    probes = verifier_probes(list(settings.probes), verifier is not None)
+    needs_judge = any(
+        p not in labeled_probes() or "judge" in labeled_probes()[p].requires for p in probes
     )
+    model = None
+    if needs_judge:
+        model = (
+            session.build_chat(judge, "judge")
+            if judge is not None
+            else build_role_chat(cfg.judge, "judge", session)
+        )
     embedder = build_embedder(cfg) if "answer_relevancy" in probes else None
     check = JudgeCheck(
         model,
@@ -89,8 +101,10 @@ def run_judge_check(
         threshold=float(settings.threshold),
         relevancy_threshold=float(settings.relevancy_threshold),
         seed=int(cfg.seed),
+        verifier=verifier,
     )
-    identity = {f"judge.{k}": str(v) for k, v in model.describe().items()}
+    qualified = model if model is not None else verifier
+    identity = {f"judge.{k}": str(v) for k, v in qualified.describe().items()}
     if not quiet:
         print(
             f"judge-check: {identity.get('judge.provider')}/{identity.get('judge.model')} on "
@@ -127,6 +141,24 @@ def run_judge_check(
         if run_id is not None:
             print(tracker.describe_location())
     return report, run_id
+
+
+def verifier_probes(probes: list[str], with_verifier: bool) -> list[str]:
+    """The probes a check runs: with a verifier (``verifier=local``/``tei``) the probes whose
+    metric requires one (the check qualifies the verifier, not the judge); without, the others
+    (a verifier probe cannot run).
+
+    Raises:
+        ConfigError: A verifier is set and none of ``probes`` uses it.
+    """
+    uses = {n for n, c in labeled_probes().items() if "verifier" in c.requires}
+    kept = [p for p in probes if (p in uses) == with_verifier]
+    if with_verifier and not kept:
+        raise ConfigError(
+            f"judge_check.probes={probes} has no probe that uses the verifier; add one of "
+            f"{sorted(uses)} or set verifier=none"
+        )
+    return kept
 
 
 def judge_check_command(argv: list[str]) -> int:

@@ -523,6 +523,57 @@ class HttpRerankerConf(RerankerConf, BackoffConf):
     response: RerankResponseConf = field(default_factory=lambda: RerankResponseConf())
 
 
+# --- verifier --------------------------------------------------------------------------------
+@option("verifier", "local")
+@dataclass
+class LocalVerifierConf(ComponentConf):
+    """A sequence-classification model folder run in-process by ``transformers``
+    (``rag_experiments.verifier.local.LocalVerifier``): an NLI cross-encoder, MiniCheck,
+    HHEM-2.1-open (``trust_remote_code: true``, ``method: predict``). ``label``: the output
+    that means "supported" (an index or a name; null = detected from ``config.id2label``;
+    one-logit models: sigmoid). ``max_length``: tokens per (window, claim) pair (null = the
+    model's); ``stride``: tokens shared by neighbouring windows of a long context. No model
+    ships with the package (docs/how-to/verifiers.md)."""
+
+    _target_: str = "rag_experiments.verifier.local.LocalVerifier"
+    path: str = MISSING
+    label: Any = None
+    trust_remote_code: bool = False
+    """Run the model code shipped in the folder (HHEM needs it); off unless you set it."""
+    method: str = "logits"
+    max_length: int | None = None
+    stride: int = 64
+    batch_size: int = 16
+    device: str = "cpu"
+
+
+@option("verifier", "tei")
+@dataclass
+class TeiVerifierConf(BackoffConf):
+    """A classifier or cross-encoder behind Hugging Face Text Embeddings Inference
+    (``rag_experiments.verifier.tei.TeiVerifier``): ``route`` ``predict`` (``POST /predict``,
+    a sequence classifier: the ``label`` score) or ``rerank`` (``POST /rerank``, a one-logit
+    cross-encoder). Contexts are cut into windows of ``window_words`` words sharing
+    ``overlap_words``. ``timeout_s``, ``max_retries``, ``backoff_s``, ``backoff_max_s``: as
+    every HTTP call."""
+
+    _target_: str = "rag_experiments.verifier.tei.TeiVerifier"
+    _convert_: str = "all"
+    url: str = "http://127.0.0.1:8080"
+    route: str = "predict"
+    label: str | None = None
+    window_words: int = 200
+    overlap_words: int = 40
+    batch_size: int = 32
+    max_concurrency: int = 4
+    truncate: bool = True
+    timeout_s: float = RetryPolicy.timeout_s
+    max_retries: int = RetryPolicy.max_retries
+    headers: dict[str, str] = field(default_factory=dict)
+    api_key_env: str | None = None
+    api_key: str | None = None
+
+
 # --- llm / judge -----------------------------------------------------------------------------
 @dataclass
 class GenerationConf(ComponentConf):
@@ -755,6 +806,9 @@ class RootConf:
     retriever: Any = MISSING
     reranker: Any | None = None
     """The reranker of the baseline (``reranker=http``, ``fake``); null = none."""
+    verifier: Any | None = None
+    """The groundedness verifier of ``metrics=verifier`` (``verifier=local``, ``tei``);
+    null = none."""
     llm: Any = MISSING
     judge: Any = MISSING
     metrics: Any = MISSING

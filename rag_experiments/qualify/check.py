@@ -11,7 +11,9 @@ Probes (each builds the metric object with the judge and calls its public
   claim it cannot place, and lets through answers with one bad claim in two.
 - any other declared metric with a ``probe`` (:class:`~rag_experiments.metrics.definitions.
   JudgeProbe`), named as the metric: scored like faithfulness on every pair, verdict = score ≥
-  the probe's threshold (default ``threshold``), compared with the faithful label.
+  the probe's threshold (default ``threshold``), compared with the faithful label. A metric
+  that requires a verifier (``verifier_faithfulness``) is built with the check's ``verifier``:
+  the same pairs, verdicts and statistics qualify a verifier model as they do a judge.
 - ``answer_relevancy`` — :class:`~rag_experiments.metrics.answer_relevancy.AnswerRelevancy`
   on the faithful pairs: each question with its own answer (relevant) and with the answer of
   the next faithful pair in the subset (swapped: irrelevant). Relevant when the score is
@@ -219,11 +221,13 @@ class JudgeCheck:
     """Measure a judge's agreement with labeled pairs (probes in the module docstring).
 
     Args:
-        judge: The judge chat model.
+        judge: The judge chat model (None: only probes that need no judge can run).
         embedder: The embedder of ``answer_relevancy`` (needed for that probe only).
         threshold: Faithfulness score at or above which an answer is judged faithful.
         relevancy_threshold: Answer-relevancy score at or above which it is judged relevant.
         seed: Bootstrap seed.
+        verifier: The verifier of probes whose metric requires one
+            (:class:`~rag_experiments.protocols.Verifier`), else None.
 
     Raises:
         ConfigError: A threshold outside [0, 1].
@@ -231,11 +235,12 @@ class JudgeCheck:
 
     def __init__(
         self,
-        judge: ChatModel,
+        judge: ChatModel | None,
         embedder: Any = None,
         threshold: float = 1.0,
         relevancy_threshold: float = 0.5,
         seed: int = 0,
+        verifier: Any = None,
     ) -> None:
         for key, value in (("threshold", threshold), ("relevancy_threshold", relevancy_threshold)):
             if not 0.0 <= float(value) <= 1.0:
@@ -245,6 +250,7 @@ class JudgeCheck:
         self.threshold = float(threshold)
         self.relevancy_threshold = float(relevancy_threshold)
         self.seed = int(seed)
+        self.verifier = verifier
 
     def run(
         self, pairs: Sequence[LabeledPair], probes: Sequence[str] = PROBES
@@ -330,7 +336,7 @@ class JudgeCheck:
             The probe's :class:`AgreementResult`, named as the metric.
         """
         probe = metric.declaration.probe
-        shared = {"judge": self.judge, "embedder": self.embedder}
+        shared = {"judge": self.judge, "embedder": self.embedder, "verifier": self.verifier}
         built = metric(**{part: shared[part] for part in metric.requires})
         samples = [Sample(id=p.id, user_input=p.question) for p in pairs]
         responses = [

@@ -50,6 +50,8 @@ class JudgeCheckConf:
     judge: Any = MISSING
     embedder: Any = MISSING
     tracking: Any = MISSING
+    verifier: Any = None
+    """``verifier=local``/``tei``: the check qualifies that verifier (its probes only)."""
     n: int | None = None
     seed: int = 0
     judge_check: JudgeCheckSettings = field(default_factory=lambda: JudgeCheckSettings())

@@ -29,6 +29,7 @@ from rag_experiments.config.schema import (
     option,
     register_configs,
 )
+from rag_experiments.errors import ConfigError
 from rag_experiments.generate.config import register_generate_config
 from rag_experiments.llm.base import ChatModelBase, Completion, Message, Usage
 from rag_experiments.llm.roles import JUDGE_ONLY_KEYS, judge_model_node
@@ -58,6 +59,7 @@ def test_conf_groups_mirror_the_component_kinds():
         "judge",
         "metrics",
         "tracking",
+        "verifier",
     }
     assert set(GROUPS) == expected
     assert set(SCHEMAS) == expected | {"gate"}  # gate= is a setting, not a component
@@ -67,10 +69,16 @@ def test_conf_groups_mirror_the_component_kinds():
 def test_every_option_composes_and_instantiates(compose_cfg, group, option):
     extra = REQUIRED.get(group, []) if option not in ("sample",) else []
     extra = REQUIRED_BY_OPTION.get(option, extra)
+    if (group, option) == ("verifier", "local"):
+        extra = ["verifier.path=/nonexistent"]  # a model folder
     cfg = compose_cfg(f"{group}={option}", *extra)
     node = cfg[group]
-    if node is None:  # reranker=none: no part
-        assert (group, option) == ("reranker", "none")
+    if node is None:  # reranker=none, verifier=none: no part
+        assert option == "none" and group in ("reranker", "verifier")
+    elif (group, option) == ("verifier", "local"):  # its constructor checks the folder first
+        with pytest.raises(Exception, match="no model folder there") as info:
+            instantiate(model_arguments(node))
+        assert isinstance(info.value.__cause__ or info.value, ConfigError)
     elif group == "metrics":
         built = [instantiate(n) for n in node.suite.values()]
         assert built and all(hasattr(m, "evaluate") and m.specs() for m in built)
@@ -185,8 +193,8 @@ def test_yaml_options_carry_only_what_differs_from_their_schema():
         if keys:
             repeated[where] = keys
     # no schema: presets (overrides only), launchers whose plugin is not installed, and the
-    # null option reranker=none
-    allowed = ("experiment/", "hydra/launcher/", "reranker/none.yaml")
+    # null options reranker=none and verifier=none
+    allowed = ("experiment/", "hydra/launcher/", "reranker/none.yaml", "verifier/none.yaml")
     assert all(w.startswith(allowed) for w in unchecked), unchecked
     assert repeated == {}, f"YAML keys that repeat their schema's default: {repeated}"
 
