@@ -398,6 +398,13 @@ class SharedParts:
             self._verifier = self.built["verifier"] = build_verifier(node, self.session)
         return self._verifier
 
+    def optional(self, name: str) -> Any:
+        """The shared part ``name`` when the job has one, else None (what a metric ``uses``:
+        only ``verifier`` is optional; the judge and embedder always exist)."""
+        if name == "verifier" and self.cfg.get("verifier") is None:
+            return None
+        return self.get(name)
+
     def get(self, name: str) -> Any:
         """The shared part ``name`` (one of :data:`SHARED_PARTS`).
 
@@ -418,15 +425,16 @@ class SharedParts:
 
 def build_metric(node: DictConfig, shared: SharedParts) -> Any:
     """One ``metrics.suite`` entry, given the shared parts its class ``requires`` (as keyword
-    arguments of the same names).
+    arguments of the same names) and those it ``uses`` (None when the job has none).
 
     Raises:
         ConfigError: It requires a part that is not shared, or its class does not subclass
             :class:`~rag_experiments.protocols.MetricBase`.
         RagExpError: The metric refused its config.
     """
-    requires = part_class(node, MetricBase).requires
-    extra = {name: shared.get(name) for name in sorted(requires)}
+    cls = part_class(node, MetricBase)
+    extra = {name: shared.get(name) for name in sorted(cls.requires)}
+    extra.update({name: shared.optional(name) for name in sorted(cls.uses - cls.requires)})
     with own_errors():
         return instantiate(node, **extra)
 

@@ -132,6 +132,9 @@ class Metric(Protocol):
     - ``requires`` (class attribute): the shared parts its ``__init__`` takes as keyword
       arguments of the same name: ``"judge"`` (the judge chat model), ``"embedder"`` (the
       job's embedder); empty for a metric that needs neither.
+    - ``uses`` (class attribute): the shared parts it takes when the job has one and works
+      without (passed as None otherwise): ``"verifier"`` for the claim metrics, which check
+      claims with the verifier when ``verifier=`` is set and with the judge otherwise.
     - ``depth``: ranks of retrieval it scores (the retriever returns at least the deepest
       ``depth`` of the suite); 0 when it scores no ranking.
     - ``audit()``: per-row records of the last ``evaluate`` (judged metrics:
@@ -144,6 +147,7 @@ class Metric(Protocol):
     """
 
     requires: ClassVar[frozenset[str]]
+    uses: ClassVar[frozenset[str]]
     per_row: ClassVar[bool]
 
     @property
@@ -230,6 +234,7 @@ class MetricBase:
     """
 
     requires: ClassVar[frozenset[str]] = frozenset()
+    uses: ClassVar[frozenset[str]] = frozenset()
     per_row: ClassVar[bool] = False
     declaration: ClassVar[Any] = None
     depth: int = 0

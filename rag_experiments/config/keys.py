@@ -172,7 +172,7 @@ def _explain_suite(cause: OmegaConfBaseException) -> str | None:
     except (ImportError, ValueError):
         return None
     params = constructor_parameters(cls)
-    if issubclass(cls, MetricBase) and key in cls.requires:
+    if issubclass(cls, MetricBase) and key in cls.requires | cls.uses:
         return f"{full_key} is given by the run (the metric requires it): do not set it"
     if key in params:
         return (
@@ -226,7 +226,7 @@ def check_suite(cfg: Any) -> None:
             problems.append(f"{full}._target_={target} is not an importable class: {exc}")
             continue
         params = constructor_parameters(cls)
-        requires = cls.requires if issubclass(cls, MetricBase) else frozenset()
+        requires = cls.requires | cls.uses if issubclass(cls, MetricBase) else frozenset()
         given = [p for p in sorted(requires) if p in params]
         accepted = [p for p in params if p not in given]
         before = len(problems)

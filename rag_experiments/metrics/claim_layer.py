@@ -337,17 +337,28 @@ class ClaimLayer:
         self._checked = _Memo()
 
     @classmethod
-    def shared(cls, judge: ChatModel, batch: bool = True, max_retries: int = 1) -> ClaimLayer:
+    def shared(
+        cls,
+        judge: ChatModel,
+        batch: bool = True,
+        max_retries: int = 1,
+        verifier: PairScorer | None = None,
+        threshold: float = 0.5,
+    ) -> ClaimLayer:
         """The one layer of ``judge`` (built at the first request, then reused by every metric
-        on that judge and settings for as long as the judge lives)."""
+        on that judge and settings for as long as the judge lives). With ``verifier``, the
+        judge extracts and the verifier checks (:class:`VerifierClaimChecker` at
+        ``threshold``); layers with and without a verifier are kept apart."""
         with cls._shared_lock:
             layers = cls._shared.setdefault(judge, {})
-            key = (bool(batch), int(max_retries))
+            key = (bool(batch), int(max_retries), id(verifier) if verifier else None, threshold)
             if key not in layers:
-                layers[key] = cls(
-                    JudgeClaimExtractor(judge, max_retries),
-                    JudgeClaimChecker(judge, batch=batch, max_retries=max_retries),
+                checker: ClaimChecker = (
+                    VerifierClaimChecker(verifier, threshold)
+                    if verifier is not None
+                    else JudgeClaimChecker(judge, batch=batch, max_retries=max_retries)
                 )
+                layers[key] = cls(JudgeClaimExtractor(judge, max_retries), checker)
             return layers[key]
 
     def claims(self, text: str, question: str = "") -> tuple[Extracted, Usage]:

@@ -31,19 +31,21 @@ The audit record lists every claim with its verdicts (the rationale lines: ``res
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from rag_experiments.errors import ConfigError
 from rag_experiments.llm.base import ChatModel
 from rag_experiments.metrics.audit import RATIONALE_KEY
 from rag_experiments.metrics.claim_formulas import REQUIRES, ClaimTables, claim_values
 from rag_experiments.metrics.claim_layer import (
+    ClaimChecker,
     ClaimLayer,
     JudgeClaimChecker,
     JudgeClaimExtractor,
     LexicalClaimChecker,
     SentenceClaimExtractor,
     Usage,
+    VerifierClaimChecker,
 )
 from rag_experiments.metrics.definitions import MetricDeclaration, MetricDefinition
 from rag_experiments.metrics.judge import JudgedMetric, has_context
@@ -54,7 +56,7 @@ RAGCHECKER = "RAGChecker (Ru et al., NeurIPS 2024 D&B; ragchecker/computation.py
 """Source line of the RAGChecker formulas."""
 
 
-CHECKERS = frozenset({"judge", "lexical"})
+CHECKERS = frozenset({"auto", "judge", "verifier", "lexical"})
 """Values of the entries' ``checker`` option."""
 
 
@@ -83,19 +85,28 @@ class ClaimMetric(JudgedMetric):
             or one call per chunk (for judges that confuse long numbered lists).
         claim_cache: Share extractions and checks with the other claim entries on this judge
             (False: this entry asks for everything itself; for measuring what sharing saves).
-        checker: ``judge`` (the judge extracts and checks claims) or ``lexical`` (offline, no
-            model call: sentences are claims, a claim is entailed by a text holding 80 % of its
-            content words; for dry runs and demonstrations, never for decisions).
+        checker: ``auto`` (default: ``verifier`` when the job has one, else ``judge``),
+            ``judge`` (the judge extracts and checks claims), ``verifier`` (the judge extracts
+            claims, the job's verifier checks each (text, claim) pair:
+            :class:`~rag_experiments.metrics.claim_layer.VerifierClaimChecker`) or ``lexical``
+            (offline, no model call: sentences are claims, a claim is entailed by a text
+            holding 80 % of its content words; for dry runs and demonstrations, never for
+            decisions).
+        verifier: The job's verifier (:class:`~rag_experiments.protocols.Verifier`), given by
+            the run when ``verifier=`` is set (the class ``uses`` it), else None.
+        verifier_threshold: Probability at or above which the verifier's pair counts as
+            entailed, in [0, 1].
         refusal_patterns: Extra refusal patterns (:mod:`~rag_experiments.metrics.refusal`).
         prefix: Column-name prefix.
         layer: A ready layer (tests, a verifier-backed checker); default the judge's shared one.
 
     Raises:
-        ConfigError: Unknown ``checker``.
+        ConfigError: Unknown ``checker``; ``checker: verifier`` with no verifier.
     """
 
     name = "claims"
     shows_contexts = True
+    uses: ClassVar[frozenset[str]] = frozenset({"verifier"})
 
     def __init__(
         self,
@@ -104,10 +115,12 @@ class ClaimMetric(JudgedMetric):
         max_tokens: int = 320,
         batch_chunks: bool = True,
         claim_cache: bool = True,
-        checker: str = "judge",
+        checker: str = "auto",
         refusal_patterns: Sequence[str] | None = None,
         prefix: str = "",
         layer: ClaimLayer | None = None,
+        verifier: Any = None,
+        verifier_threshold: float = 0.5,
     ) -> None:
         super().__init__(judge, max_retries, max_tokens, prefix)
         self.batch_chunks = bool(batch_chunks)
@@ -116,7 +129,17 @@ class ClaimMetric(JudgedMetric):
             raise ConfigError(
                 f"{self.name}.checker must be one of {sorted(CHECKERS)}, got {checker!r}"
             )
+        if checker == "verifier" and verifier is None:
+            raise ConfigError(
+                f"{self.name}.checker=verifier needs a verifier: set verifier=local "
+                "verifier.path=<model folder> or verifier=tei verifier.url=<TEI server> "
+                "(docs: how-to/verifiers.md), or checker=judge"
+            )
+        if checker == "auto":
+            checker = "verifier" if verifier is not None else "judge"
         self.checker = checker
+        self.verifier = verifier if checker == "verifier" else None
+        self.verifier_threshold = float(verifier_threshold)
         self.refusal_patterns = compile_patterns(refusal_patterns)
         self._layer = layer
 
@@ -132,12 +155,21 @@ class ClaimMetric(JudgedMetric):
                     "(which builds the `judge` config) or pass judge=<ChatModel>"
                 )
             if self.claim_cache:
-                self._layer = ClaimLayer.shared(self.judge, self.batch_chunks, self.max_retries)
+                self._layer = ClaimLayer.shared(
+                    self.judge,
+                    self.batch_chunks,
+                    self.max_retries,
+                    verifier=self.verifier,
+                    threshold=self.verifier_threshold,
+                )
             else:
+                checker: ClaimChecker = (
+                    VerifierClaimChecker(self.verifier, self.verifier_threshold)
+                    if self.verifier is not None
+                    else JudgeClaimChecker(self.judge, self.batch_chunks, self.max_retries)
+                )
                 self._layer = ClaimLayer(
-                    JudgeClaimExtractor(self.judge, self.max_retries),
-                    JudgeClaimChecker(self.judge, self.batch_chunks, self.max_retries),
-                    cache=False,
+                    JudgeClaimExtractor(self.judge, self.max_retries), checker, cache=False
                 )
         return self._layer
 

@@ -317,3 +317,48 @@ def test_faithfulness_and_context_recall_on_the_claim_layer_cost_nothing_more():
     assert judge.calls == 6 and rec_f["judge_calls"] == rec_r["judge_calls"] == 0
     assert faith["faithfulness"].value == v["claim_faithfulness"] == 1.0
     assert recall["context_recall"].value == v["context_claim_recall"] == 0.5
+
+
+def test_with_a_verifier_the_judge_extracts_and_the_verifier_checks():
+    # checker=auto with the job's verifier: the 2 extractions are judge calls, every check is
+    # the verifier's (the StubVerifier entails a claim its premise contains: the same
+    # verdicts as ClaimJudge's, so the values equal the judge-only ones by hand above).
+    judge, verifier = ClaimJudge(), StubVerifier()
+    v = _score_all(judge, verifier=verifier)
+    assert judge.calls == v["_calls"] == 2
+    assert judge.prompts == ["ClaimList", "ClaimList"]
+    # response vs reference, reference vs response, response vs 2 chunks, reference vs 2 chunks
+    assert sorted(len(b) for b in verifier.batches) == [2, 2, 4, 4]
+    assert v["claim_precision"] == 0.5 and v["claim_recall"] == 0.5
+    assert v["context_claim_recall"] == 0.5 and v["noise_sensitivity_irrelevant"] == 0.5
+    assert v["claim_faithfulness"] == 1.0 and v["hallucination"] == 0.0
+
+
+def test_checker_choice_follows_the_jobs_verifier():
+    verifier = StubVerifier()
+    assert ClaimCorrectness(judge=ClaimJudge()).checker == "judge"
+    assert ClaimCorrectness(judge=ClaimJudge(), verifier=verifier).checker == "verifier"
+    assert ClaimCorrectness(judge=ClaimJudge(), verifier=verifier, checker="judge").verifier is None
+    with pytest.raises(ConfigError, match="checker=verifier needs a verifier: set verifier=local"):
+        ClaimCorrectness(judge=ClaimJudge(), checker="verifier")
+
+
+def test_the_run_hands_its_verifier_to_the_claim_entries(tmp_path):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from rag_experiments.build import SharedParts, build_metric
+    from rag_experiments.locations import CONF_DIR
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["metrics=diagnostics", "judge=fake"])
+    GlobalHydra.instance().clear()
+    node = cfg.metrics.suite.claim_correctness
+    shared = SharedParts.__new__(SharedParts)
+    shared.cfg, stub = cfg, StubVerifier()
+    shared.judge, shared.verifier = ClaimJudge, lambda: stub  # type: ignore[method-assign]
+    assert build_metric(node, shared).checker == "judge"  # verifier=none: the judge checks
+    cfg.verifier = {"_target_": "x"}  # any verifier node: the run builds and hands it over
+    built = build_metric(node, shared)
+    assert built.checker == "verifier" and built.verifier is stub

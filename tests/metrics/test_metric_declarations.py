@@ -40,7 +40,7 @@ def test_definitions_are_the_answer_level_outputs_and_deepeval_reports_them_pref
             "claim_precision", "claim_recall", "claim_f1", "context_claim_recall",
             "context_claim_precision", "context_claim_utilization", "noise_sensitivity_relevant",
             "noise_sensitivity_irrelevant", "hallucination", "self_knowledge", "claim_faithfulness",
-            "citation_recall", "citation_precision",
+            "citation_recall", "citation_precision", "faithfulness_prob",
             *(f"answer_judge.{c}{s}" for c in ("accuracy", "completeness", "relevance")
               for s in ("", "_raw")),
         ]
@@ -76,6 +76,7 @@ def test_label_sets_scorers_and_probes_come_from_the_declarations() -> None:
     ]  # fmt: skip
     assert tuple(PROBES) == (
         "faithfulness",
+        "verifier_faithfulness",
         "answer_relevancy",
         "context_relevance",
         "position_bias",
