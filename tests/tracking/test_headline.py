@@ -109,3 +109,16 @@ def test_deepeval_values_are_read_back_from_the_store_as_metrics(
     if suite == "both":
         assert "faithfulness" in metrics
         assert listed.index("faithfulness") < first  # same priority: spec order, ours first
+
+
+def test_a_sweep_parent_is_named_for_the_sweep_as_typed() -> None:
+    from rag_experiments.tracking.sweep import sweep_run_name
+
+    cli = ["chunker=semantic,fixed", "chunker.size=256,512", "metrics=retrieval"]
+    assert sweep_run_name(cli, {}) == "sweep chunker=semantic,fixed × chunker.size=256,512"
+    assert sweep_run_name(["max_samples=8"], {"retriever": {"top_k": "range(1,4)"}}) == (
+        "sweep retriever.top_k=range(1,4)"
+    )
+    assert sweep_run_name(["max_samples=8"], {}) is None
+    long = sweep_run_name([f"x{i}.key=1,2" for i in range(40)], {})
+    assert long is not None and len(long) == 250 and "sha256" in long
