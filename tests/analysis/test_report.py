@@ -187,3 +187,23 @@ def test_swept_keys_and_a_childs_run_name() -> None:
     )
     assert job_run_name(job, []) == "chunker.size=256,retriever.top_k=3,max_samples=8"
     assert job_run_name([], ["chunker.size"]) is None
+
+
+def test_choices_show_as_typed_not_as_class_paths() -> None:
+    """Issue 41 (4): ``chunker._target_=rag_experiments.chunking.semantic.SemanticChunker`` is
+    shown as what was typed, ``chunker=semantic`` (the bundled option built on that class's
+    schema; the group's default when two options share it, a class name when none)."""
+    from rag_experiments.analysis.runs import typed_params
+
+    params = {
+        "chunker._target_": "rag_experiments.chunking.semantic.SemanticChunker",
+        "chunker.size": "256",
+        "retriever._target_": "rag_experiments.retrieval.retriever.Retriever",
+        "llm._target_": "my_pkg.MyChat",
+    }
+    assert typed_params(params) == {
+        "chunker": "semantic",
+        "chunker.size": "256",
+        "retriever": "dense",  # dense.yaml and default.yaml: the default in config.yaml
+        "llm": "MyChat",
+    }
