@@ -10,6 +10,7 @@ with Playwright, and stops the UI again. It takes:
 
 - ``run_page.png``: the newest finished run of the experiment (``--experiment``, default
   ``rag-experiments``), *Overview* tab: the metrics table, params and tags (1400x1000 viewport);
+  the first rows of its *Metrics* box are printed (the key metrics, logged first);
 - ``traces.png``: the experiment's *Traces* view with one question's trace open: the span tree
   (``question`` -> ``retrieve``, ``generate``), the root span's inputs/outputs and the
   *Assessments* pane (one feedback per judged or key metric). The question is the run's first
@@ -173,6 +174,26 @@ def close_popups(page) -> None:  # noqa: ANN001 (playwright.sync_api.Page, impor
         button.first.click()
 
 
+def first_metric_rows(page, n: int = 6) -> list[str]:  # noqa: ANN001 (playwright Page)
+    """The first ``n`` metric names of the run page's *Metrics* box, as the page shows them
+    (MLflow lists a run's metrics in the order they were first logged)."""
+    text = page.inner_text("body")
+    start = text.find("Metrics (")
+    lines = [line.strip() for line in text[start:].splitlines()[1:] if line.strip()]
+    names = [line for line in lines if line not in ("Metric", "Value")]
+    out: list[str] = []
+    for line in names:
+        if line.startswith("Parameters ("):
+            break
+        try:
+            float(line)
+        except ValueError:
+            out.append(line)
+        if len(out) == n:
+            break
+    return out
+
+
 def save_png(png: bytes, path: Path, max_kb: int) -> None:
     """Write ``png`` to ``path``, downscaled by steps of 0.85 until it is at most ``max_kb`` KiB."""
     if len(png) > max_kb * 1024:
@@ -206,6 +227,7 @@ def take_shots(base: str, exp_id: str, run_id: str, trace_id: str, out: Path, ma
             page.get_by_text("Parameters (").first.wait_for()
             page.wait_for_timeout(2_000)  # the tags and dataset boxes fill in last
             save_png(page.screenshot(), out / "run_page.png", max_kb)
+            print("first rows of the Metrics box: " + ", ".join(first_metric_rows(page)))
 
             # the trace list first: its popups sit above the trace drawer and block its buttons
             page.goto(f"{base}/#/experiments/{exp_id}/traces", wait_until="commit")

@@ -12,8 +12,9 @@ one-line legend.
 
 A metric with no valid value shows ``—``, ``n = 0`` and its most frequent NaN reason (all
 reasons per question: ``per_query_results.csv``). A metric whose range is not [0, 1] (the raw
-1–5 grades of ``answer_judge``) carries its range after its name, so a raw ``1.0`` (the worst
-grade) does not read as a perfect score. With ``judge.repeats`` > 1 a judged metric's row ends
+1–5 grades of ``answer_judge``) is in a block of its own after the answer block, its range after
+its name and its mean written on its scale (``1.00/5``), so a raw ``1.0`` (the worst grade) does
+not read as a perfect score. With ``judge.repeats`` > 1 a judged metric's row ends
 with its judge noise, ``judge sd`` (pooled within-question SD) and ``flips`` (share of
 questions whose verdict changed between repeats), from :mod:`~rag_experiments.metrics.repeats`.
 """
@@ -68,19 +69,27 @@ def summary_table(
     overall = {a.metric: a for a in aggregates if a.group == "all"}
     labels = {s.name: _label(s) for s in specs}
     names = [s.name for s in specs if s.name in overall]
+    spec_of = {s.name: s for s in specs}
     retrieval = [n for n in names if not is_answer_metric(n)]
-    answer = [n for n in names if is_answer_metric(n)]
+    answer = [n for n in names if is_answer_metric(n) and _unit_range(spec_of[n])]
+    grades = [n for n in names if is_answer_metric(n) and not _unit_range(spec_of[n])]
     shown_retrieval = [n for n in retrieval if n in key_metrics] or retrieval[:6]
     hidden = len(retrieval) - len(shown_retrieval)
-    width = max([len(labels[n]) for n in shown_retrieval + answer] + [20]) + 2
+    width = max([len(labels[n]) for n in shown_retrieval + answer + grades] + [20]) + 2
     ci_label = f"[{CONFIDENCE:.0%} CI]"
     lines = [f"  {'':<{width}} {'mean':>7}  {ci_label:<16} {'n':>4}"]
-    for title, block in (("retrieval", shown_retrieval), ("answer", answer)):
+    blocks = (
+        ("retrieval", shown_retrieval),
+        ("answer", answer),
+        ("answer grades on their own scale (the mean grade / the best grade)", grades),
+    )
+    for title, block in blocks:
         if not block:
             continue
         lines.append(f"  {title}")
         lines.extend(
-            _row(overall[n], labels[n], width, values) + _noise(n, run_metrics) for n in block
+            _row(overall[n], labels[n], width, values, spec_of[n]) + _noise(n, run_metrics)
+            for n in block
         )
         if title == "retrieval" and hidden:
             lines.append(
@@ -89,6 +98,11 @@ def summary_table(
             )
     lines.append("  " + LEGEND.format(ci=f"{CONFIDENCE * 100:.0f}"))
     return lines
+
+
+def _unit_range(spec: MetricSpec) -> bool:
+    """True for a metric in [0, 1] (every metric but the raw 1–5 grades)."""
+    return (spec.low, spec.high) == (0.0, 1.0)
 
 
 def _label(spec: MetricSpec) -> str:
@@ -107,7 +121,13 @@ def _noise(name: str, run_metrics: Mapping[str, float]) -> str:
     return f"  judge sd {sd:.3f}, flips {flips:.0%}"
 
 
-def _row(a: Aggregate, label: str, width: int, values: Sequence[Mapping[str, MetricValue]]) -> str:
+def _row(
+    a: Aggregate,
+    label: str,
+    width: int,
+    values: Sequence[Mapping[str, MetricValue]],
+    spec: MetricSpec | None = None,
+) -> str:
     if math.isnan(a.mean):
         reasons = Counter(
             row[a.metric].reason or "no reason"
@@ -119,5 +139,9 @@ def _row(a: Aggregate, label: str, width: int, values: Sequence[Mapping[str, Met
             reason, count = reasons.most_common(1)[0]
             why = f"  no value: {reason} ({count} of {len(values)})"
         return f"    {label:<{width - 2}} {'—':>7}  {'':<16} {a.n_valid:>4}{why}"
+    if spec is not None and not _unit_range(spec):  # a grade: "1.00/5", never "1.0000"
+        mean = f"{a.mean:.2f}/{spec.high:g}"
+        ci = f"[{a.ci_low:.2f}, {a.ci_high:.2f}]"
+        return f"    {label:<{width - 2}} {mean:>7}  {ci:<16} {a.n_valid:>4}"
     ci = f"[{a.ci_low:.3f}, {a.ci_high:.3f}]"
     return f"    {label:<{width - 2}} {a.mean:>7.4f}  {ci:<16} {a.n_valid:>4}"

@@ -74,21 +74,25 @@ def preflight(checks: dict[str, Any]) -> None:
 
 
 def log_dropped(dataset: EvalDataset, tracker: Any) -> None:
-    """Say which source rows the loader left out: a console warning, metric ``n_dropped``
-    (0 when none) and ``n_dropped.<reason>``, tag ``dataset.dropped`` (the one-line summary)
-    and artifact ``dropped_rows.json`` (every id with its reason)."""
-    counts = dataset.dropped_counts()
-    tracker.log_metrics(
-        {
-            "n_dropped": float(len(dataset.dropped)),
-            **{f"n_dropped.{reason}": float(n) for reason, n in counts.items()},
-        }
-    )
+    """Say which source rows the loader left out: a console warning, tag ``dataset.dropped``
+    (the one-line summary) and artifact ``dropped_rows.json`` (every id with its reason). The
+    counts are metrics logged after the run's key metrics (:func:`dropped_metrics`): MLflow's
+    run page lists metrics in the order they were first logged."""
     if dataset.dropped:
         summary = dataset.dropped_summary()
         log.warning("dataset: %s (every id in dropped_rows.json)", summary)
         tracker.set_tags({TAGS.dataset_dropped: summary})
         tracker.log_dict(dataset.dropped_rows(), ARTIFACTS.dropped_rows)
+
+
+def dropped_metrics(dataset: EvalDataset) -> dict[str, float]:
+    """Metric ``n_dropped`` (0 when none) and ``n_dropped.<reason>`` of the rows the loader
+    left out."""
+    counts = dataset.dropped_counts()
+    return {
+        "n_dropped": float(len(dataset.dropped)),
+        **{f"n_dropped.{reason}": float(n) for reason, n in counts.items()},
+    }
 
 
 def _default_run_name(cfg: DictConfig, dataset_name: str) -> str:
@@ -268,7 +272,7 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         finally:  # LLM usage per role and model identity, also when the run fails
             gc.unfreeze()
             tracker.set_tags(exp.session.identity_by_role())
-            tracker.log_metrics(exp.session.usage_by_role())
+            tracker.log_metrics({**dropped_metrics(exp.dataset), **exp.session.usage_by_role()})
         summary = result.metrics()
         objective = objective_value(cfg.get("objective"), summary)
         if objective is not None and math.isnan(objective):  # a failed trial, with its reason

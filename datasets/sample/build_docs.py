@@ -1,8 +1,8 @@
 """Render the bundled sample corpus from its Markdown sources into ``docs/``.
 
-The twelve documents of the fictional Tarnwick Hydrology Institute are authored as Markdown in
-``source/<doc-id>.md``. This script writes each one to ``docs/`` in the format listed in
-:data:`FORMATS`:
+The sixteen documents (12 procedures, 4 distractors) of the fictional Tarnwick Hydrology
+Institute are authored as Markdown in ``source/<doc-id>.md``. This script writes each one to
+``docs/`` in the format listed in :data:`FORMATS`:
 
 * ``md``: copied byte for byte;
 * ``pdf``: rendered with fpdf2 (core font Helvetica, left-aligned, no hyphenation, a footer with
@@ -80,6 +80,11 @@ FORMATS: dict[str, str] = {
     "change-management": "md",
     "physical-security": "md",
     "remote-work": "md",
+    # distractors: no question's reference; they share the questions' words (issue 41)
+    "committee-minutes": "md",
+    "it-access-policy-2019": "md",
+    "staff-newsletter": "md",
+    "field-station-notices": "md",
 }
 """Output format of each document, keyed by doc id (= source file stem)."""
 
@@ -438,7 +443,7 @@ def build(out_dir: Path = DOCS_DIR, source_dir: Path = SOURCE_DIR) -> list[Path]
     """Render every document of :data:`FORMATS` into ``out_dir``.
 
     Files in ``out_dir`` that are not outputs of this build are removed, so the folder always
-    holds exactly the twelve documents.
+    holds exactly the documents of :data:`FORMATS`.
 
     Args:
         out_dir: Output folder (created if missing).

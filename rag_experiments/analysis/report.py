@@ -49,10 +49,12 @@ from rag_experiments.analysis.plots import (
     png_bytes,
 )
 from rag_experiments.analysis.runs import (
+    TARGET_SUFFIX,
     MetricInfo,
     key_metrics,
     load_specs,
     run_values,
+    typed_params,
 )
 from rag_experiments.errors import TrackingError
 from rag_experiments.tracking.names import sanitize_metric_name
@@ -145,6 +147,7 @@ def resolve_parent(store: RunStore, ref: str) -> RunRecord:
     Raises:
         TrackingError: Neither a run nor an experiment with a sweep.
     """
+    ref = store.resolve_run_id(ref)  # the UI's 8-character id prefix -> the full id
     if _RUN_ID.match(ref):
         return store.get_run(ref)
     exp = store.experiment_by_name(ref)
@@ -247,7 +250,7 @@ def build_report(
             return float(m.get(sanitize_metric_name(key), math.nan))
 
         children.append(Child(
-            r.run_id, r.status, {k: r.params.get(k, "") for k in swept},
+            r.run_id, r.status, typed_params({k: r.params.get(k, "") for k in swept}),
             {s.name: get(s.name) for s in specs},
             {s.name: get(s.name + CI_LOW_SUFFIX) for s in specs},
             {s.name: get(s.name + CI_HIGH_SUFFIX) for s in specs},
@@ -260,6 +263,7 @@ def build_report(
             f"--metrics {' '.join(metrics)}: none of them is a metric of the "
             f"sweep; it has: {', '.join(names)}"
         )
+    swept = [k.removesuffix(TARGET_SUFFIX) for k in swept]  # as typed: chunker, not ._target_
     report = SweepReport(parent, children, swept, specs, key)
     report.best = _best(report)
     notes = (r.tags.get(NOTE_TAG, "").strip() for r in runs)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 from rag_experiments.analysis.compare import compare_runs
 from rag_experiments.analysis.paired import Comparison
 from rag_experiments.analysis.plots import write_compare_report
-from rag_experiments.analysis.runs import open_run_store
+from rag_experiments.analysis.runs import artifact_location, open_run_store
 from rag_experiments.common.cliargs import add_tracking_uri, parse_store_command
 from rag_experiments.config.stats_defaults import N_RESAMPLES
 from rag_experiments.errors import RagExpError
@@ -124,9 +123,11 @@ def compare_command(argv: list[str]) -> int:
         "--no-log", action="store_true", help="log no MLflow run (files only with --out)"
     )
     opts = parse_store_command(parser, argv)
+    store = open_run_store(opts.tracking_uri)
+    run_a, run_b = store.resolve_run_id(opts.run_a), store.resolve_run_id(opts.run_b)
     result = compare_runs(
-        opts.run_a,
-        opts.run_b,
+        run_a,
+        run_b,
         tracking_uri=opts.tracking_uri,
         force=opts.force,
         metrics=opts.metrics,
@@ -149,8 +150,13 @@ def compare_command(argv: list[str]) -> int:
         )
     else:
         print(result.format(all_metrics=opts.all_metrics))
+        for label, ref in (("a", run_a), ("b", run_b)):
+            print(f"{label} = {ref} {store.get_run(ref).name or ''}".rstrip())
+        if opts.out:
+            print(f"report: {Path(opts.out).resolve() / 'compare.html'}")
         if run_id:
-            print(f"logged as MLflow run {run_id}", file=sys.stderr)
+            html = artifact_location(store, run_id, "compare.html")
+            print(f"logged as MLflow run {run_id}; report: {html}")
     return 0
 
 

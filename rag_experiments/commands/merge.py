@@ -179,7 +179,7 @@ def merge(parent_id: str, tracking_uri: str, overrides: list[str] | None = None)
     """
     from rag_experiments.build import load_dataset
     from rag_experiments.commands.rerun import load_run_config
-    from rag_experiments.job import log_dropped
+    from rag_experiments.job import dropped_metrics, log_dropped
 
     uri = resolve_tracking_uri(tracking_uri)
     store = RunStore(uri)
@@ -233,6 +233,7 @@ def merge(parent_id: str, tracking_uri: str, overrides: list[str] | None = None)
             [s.model_dump(mode="json") for s in dataset.samples],
         )
         log_result(result, tracker, dataset)
+        tracker.log_metrics(dropped_metrics(dataset))
     print(f"merged {n} shards of {parent_id} into run {run_id}\n{tracker.describe_location()}")
     return run_id
 

@@ -38,6 +38,7 @@ from rag_experiments.tracking.sweep import (
     open_sweep,
     parent_swept_keys,
     read_parent_run_id,
+    sweep_run_name,
     swept_keys,
 )
 
@@ -152,11 +153,11 @@ class MlflowSweepCallback(Callback):
 
     def _open(self, config: DictConfig) -> None:
         sweep_dir = Path(to_absolute_path(str(config.hydra.sweep.dir)))
-        swept = swept_keys(
-            list(OmegaConf.select(config, "hydra.overrides.task", default=None) or []),
-            dict(OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}),
-        )
-        open_sweep(self.uri, self.experiment, sweep_dir, swept)
+        overrides = list(OmegaConf.select(config, "hydra.overrides.task", default=None) or [])
+        params = dict(OmegaConf.select(config, "hydra.sweeper.params", default=None) or {})
+        swept = swept_keys(overrides, params)
+        name = sweep_run_name(overrides, params)
+        open_sweep(self.uri, self.experiment, sweep_dir, swept, name)
         self._open_sweep = sweep_dir
         atexit.register(self._close_aborted)
 

@@ -19,7 +19,8 @@ Each row has a value in exactly one of the two columns; the other is NaN with ``
 (precision was computed) or ``no_reference`` (utilization was computed). Edges:
 
 - target failed → both NaN ``target_error``;
-- unanswerable sample → both NaN ``unanswerable`` (no context can be relevant to it);
+- unanswerable sample → the applicable column NaN ``unanswerable`` (no context can be relevant
+  to it), the other ``has_reference``/``no_reference`` as on every row;
 - contexts ``[]`` or only blank texts → the applicable column 0.0 flagged ``empty_context``,
   no judge call;
 - no reference and an empty response → ``context_utilization`` NaN ``empty_answer``
@@ -112,15 +113,19 @@ class ContextPrecision(JudgedMetric):
     ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
         if resp.error is not None:
             return self._nan_all("target_error")
-        if not sample.answerable:
-            return self._nan_all("unanswerable")
         reference = sample.reference.strip()
         column, other, other_reason = (
             ("context_precision", "context_utilization", "has_reference")
             if reference
             else ("context_utilization", "context_precision", "no_reference")
         )
+        # The other column is not this row's metric whatever happens to the row: its reason
+        # says so on every row (an unanswerable row of a dataset with references too, so
+        # context_utilization reads "has_reference" on all of that dataset's rows).
         out = {other: MetricValue.nan(other_reason)}
+        if not sample.answerable:
+            out[column] = MetricValue.nan("unanswerable")
+            return out, {"skipped": "unanswerable"}
         contexts = list(resp.retrieved_contexts)
         if not reference and resp.no_response:  # context_utilization reads the answer
             out[column] = MetricValue.nan("no_response")

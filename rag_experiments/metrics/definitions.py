@@ -103,9 +103,16 @@ class MetricDefinition:
     answer_level: bool = True
 
     def spec(self, prefix: str = "") -> MetricSpec:
-        """The :class:`MetricSpec` of this definition, its name prefixed by ``prefix``."""
+        """The :class:`MetricSpec` of this definition, its name prefixed by ``prefix``, with
+        the definition's key priority: a backend's column (``deepeval.faithfulness``) is a key
+        metric when the definition is, logged and shown by the same rule as ours."""
         return MetricSpec(
-            prefix + self.name, self.higher_is_better, self.low, self.high, self.description
+            prefix + self.name,
+            self.higher_is_better,
+            self.low,
+            self.high,
+            self.description,
+            key=self.key,
         )
 
     def label_set(self) -> LabelSet | None:

@@ -3,14 +3,15 @@
 Layout of a run (our own, stable across versions):
 
 * params: the flattened, redacted config (:func:`~rag_experiments.tracking.params.flatten_params`);
-* tags: the caller's tags (redacted), ``git.commit`` / ``git.dirty`` of the harness checkout,
-  ``version.python`` and ``version.<package>`` of key packages; ``error`` on failure;
+* tags: the caller's tags (redacted); ``error`` on failure;
   ``dataset.name`` / ``dataset.digest`` / ``dataset.source`` after
   :meth:`MlflowTracker.log_dataset`;
 * metrics: sanitised keys (:func:`~rag_experiments.tracking.names.sanitize_metric_name`); NaN and
   infinite values are never logged; of a run's summary (:meth:`MlflowTracker.log_summary`),
   the headline values only unless ``metrics="all"`` (:mod:`~rag_experiments.tracking.selection`);
-* artifacts: ``config.yaml`` (redacted), ``metric_names.json`` (canonical name → key, for every
+* artifacts: ``config.yaml`` (redacted), ``environment.json`` (``git.commit`` / ``git.dirty``
+  of the harness checkout, ``version.python`` and ``version.<package>`` of key packages),
+  ``metric_names.json`` (canonical name → key, for every
   metric name seen), ``<table>.json`` + ``<table>_results.csv``, ``error.txt`` on failure.
 """
 
@@ -80,7 +81,8 @@ VERSION_PACKAGES: tuple[str, ...] = (
     "torch",
     "hydra-core",
 )
-"""Distributions whose installed version is tagged on every run as ``version.<name>``
+"""Distributions whose installed version is in every run's ``environment.json`` as
+``version.<name>``
 (packages that are not installed are left out)."""
 
 _BATCH_CHARS = 400_000
@@ -279,7 +281,7 @@ class MlflowTracker:
     ) -> None:
         """Log params, tags and ``config.yaml`` at the start of a run."""
         flat = flatten_params(params)
-        all_tags = {**_environment_tags(), **_sanitised_tags(tags)}
+        all_tags = _sanitised_tags(tags)
         run_id = self._require_run()
         try:
             for batch in _batches([Param(k, v) for k, v in flat.items()]):
@@ -293,6 +295,9 @@ class MlflowTracker:
             ) from e
         self.outage.call(
             "config.yaml", client.log_text, run_id, redact_yaml(config_yaml), "config.yaml"
+        )
+        self.outage.call(
+            ENVIRONMENT_ARTIFACT, client.log_dict, run_id, _environment(), ENVIRONMENT_ARTIFACT
         )
 
     def _record_error(self, client: mlflow.MlflowClient, exc: BaseException) -> None:
@@ -655,7 +660,12 @@ def _no_url_print() -> Iterator[None]:
             os.environ[name] = before
 
 
-def _environment_tags() -> dict[str, str]:
+ENVIRONMENT_ARTIFACT = "environment.json"
+"""Artifact holding :func:`_environment` (not tags: the run page shows every tag of ours on its
+first screen, and nothing reads these back)."""
+
+
+def _environment() -> dict[str, str]:
     """Git commit of the harness checkout (when there is one) and package versions."""
     tags = {"version.python": platform.python_version()}
     for dist in VERSION_PACKAGES:

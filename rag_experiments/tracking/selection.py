@@ -3,7 +3,7 @@
 A run computes far more values than a reader compares across runs: with the custom suite,
 about 60 metric columns × (mean, CI low, CI high, n_valid) × (all questions + every question
 type) — over a thousand numbers for 8 questions. Logged as MLflow metrics they bury the few
-that matter (the run page lists them alphabetically; the charts tab opens on one bar chart per
+that matter (the run page lists them in logging order; the charts tab opens on one bar chart per
 question type). So the run's MLflow metrics are its **headline values**, and every value stays
 in the run's tables:
 
@@ -19,6 +19,10 @@ in the run's tables:
 * every run-level value that is not a metric aggregate, unchanged: ``n_samples``,
   ``n_failed``, ``n_unanswerable``, ``n_cached_answers``, ``duration_s``, latencies, judge
   usage and errors.
+
+They are logged headline first, since MLflow's run page lists metrics in the order they were
+first logged (MLflow 3.17, measured): the key metrics' means (their order in the console
+table), then their CIs and ``n_valid``, then the run values, then the ``by_type/`` means.
 
 Every aggregate — all metrics, all groups, mean, CI, n_valid and n_nan — is in the run's
 ``average_results.csv`` (one row per metric and group, :meth:`~rag_experiments.runner.
@@ -79,32 +83,61 @@ def select_metrics(
         mode: ``headline`` or ``all``.
 
     Returns:
-        The selected ``{name: value}``, in the order of ``values``.
+        The selected ``{name: value}``, headline first: the key metrics' means by priority,
+        then their CIs and ``n_valid``, then the other values in the order of ``values``,
+        ``by_type/`` values last (:func:`_headline_first`).
 
     Raises:
         ConfigError: An unknown ``mode``.
     """
-    if check_mode(mode) == "all":
-        return dict(values)
-    keys = {s.name for s in specs if s.key is not None}
+    keys = {s.name: s.key for s in specs if s.key is not None}
     aggregate_of: dict[str, tuple[str, str]] = {}  # overall name -> (metric, suffix)
     for name in (s.name for s in specs):
         for suffix in AGGREGATE_SUFFIXES:
             aggregate_of[name + suffix] = (name, suffix)
-    out: dict[str, float] = {}
-    for name, value in values.items():
+    if check_mode(mode) == "all":
+        out = dict(values)
+    else:
+        out = {}
+        for name, value in values.items():
+            if name.startswith(BY_TYPE):
+                group, _, rest = name[len(BY_TYPE) :].partition("/")
+                if rest not in aggregate_of:
+                    out[name] = value  # not an aggregate: keep
+                    continue
+                metric, suffix = aggregate_of[rest]
+                n_valid = values.get(f"{BY_TYPE}{group}/{metric}_n_valid", 0.0)
+                if metric in keys and suffix == "" and n_valid >= MIN_TYPE_VALUES:
+                    out[name] = value
+            elif name in aggregate_of:
+                if aggregate_of[name][0] in keys:
+                    out[name] = value
+            else:
+                out[name] = value
+    return _headline_first(out, keys, aggregate_of)
+
+
+def _headline_first(
+    values: dict[str, float],
+    keys: Mapping[str, int],
+    aggregate_of: Mapping[str, tuple[str, str]],
+) -> dict[str, float]:
+    """``values`` reordered for MLflow's run page, which lists a run's metrics in the order
+    they were first logged (measured on MLflow 3.17's *Overview* tab: neither alphabetical nor
+    by value): the key metrics' means by priority (ties in spec order), then their CI bounds
+    and ``n_valid`` in the same order, then every other overall value in its order, then the
+    ``by_type/`` values."""
+    order = {name: i for i, name in enumerate(keys)}
+
+    def rank(item: tuple[int, str]) -> tuple[int, float, int, int]:
+        position, name = item
+        metric, suffix = aggregate_of.get(name, (name, None))  # type: ignore[arg-type]
         if name.startswith(BY_TYPE):
-            group, _, rest = name[len(BY_TYPE) :].partition("/")
-            if rest not in aggregate_of:
-                out[name] = value  # not an aggregate: keep
-                continue
-            metric, suffix = aggregate_of[rest]
-            n_valid = values.get(f"{BY_TYPE}{group}/{metric}_n_valid", 0.0)
-            if metric in keys and suffix == "" and n_valid >= MIN_TYPE_VALUES:
-                out[name] = value
-        elif name in aggregate_of:
-            if aggregate_of[name][0] in keys:
-                out[name] = value
-        else:
-            out[name] = value
-    return out
+            return (3, 0, 0, position)
+        if metric in keys and suffix is not None:
+            band = 0 if suffix == "" else 1
+            return (band, keys[metric], order[metric], position)
+        return (2, 0, 0, position)
+
+    ranked = sorted(enumerate(values), key=rank)
+    return {name: values[name] for _, name in ranked}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from typing import Any
 
 import mlflow
 import pandas as pd
-from mlflow.entities import Run
+from mlflow.entities import Run, ViewType
 from mlflow.exceptions import MlflowException
 
 from rag_experiments.common.uri import resolve_tracking_uri
@@ -140,6 +141,40 @@ class RunStore:
             TrackingError: No such run in the store (the message names the store).
         """
         return self._record(get_run(self._client, run_id, where=self.where))
+
+    def resolve_run_id(self, ref: str) -> str:
+        """The full id of the run ``ref`` names: ``ref`` itself when it is a run of the store,
+        else the one run whose id starts with ``ref`` (the 8-character ids MLflow's UI shows;
+        at least :data:`MIN_ID_PREFIX` hex digits), else ``ref`` unchanged (a later
+        :meth:`get_run` says it is not found).
+
+        Raises:
+            TrackingError: ``ref`` is the prefix of several runs' ids (they are listed with
+                their names).
+        """
+        if not _ID_PREFIX.match(ref):
+            return ref
+        try:
+            self._client.get_run(ref)
+            return ref
+        except MlflowException:
+            pass
+        experiments = self._client.search_experiments(view_type=ViewType.ALL)
+        ids = [e.experiment_id for e in experiments]
+        matches = [
+            r
+            for r in find_runs(self._client, ids, "", None, None)
+            if r.info.run_id.startswith(ref.lower())
+        ]
+        if len(matches) == 1:
+            return str(matches[0].info.run_id)
+        if matches:
+            listed = ", ".join(f"{r.info.run_id} ({r.info.run_name})" for r in matches[:5])
+            raise TrackingError(
+                f"run id prefix {ref!r} matches {len(matches)} runs at {self.uri}: {listed}; "
+                "give more characters of the id"
+            )
+        return ref
 
     def find_runs(
         self,
@@ -382,6 +417,11 @@ def open_store(uri: str, *, where: str = "--tracking-uri") -> mlflow.MlflowClien
     if is_remote(resolved):
         check_server(resolved, where=where)
     return mlflow.MlflowClient(tracking_uri=resolved)
+
+
+MIN_ID_PREFIX = 6
+"""Fewest hex digits of a run id prefix :meth:`RunStore.resolve_run_id` looks up."""
+_ID_PREFIX = re.compile(rf"^[0-9a-fA-F]{{{MIN_ID_PREFIX},31}}$")
 
 
 def get_run(client: mlflow.MlflowClient, run_id: str, *, where: str = "--tracking-uri") -> Run:

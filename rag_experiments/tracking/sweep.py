@@ -46,7 +46,9 @@ _RUN_ID = re.compile(r"^[a-zA-Z0-9][\w\-]{0,255}$")  # mlflow.utils.validation._
 _STATUSES = ("FINISHED", "FAILED", "KILLED", "RUNNING", "SCHEDULED")
 
 
-def open_sweep(uri: str, experiment: str, sweep_dir: Path, swept: list[str]) -> str:
+def open_sweep(
+    uri: str, experiment: str, sweep_dir: Path, swept: list[str], name: str | None = None
+) -> str:
     """Create a sweep's parent run and write its id to ``<sweep_dir>/mlflow_parent_run_id``.
     A tracking server is asked for ``/health`` first, so a dead one stops the sweep in
     seconds, before any job (not after MLflow's own retries, minutes).
@@ -57,6 +59,8 @@ def open_sweep(uri: str, experiment: str, sweep_dir: Path, swept: list[str]) -> 
         sweep_dir: The sweep directory (absolute; created when missing): the parent run is
             named after it and tagged ``sweep.dir``.
         swept: The swept config keys (:func:`swept_keys`), tagged ``sweep.params``.
+        name: The parent's run name (:func:`sweep_run_name`); None = the sweep directory's
+            name.
 
     Returns:
         The parent run id.
@@ -69,7 +73,7 @@ def open_sweep(uri: str, experiment: str, sweep_dir: Path, swept: list[str]) -> 
     sweep_dir.mkdir(parents=True, exist_ok=True)
     client = open_client(uri)
     experiment_id = ensure_experiment(client, experiment, uri)
-    name = sweep_dir.name or "sweep-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    name = name or sweep_dir.name or "sweep-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     tags = {"sweep.dir": str(sweep_dir), SWEPT_TAG: json.dumps(swept)}
     try:
         run = client.create_run(experiment_id, run_name=name, tags=tags)
@@ -182,6 +186,36 @@ def swept_keys(overrides: list[str], sweeper_params: dict[str, Any]) -> list[str
         if override.is_sweep_override() and override.key_or_group not in keys:
             keys.append(override.key_or_group)
     return keys
+
+
+SWEEP_NAME_CHARS = 250
+"""Longest parent run name; a longer one is cut with a hash suffix."""
+
+
+def sweep_run_name(overrides: list[str], sweeper_params: dict[str, Any]) -> str | None:
+    """A sweep parent's run name: ``sweep`` and its swept overrides as typed, joined by ``×``
+    (``sweep chunker=semantic,fixed × chunker.size=256,512``), the sweeper's ``params`` after
+    the command line's; None when nothing is swept.
+
+    Args:
+        overrides: The multirun's command-line overrides (``hydra.overrides.task``).
+        sweeper_params: ``{key: value expression}`` of ``hydra.sweeper.params``.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from rag_experiments.tracking.names import hash_suffixed
+
+    parser = OverridesParser.create()
+    texts = [*overrides, *(f"{k}={v}" for k, v in _flatten(sweeper_params))]
+    parts: list[str] = []
+    seen: set[str] = set()
+    for text, override in zip(texts, parser.parse_overrides(texts), strict=True):
+        if override.is_sweep_override() and override.key_or_group not in seen:
+            seen.add(override.key_or_group)
+            parts.append(text.lstrip("+~"))
+    if not parts:
+        return None
+    return hash_suffixed("sweep " + " × ".join(parts), SWEEP_NAME_CHARS)
 
 
 def _flatten(params: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -187,3 +187,53 @@ def test_swept_keys_and_a_childs_run_name() -> None:
     )
     assert job_run_name(job, []) == "chunker.size=256,retriever.top_k=3,max_samples=8"
     assert job_run_name([], ["chunker.size"]) is None
+
+
+def test_choices_show_as_typed_not_as_class_paths() -> None:
+    """Issue 41 (4): ``chunker._target_=rag_experiments.chunking.semantic.SemanticChunker`` is
+    shown as what was typed, ``chunker=semantic`` (the bundled option built on that class's
+    schema; the group's default when two options share it, a class name when none)."""
+    from rag_experiments.analysis.runs import typed_params
+
+    params = {
+        "chunker._target_": "rag_experiments.chunking.semantic.SemanticChunker",
+        "chunker.size": "256",
+        "retriever._target_": "rag_experiments.retrieval.retriever.Retriever",
+        "llm._target_": "my_pkg.MyChat",
+    }
+    assert typed_params(params) == {
+        "chunker": "semantic",
+        "chunker.size": "256",
+        "retriever": "dense",  # dense.yaml and default.yaml: the default in config.yaml
+        "llm": "MyChat",
+    }
+
+
+@pytest.mark.parametrize(
+    "ticks",
+    [
+        ["semantic", "fixed"],
+        [f"rag_experiments.chunking.{n}.{n.title()}Chunker" for n in ("semantic", "fixed", "none")],
+        [f"chunker=semantic,chunker.size={n},top_k={k}" for n in (256, 512) for k in (3, 5)],
+    ],
+)
+def test_category_tick_labels_do_not_overlap_on_the_rendered_figure(ticks: list[str]) -> None:
+    """Issue 41 (4): the sweep report's x labels overlapped. Checked on the drawn figure:
+    the tick labels' boxes (matplotlib's renderer) are pairwise disjoint."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from rag_experiments.analysis.plots import Series, metric_vs_param_figure
+
+    x = list(range(len(ticks)))
+    series = [Series("", x, {"nDCG@10": [0.5] * len(x)}, {"nDCG@10": [0.4] * len(x)},
+                     {"nDCG@10": [0.6] * len(x)})]  # fmt: skip
+    fig = metric_vs_param_figure("chunker", ["nDCG@10", "MRR@10", "Hit@5"][:1], series, ticks)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    (ax,) = fig.axes
+    boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_text()]
+    assert len(boxes) == len(ticks)
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert not a.overlaps(b), (a, b)

@@ -67,6 +67,15 @@ def squashed_texts(corpus: tuple[list[Document], dict[str, str]]) -> dict[str, s
     return {doc.id: squash(doc.text) for doc in docs}
 
 
+DISTRACTORS = {
+    "committee-minutes",
+    "field-station-notices",
+    "it-access-policy-2019",
+    "staff-newsletter",
+}
+"""The sample's distractor documents: no question's reference."""
+
+
 def _load_builder() -> ModuleType:
     """Import ``datasets/sample/build_docs.py`` (not a package) as a module."""
     spec = importlib.util.spec_from_file_location("sample_build_docs", SAMPLE_DIR / "build_docs.py")
@@ -77,10 +86,12 @@ def _load_builder() -> ModuleType:
     return module
 
 
-def test_docs_folder_holds_twelve_documents_four_per_format() -> None:
+def test_docs_folder_holds_one_file_per_source_in_its_format() -> None:
+    formats = _load_builder().FORMATS
     files = sorted(p.name for p in DOCS_DIR.iterdir() if p.is_file())
-    assert len(files) == 12
-    assert Counter(Path(f).suffix for f in files) == {".md": 4, ".pdf": 4, ".docx": 4}
+    assert files == sorted(f"{doc_id}.{fmt}" for doc_id, fmt in formats.items())
+    # the 12 procedures, 4 per format, and the distractor documents (Markdown)
+    assert Counter(formats.values()) == {"md": 4 + len(DISTRACTORS), "pdf": 4, "docx": 4}
     assert "it-access-policy.pdf" in files
 
 
@@ -89,7 +100,7 @@ def test_corpus_loads_every_file_without_skipping(
 ) -> None:
     docs, skipped = corpus
     assert skipped == {}
-    assert len(docs) == 12
+    assert len(docs) == len(_load_builder().FORMATS)
     assert "it-access-policy" in {d.id for d in docs}
     by_id = {d.id: d for d in docs}
     # The multi-page PDF keeps its page offsets; the first page starts at 0.
@@ -101,7 +112,17 @@ def test_corpus_loads_every_file_without_skipping(
     assert by_id["remote-work"].title == "Remote Work and Equipment Policy"
     for doc in docs:
         words = len(doc.text.split())
-        assert 300 <= words <= 1000, (doc.id, words)
+        low = 150 if doc.id in DISTRACTORS else 300
+        assert low <= words <= 1000, (doc.id, words)
+
+
+def test_no_question_is_answered_by_a_distractor_document() -> None:
+    """The distractors share the questions' words (so chunking choices move doc-level
+    ranking, issue 41) but no question's reference is in them."""
+    rows = [json.loads(line) for line in (SAMPLE_DIR / "eval.jsonl").open(encoding="utf-8")]
+    referenced = {d for row in rows for d in row["reference_doc_ids"]}
+    assert referenced.isdisjoint(DISTRACTORS)
+    assert len(referenced) == len(_load_builder().FORMATS) - len(DISTRACTORS)
 
 
 def test_vendor_management_nested_table_is_extracted(squashed_texts: dict[str, str]) -> None:

@@ -211,4 +211,9 @@ def test_sample_dataset_report_runs(tmp_path):
         check=True,
         cwd=tmp_path,
     )
-    assert "documents: 12 / 12" in done.stdout and "69 (60 answerable" in done.stdout
+    rows = [json.loads(line) for line in (root / "datasets/sample/eval.jsonl").open()]
+    referenced = {d for row in rows for d in row["reference_doc_ids"]}
+    n_docs = sum(1 for p in (root / "datasets/sample/docs").iterdir() if p.is_file())
+    answerable = sum(1 for row in rows if row["answerable"])
+    assert f"documents: {len(referenced)} / {n_docs}" in done.stdout  # distractors: not covered
+    assert f"{len(rows)} ({answerable} answerable" in done.stdout

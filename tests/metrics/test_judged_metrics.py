@@ -370,6 +370,7 @@ def test_target_error_and_unanswerable():
     (prec,) = ContextPrecision(judge=judge).evaluate([unanswerable], [_resp()])
     (rec,) = ContextRecall(judge=judge).evaluate([unanswerable], [_resp()])
     assert prec["context_precision"].reason == rec["context_recall"].reason == "unanswerable"
+    assert prec["context_utilization"].reason == "has_reference"  # as on every other row
     (faith,) = Faithfulness(judge=judge).evaluate([unanswerable], [_resp()])
     assert faith["faithfulness"].value == 0.5  # an answer to it must still be grounded
 

@@ -72,7 +72,8 @@ def test_console_table_says_why_a_metric_has_no_value_and_shows_a_range_other_th
     ]
     lines = summary_table(specs, aggs, values=rows)
     assert lines[1] == "  answer"
-    faith, raw = lines[2], lines[3]
+    assert lines[3].startswith("  answer grades on their own scale")
+    faith, raw = lines[2], lines[4]
     assert faith.split() == [
         "faithfulness",
         "—",
@@ -84,8 +85,9 @@ def test_console_table_says_why_a_metric_has_no_value_and_shows_a_range_other_th
         "of",
         "3)",
     ]
-    assert raw.split() == ["answer_judge.accuracy_raw", "(1–5)", "1.0000", "[1.000,", "1.000]", "3"]
-    assert faith.index("—") + 1 == raw.index("1.0000") + 6  # the mean column stays aligned
+    # the worst grade reads as such: 1.00 of 5, not 1.0000
+    assert raw.split() == ["answer_judge.accuracy_raw", "(1–5)", "1.00/5", "[1.00,", "1.00]", "3"]
+    assert faith.index("—") + 1 == raw.index("1.00/5") + 6  # the mean column stays aligned
 
 
 def test_console_table_ends_a_repeated_metric_row_with_its_judge_noise() -> None:

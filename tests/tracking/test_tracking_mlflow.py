@@ -124,8 +124,10 @@ def test_params_tags_and_config_are_logged_redacted(uri: str, tmp_path: Path) ->
     assert t["dataset.name"] == "demo"
     assert t["auth_token"] == REDACTED
     assert t["nDCG_at_10"] == "x"
-    assert t["version.mlflow"] == mlflow.__version__
-    assert t["version.python"] == ".".join(map(str, sys.version_info[:3]))
+    assert not any(k.startswith(("version.", "git.")) for k in t)  # environment.json holds them
+    env = json.loads(_text(uri, run_id, "environment.json"))
+    assert env["version.mlflow"] == mlflow.__version__
+    assert env["version.python"] == ".".join(map(str, sys.version_info[:3]))
     assert "error" not in t
     config = _text(uri, run_id, "config.yaml")
     assert "sk-secret" not in config and REDACTED in config and "top_k: 5" in config

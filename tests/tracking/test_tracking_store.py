@@ -64,3 +64,34 @@ def test_find_runs_child_runs_get_run_and_read_table(
     assert table["id"].tolist() == ["007"] and table["score"].tolist() == [0.5]  # id stays a str
     with pytest.raises(TrackingError, match="cannot fetch per_query_results.csv"):
         read_table(client, parent)
+
+
+def test_a_run_id_prefix_resolves_to_the_one_run_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41 (7): ``compare``/``gate``/``report`` take the 8-character ids the MLflow UI
+    shows; a prefix of several runs is refused with both listed."""
+    from types import SimpleNamespace
+
+    from mlflow import MlflowClient
+
+    from rag_experiments.tracking import store as store_module
+    from rag_experiments.tracking.store import RunStore
+
+    uri = f"sqlite:///{tmp_path}/mlruns.db"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("e")
+    one = client.create_run(exp, run_name="r1").info.run_id
+    store = RunStore(uri)
+    assert store.resolve_run_id(one[:8]) == one
+    assert store.resolve_run_id(one.upper()[:8]) == one
+    assert store.resolve_run_id(one) == one
+    assert store.resolve_run_id("production") == "production"  # an alias: unchanged
+    assert store.resolve_run_id("abc") == "abc"  # under 6 digits: not looked up
+    twins = [
+        SimpleNamespace(info=SimpleNamespace(run_id=f"abcdef12{c * 24}", run_name=f"n{c}"))
+        for c in "01"
+    ]
+    monkeypatch.setattr(store_module, "find_runs", lambda *a, **k: twins)
+    with pytest.raises(TrackingError, match=r"'abcdef12' matches 2 runs.*\(n0\).*\(n1\)"):
+        store.resolve_run_id("abcdef12")

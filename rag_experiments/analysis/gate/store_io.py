@@ -86,7 +86,7 @@ def resolve_run(store: Store, ref: str, experiment: str) -> str:
         TrackingError: ``last`` in an experiment without a finished evaluation run.
     """
     if ref != LAST:
-        return ref
+        return store.resolve_run_id(ref)  # a full id or the UI's 8-character prefix
     exp = store.experiment_by_name(experiment)
     runs = (
         store.find_runs(
@@ -146,6 +146,7 @@ def _alias_or_run(
     if target:
         return target
     try:
+        ref = store.resolve_run_id(ref)
         store.get_run(ref)
     except TrackingError:
         aliases = sorted(k.removeprefix(ALIAS_TAG) for k in tags if k.startswith(ALIAS_TAG))
