@@ -243,19 +243,65 @@ def cut_while_reasoning(split: Split, finish_reason: str) -> bool:
     return split.open or (bool(split.reasoning) and not split.answer.strip())
 
 
-class HintOnce:
-    """Prints :data:`HINT` once per object (a model), whatever thread hits it first."""
+STOP_AFTER = 8
+"""Replies in a row cut while reasoning, with no answered reply yet, after which a model stops
+calling its server (:class:`ReasoningWatch`)."""
 
-    def __init__(self) -> None:
-        self._done = False
+
+class ReasoningWatch:
+    """Per model: prints :data:`HINT` once, whatever thread hits it first, and stops calling
+    a server whose replies are all cut while reasoning. After :data:`STOP_AFTER` such replies
+    in a row with no answered reply since the model was built, every later call fails at once
+    as :class:`ReasoningTruncatedError` without a request (the same budget would cut it
+    again), as a dead judge fails fast: the run then ends on its ``max_failure_rate`` check
+    with everything computed logged, instead of spending the budget on every question. One
+    answered reply disarms the stop for good (a model that can answer within the budget is
+    only cut on some questions; those rows stay NaN ``reasoning_truncated``)."""
+
+    def __init__(self, stop_after: int = STOP_AFTER) -> None:
+        self.stop_after = int(stop_after)
+        self._cut = 0
+        self._answered = False
+        self._hinted = False
         self._lock = threading.Lock()
 
-    def __call__(self, where: str) -> None:
+    def check(self, where: str) -> None:
+        """Raise when the stop is set (before a request).
+
+        Raises:
+            ReasoningTruncatedError: :data:`STOP_AFTER` replies in a row were cut while
+                reasoning and none was answered.
+        """
         with self._lock:
-            if self._done:
-                return
-            self._done = True
-        log.warning("%s: reply cut while reasoning; %s", where, HINT)
+            stopped = not self._answered and self._cut >= self.stop_after
+        if stopped:
+            raise ReasoningTruncatedError(
+                f"{where}: not called: the first {self.stop_after} replies were all cut while "
+                f"reasoning and none was answered; {HINT}",
+                raw="",
+            )
+
+    def cut(self, where: str) -> None:
+        """Count one reply cut while reasoning; log :data:`HINT` the first time."""
+        with self._lock:
+            self._cut += 1
+            first, self._hinted = not self._hinted, True
+            stop = not self._answered and self._cut == self.stop_after
+        if first:
+            log.warning("%s: reply cut while reasoning; %s", where, HINT)
+        if stop:
+            log.warning(
+                "%s: the first %d replies were all cut while reasoning: no more calls to it in "
+                "this run (each fails as reasoning_truncated)",
+                where,
+                self.stop_after,
+            )
+
+    def answered(self) -> None:
+        """Note one reply that was not cut while reasoning (disarms the stop)."""
+        if not self._answered:
+            with self._lock:
+                self._answered = True
 
 
 def with_reasoning_tokens(usage: Usage, tokens: int) -> Usage:

@@ -23,8 +23,8 @@ from rag_experiments.llm.errors import ContextOverflowError
 from rag_experiments.llm.gate import EndpointGate
 from rag_experiments.llm.parsing import LLMParseError, LLMTruncatedError, parse_structured
 from rag_experiments.llm.reasoning import (
-    HintOnce,
     ReasoningTruncatedError,
+    ReasoningWatch,
     Split,
     check_reasoning,
     cut_while_reasoning,
@@ -189,7 +189,7 @@ class RemoteChat(ChatModelBase, TakesRetry):
         self.reasoning = check_reasoning(str(reasoning), self.where, str(reasoning_style))
         self.reasoning_style = str(reasoning_style)
         self.reasoning_budget = reasoning_budget_of(self.reasoning, reasoning_budget)
-        self._hint = HintOnce()
+        self._watch = ReasoningWatch()
         if self.reasoning_budget:
             log.info(
                 "%s: reasoning=%s: each call's max_tokens grows by %d tokens for the reasoning "
@@ -262,7 +262,7 @@ class RemoteChat(ChatModelBase, TakesRetry):
         )
         usage = usage + with_reasoning_tokens(reply.usage, tokens)
         if cut_while_reasoning(Split(split.answer, reasoning, split.open), reply.finish_reason):
-            self._hint(self.where)
+            self._watch.cut(self.where)
             raise ReasoningTruncatedError(
                 f"{self.where}: the reply was cut by the token limit while the model was still "
                 f"reasoning (max_tokens={opts['max_tokens']}, {len(reasoning)} characters of "
@@ -270,6 +270,7 @@ class RemoteChat(ChatModelBase, TakesRetry):
                 raw=reply.text or shorten(reasoning),
                 usage=usage,
             )
+        self._watch.answered()
         return replace(reply, text=split.answer, reasoning=reasoning), usage
 
     def _check_window(self, messages: list[Message]) -> None:
@@ -315,6 +316,7 @@ class RemoteChat(ChatModelBase, TakesRetry):
         """
         opts = self._options(options)
         self._check_window(messages)
+        self._watch.check(self.where)
         started = time.perf_counter()
         usage = Usage()
         convo = list(messages)

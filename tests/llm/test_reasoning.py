@@ -26,7 +26,9 @@ from rag_experiments.llm.ollama import OllamaChat
 from rag_experiments.llm.openai_compat import OpenAICompatChat
 from rag_experiments.llm.parsing import StructuredOutput, strict_choice
 from rag_experiments.llm.reasoning import (
+    STOP_AFTER,
     ReasoningTruncatedError,
+    ReasoningWatch,
     Split,
     openai_fields,
     split_reasoning,
@@ -142,6 +144,34 @@ def test_reply_cut_while_thinking_is_reasoning_truncated(shape, caplog):
     # the cut thought (73 characters) still counts: ceil(73 / 4) = 19 tokens, at most the
     # completion tokens the fake reports (its words: 14)
     assert err.value.usage.reasoning_tokens == min(19, err.value.usage.completion_tokens)
+
+
+def test_a_server_whose_replies_are_all_cut_is_not_called_after_the_stop(caplog):
+    with FakeOpenAIServer(latency_s=0, reasoning="vllm", cut_thinking=True) as server:
+        model = OpenAICompatChat(base_url=server.url, model="fake-judge", reasoning="on")
+        with caplog.at_level(logging.WARNING):
+            for _ in range(STOP_AFTER + 3):
+                with pytest.raises(ReasoningTruncatedError) as err:
+                    model.complete(MESSAGES, Verdict)
+        assert server.requests == STOP_AFTER  # the last 3 made no request
+    assert err.value.reason == "reasoning_truncated" and "not called" in str(err.value)
+    assert "set judge.reasoning=off" in str(err.value)
+    stops = [r for r in caplog.records if "no more calls" in r.getMessage()]
+    assert len(stops) == 1
+
+
+def test_one_answered_reply_disarms_the_stop():
+    watch = ReasoningWatch(stop_after=2)
+    watch.answered()
+    for _ in range(5):
+        watch.cut("m")
+    watch.check("m")  # a model that answered once is only cut on some questions
+    fresh = ReasoningWatch(stop_after=2)
+    fresh.cut("m")
+    fresh.check("m")  # 1 of 2: still called
+    fresh.cut("m")
+    with pytest.raises(ReasoningTruncatedError, match="the first 2 replies were all cut"):
+        fresh.check("m")
 
 
 def test_ollama_cut_while_thinking():
@@ -261,9 +291,14 @@ def test_run_with_a_judge_cut_while_thinking_fails_fast_with_one_hint(tmp_path):
             check=False,
             env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
         )
+        requests = server.requests
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert out.count("reply cut while reasoning") == 1  # the hint, once
+    # the stop: after STOP_AFTER cut replies (plus those already in flight when it was set)
+    # no more requests: fewer than half of the 12 questions' 57 judge calls (4.74 a question)
+    assert STOP_AFTER <= requests < 57 // 2
+    assert "no more calls to it in this run" in out
     assert "the judge failed on too many questions" in out
     assert "set judge.reasoning=off" in out
     client = mlflow.MlflowClient(uri)
