@@ -159,6 +159,28 @@ def test_the_build_replaces_the_reference_placeholders(monkeypatch: pytest.Monke
     assert [f.content_string for f in out] == [f"# generated {uri}\n" for uri in uris]
 
 
+def test_reference_cells_render_sphinx_roles_as_code() -> None:
+    cell = _gen_ref()._cell
+    text = "Arguments of :class:`~rag_experiments.lifecycle.launchers.RayLauncher` (:mod:`a.b`)"
+    assert cell(text) == "Arguments of `RayLauncher` (`a.b`)"
+    assert cell(":py:func:`x.y` | ``z``") == "`x.y` \\| `z`"
+
+
+def test_the_starter_files_in_the_bundled_conf_are_not_options(tmp_path: Path) -> None:
+    from rag_experiments.starter import TEMPLATES, overlay_files
+
+    gen = _gen_ref()
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("a: 1\n")
+    rel = Path("experiment/starter.yaml")
+    assert rel in overlay_files()
+    (tmp_path / rel).write_bytes((TEMPLATES / rel).read_bytes())  # an old `rag-exp init` copy
+    skip = gen._starter_files(tmp_path)
+    assert skip == {rel}
+    assert gen.config_options(tmp_path, skip) == {"experiment": ["mine"]}
+    assert gen.config_options(tmp_path) == {"experiment": ["mine", "starter"]}
+
+
 def _sections(page: str) -> dict[str, str]:
     """``{heading text: body}`` of every ``##``/``###`` heading."""
     parts = re.split(r"^(#{2,3} .*)$", page, flags=re.M)
