@@ -29,8 +29,8 @@ DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 MARKER = re.compile(r'^<!-- test: run(?: expect="(?P<expect>[^"]*)")? -->$')
 SETUP_BLOCK = """```bash
-make run     # creates .venv, installs, evaluates the bundled sample with the embedded defaults
-make test    # the fast test loop (tests marked slow left out; `make test-all` runs everything)
+make run     # creates .venv, installs what the main job needs, evaluates the bundled sample
+make test    # adds the test tools and extras, then the fast test loop (`make test-all`: all)
 ```"""
 """The two set-up commands: the contract with new users and CI, kept verbatim in the README."""
 
