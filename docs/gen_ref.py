@@ -230,18 +230,34 @@ def _show(value: Any) -> str:
     return f"`{text}`" if text else '`""`'
 
 
+_ROLE = re.compile(r":(?:py:)?(?:mod|class|func|meth|attr|data|exc|obj|const):`(~?)([^`<]+?)`")
+"""A Sphinx cross-reference role in a docstring, ``:class:`~pkg.mod.Name``` (``~``: last part)."""
+
+
+def _roles(text: str) -> str:
+    """Sphinx roles as code spans: ``:class:`~a.b.C``` → ```C```, ``:mod:`a.b``` → ```a.b```
+    (the Markdown tables have no Sphinx to resolve them)."""
+
+    def code(m: re.Match[str]) -> str:
+        target = m.group(2).strip()
+        return f"``{target.rsplit('.', 1)[-1] if m.group(1) else target}``"
+
+    return _ROLE.sub(code, text)
+
+
 def _cell(text: str) -> str:
-    return text.replace("``", "`").replace("|", "\\|").replace("\n", " ")
+    return _roles(text).replace("``", "`").replace("|", "\\|").replace("\n", " ")
 
 
 # --- config reference ------------------------------------------------------------------------
-def config_options(conf_dir: Path) -> dict[str, list[str]]:
-    """``{group: [option, …]}`` of every YAML file under ``conf_dir`` that is a group option."""
+def config_options(conf_dir: Path, skip: frozenset[Path] = frozenset()) -> dict[str, list[str]]:
+    """``{group: [option, …]}`` of every YAML file under ``conf_dir`` that is a group option,
+    but the paths (relative to ``conf_dir``) in ``skip``."""
     groups: dict[str, list[str]] = {}
     for path in sorted(conf_dir.rglob("*.yaml")):
         rel = path.relative_to(conf_dir)
-        if len(rel.parts) == 1:
-            continue  # a primary config
+        if len(rel.parts) == 1 or rel in skip:
+            continue  # a primary config, or a file skipped
         groups.setdefault("/".join(rel.parts[:-1]), []).append(path.stem)
     return groups
 
@@ -386,6 +402,23 @@ def config_reference(conf_dir: Path | None = None, overlays: tuple[Path, ...] = 
         compose.close()
 
 
+def _starter_files(conf_dir: Path) -> frozenset[Path]:
+    """The files of ``rag-exp init``'s starter overlay found in the bundled ``conf_dir``
+    (relative paths): a user's files, never documented as bundled options (``rag-exp init``
+    refuses to write there, :func:`rag_experiments.starter.write_overlay`; an older copy
+    may still be there)."""
+    from rag_experiments.starter import overlay_files
+
+    found = frozenset(rel for rel in overlay_files() if (conf_dir / rel).is_file())
+    for rel in sorted(found):
+        print(
+            f"gen_ref: {conf_dir / rel} is rag-exp init's starter file, not a bundled "
+            "option: left out of the reference (delete it from conf/)",
+            file=sys.stderr,
+        )
+    return found
+
+
 def _option_file(dirs: tuple[Path, ...], group: str, name: str) -> Path | None:
     """``<dir>/<group>/<name>.yaml`` of the first of ``dirs`` that has it (Hydra's order)."""
     for folder in dirs:
@@ -400,7 +433,8 @@ def _config_reference(
     dirs = (conf_dir, *overlays)
     options: dict[str, list[str]] = {}
     for folder in dirs:
-        for group, names in config_options(folder).items():
+        skip = _starter_files(folder) if folder == conf_dir else frozenset()
+        for group, names in config_options(folder, skip).items():
             options[group] = sorted({*options.get(group, []), *names})
     stored = store_options()
     for group, nodes in stored.items():

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from rag_experiments.build import (
     build,
     build_tracker,
+    chat_class,
     qualify_settings,
     run_caveat,
     used_chat_roles,
@@ -241,7 +242,11 @@ def run_job(cfg: DictConfig, extra_tags: dict[str, str] | None = None) -> float 
         log_dropped(exp.dataset, tracker)
         tracker.set_tags({TAGS.dataset_questions_digest: exp.dataset.questions_digest})
         apply_qualification(
-            qualify_settings(cfg), tracker, exp.session.identity_by_role(), tags.get(TAGS.note)
+            qualify_settings(cfg),
+            tracker,
+            exp.session.identity_by_role(),
+            tags.get(TAGS.note),
+            scripted=cfg.get("judge") is not None and chat_class(cfg.judge).scripted,
         )
         checks = exp.checks
         if "target" in checks and job.answers_all(s.id for s in exp.dataset.samples):

@@ -32,6 +32,17 @@ OFFLINE_ENV: dict[str, str] = {
 }
 
 
+QUIET_ENV: dict[str, str] = {
+    # MLflow's "Downloading artifacts" tqdm bar at each artifact download (read at each
+    # download): noise in a local tool whose artifacts are files on disk.
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+}
+"""Defaults for output only: a value the user set is kept."""
+
+
 def enforce_offline() -> None:
-    """Set :data:`OFFLINE_ENV` in ``os.environ`` (overwriting any other value)."""
+    """Set :data:`OFFLINE_ENV` in ``os.environ`` (overwriting any other value) and
+    :data:`QUIET_ENV` where the variable is unset."""
     os.environ.update(OFFLINE_ENV)
+    for name, value in QUIET_ENV.items():
+        os.environ.setdefault(name, value)

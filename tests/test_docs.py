@@ -29,8 +29,8 @@ DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 MARKER = re.compile(r'^<!-- test: run(?: expect="(?P<expect>[^"]*)")? -->$')
 SETUP_BLOCK = """```bash
-make run     # creates .venv, installs, evaluates the bundled sample with the embedded defaults
-make test    # the fast test loop (tests marked slow left out; `make test-all` runs everything)
+make run     # creates .venv, installs what the main job needs, evaluates the bundled sample
+make test    # adds the test tools and extras, then the fast test loop (`make test-all`: all)
 ```"""
 """The two set-up commands: the contract with new users and CI, kept verbatim in the README."""
 
@@ -157,6 +157,28 @@ def test_the_build_replaces_the_reference_placeholders(monkeypatch: pytest.Monke
     monkeypatch.setattr(gen, "pages", lambda: {uri: f"# generated {uri}\n" for uri in uris})
     out = gen.on_files(files, config)
     assert [f.content_string for f in out] == [f"# generated {uri}\n" for uri in uris]
+
+
+def test_reference_cells_render_sphinx_roles_as_code() -> None:
+    cell = _gen_ref()._cell
+    text = "Arguments of :class:`~rag_experiments.lifecycle.launchers.RayLauncher` (:mod:`a.b`)"
+    assert cell(text) == "Arguments of `RayLauncher` (`a.b`)"
+    assert cell(":py:func:`x.y` | ``z``") == "`x.y` \\| `z`"
+
+
+def test_the_starter_files_in_the_bundled_conf_are_not_options(tmp_path: Path) -> None:
+    from rag_experiments.starter import TEMPLATES, overlay_files
+
+    gen = _gen_ref()
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("a: 1\n")
+    rel = Path("experiment/starter.yaml")
+    assert rel in overlay_files()
+    (tmp_path / rel).write_bytes((TEMPLATES / rel).read_bytes())  # an old `rag-exp init` copy
+    skip = gen._starter_files(tmp_path)
+    assert skip == {rel}
+    assert gen.config_options(tmp_path, skip) == {"experiment": ["mine"]}
+    assert gen.config_options(tmp_path) == {"experiment": ["mine", "starter"]}
 
 
 def _sections(page: str) -> dict[str, str]:

@@ -147,6 +147,18 @@ def test_init_writes_the_overlay_and_refuses_to_overwrite(tmp_path: Path) -> Non
     assert mine.read_bytes() == (TEMPLATES / "experiment/starter.yaml").read_bytes()
 
 
+def test_init_refuses_the_package_s_own_conf_even_with_force(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    before = sorted(p for p in CONF_DIR.rglob("*") if p.is_file())
+    for force in (False, True):
+        with pytest.raises(ConfigError, match="own config folder"):
+            write_overlay(CONF_DIR.parent, force=force)
+    assert cli_main(["init", "--dir", str(CONF_DIR.parent), "--force"]) == 1
+    assert "rag-exp init in a folder of your own" in capsys.readouterr().err
+    assert sorted(p for p in CONF_DIR.rglob("*") if p.is_file()) == before  # nothing written
+
+
 def test_init_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["init", "--dir", str(tmp_path)]) == 0
     assert "starter.yaml" in capsys.readouterr().out

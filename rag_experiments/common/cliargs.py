@@ -1,11 +1,11 @@
 """Arguments shared by the ``rag-exp`` subcommands that read an MLflow store (``compare``,
 ``report``, ``merge``, ``rerun``, ``export``, ``agreement``): one spelling of
-``--tracking-uri`` and its default, and the quiet MLflow artifact downloads they all want."""
+``--tracking-uri`` and its default (MLflow's download bars are off for every command:
+:data:`rag_experiments.offline.QUIET_ENV`)."""
 
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 
 from rag_experiments.common.uri import require_existing_store
@@ -65,5 +65,4 @@ def parse_store_command(
         raise ConfigError(f"overrides must be key=value, got {bad}")
     if existing_store and isinstance(vars(opts).get("tracking_uri"), str):
         require_existing_store(opts.tracking_uri)
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     return opts

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -314,6 +315,60 @@ def _explain_unselected_group(cause: OmegaConfBaseException) -> str | None:
     return f"{full_key}: the {group} group is not selected; {fix}"
 
 
+def _explain_missing_option(exc: BaseException) -> str | None:
+    """Our line for a group option that does not exist (``chunker=semantik``): the closest
+    options and all of them, without Hydra's dump of its config search path. None for any
+    other error (Hydra's :class:`~hydra.errors.MissingConfigException` names the group's
+    options only for a missing option)."""
+    from hydra.errors import MissingConfigException
+
+    if not isinstance(exc, MissingConfigException) or not exc.options:
+        return None
+    wanted = str(exc.missing_cfg_file or "")
+    group, _, name = wanted.rpartition("/")
+    if not group or not name:
+        return None
+    options = [str(o) for o in exc.options]
+    return (
+        f"{group}={name}: {group} has no option {name!r}; {_close(name, options)} "
+        f"Its options: {', '.join(options)} (an option of your own: ./conf/{group}/{name}.yaml)"
+    )
+
+
+_KINDS = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false"}
+"""OmegaConf's type names in "could not be converted to <type>" → the words of our line."""
+
+
+def _explain_bad_value(exc: BaseException) -> str | None:
+    """Our line for an override whose value the key's type refuses (``retriever.top_k=abc``):
+    what the key takes and its default as an example, instead of OmegaConf's wording. None
+    for any other error."""
+    from omegaconf.errors import ValidationError
+
+    cause = exc.__cause__
+    if not isinstance(cause, ValidationError) or not cause.full_key:
+        return None
+    m = re.search(
+        r"Value '(.*)' (?:of type '\w+' could not be converted to (\w+)|is not a valid (bool))",
+        str(cause.msg),
+    )
+    if not m:
+        return None
+    value, kind = m.group(1), m.group(2) or "Boolean"
+    key, schema = str(cause.key), getattr(cause, "object_type", None)
+    line = f"{cause.full_key}={value}: {cause.full_key} takes {_KINDS.get(kind, kind)}"
+    fields = {f.name: f for f in dataclasses.fields(schema)} if _is_schema(schema) else {}
+    default = fields[key].default if key in fields else dataclasses.MISSING
+    if default is dataclasses.MISSING or default is None:
+        return f"{line}, not {value!r}"
+    shown = str(default).lower() if isinstance(default, bool) else default
+    return f"{line}, not {value!r} (default {shown}: e.g. {cause.full_key}={shown})"
+
+
+def _is_schema(schema: Any) -> bool:
+    return isinstance(schema, type) and dataclasses.is_dataclass(schema)
+
+
 def explain(exc: BaseException) -> str | None:
     """Our line for a Hydra composition error caused by an unknown key (``retriever.topk=3``)
     or by a key under an optional group that is not selected (``gate.baseline=x``), or None
@@ -323,6 +378,9 @@ def explain(exc: BaseException) -> str | None:
         exc: Hydra's exception; its ``__cause__`` is OmegaConf's error, which names the key
             (``key``, ``full_key``) and the node's schema (``object_type``).
     """
+    missing = _explain_missing_option(exc) or _explain_bad_value(exc)
+    if missing is not None:
+        return missing
     cause = exc.__cause__
     if not isinstance(cause, OmegaConfBaseException):
         return None

@@ -163,6 +163,7 @@ def apply_qualification(
     tracker: Any,
     identity: Mapping[str, str],
     note: str | None = None,
+    scripted: bool = False,
 ) -> Qualification | None:
     """Look up the run's judge qualification, tag the run with it, print it, and warn or
     refuse (rules in the module docstring). Does nothing when the run built no judge.
@@ -173,6 +174,9 @@ def apply_qualification(
         identity: The job's :meth:`~rag_experiments.llm.factory.ModelSession.identity_by_role`
             after the build.
         note: The run's description so far (a warning is appended to it).
+        scripted: The judge is a scripted test double
+            (:attr:`~rag_experiments.llm.base.ChatModelBase.scripted`, ``judge=fake``): no
+            qualification is not worth a line (still tagged ``none``).
 
     Returns:
         The qualification found, or None.
@@ -199,7 +203,8 @@ def apply_qualification(
                 "judge.require_qualified=false"
             )
         tracker.set_tags({"judge.qualification": "none"})
-        print(f"judge qualification: none for {who}; {fix} to measure it")
+        if not scripted:
+            print(f"judge qualification: none for {who}; {fix} to measure it")
         return None
     tracker.set_tags({"judge.qualification": "found", **found.tags()})
     print(found.describe())

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from rag_experiments.errors import ConfigError
-from rag_experiments.locations import USER_CONF
+from rag_experiments.locations import CONF_DIR, USER_CONF
 
 TEMPLATES: Path = Path(__file__).resolve().parent / "conf"
 
@@ -34,9 +34,17 @@ def write_overlay(folder: Path, force: bool = False) -> list[Path]:
         The written files (absolute paths), in :func:`overlay_files` order.
 
     Raises:
-        ConfigError: A file exists and ``force`` is False (its path is in the message).
+        ConfigError: ``<folder>/conf`` is the package's own config folder (:data:`~rag_experiments.
+            locations.CONF_DIR`: ``rag-exp init`` run in the checkout's root), whatever
+            ``force``; or a file exists and ``force`` is False (its path is in the message).
     """
     dest = folder.resolve() / USER_CONF
+    if dest.resolve() == CONF_DIR.resolve():
+        raise ConfigError(
+            f"{dest} is rag-experiments' own config folder (the bundled options), not an "
+            "overlay: nothing was written. Run rag-exp init in a folder of your own, e.g. "
+            "`mkdir ../my-evals && cd ../my-evals && rag-exp init`, or pass --dir DIR."
+        )
     targets = [(TEMPLATES / rel, dest / rel) for rel in overlay_files()]
     existing = [str(d) for _, d in targets if d.exists()]
     if existing and not force:

@@ -486,8 +486,15 @@ class HttpTarget(TargetBase, TakesRetry):
                     "target.health_url to its health endpoint"
                 ),
             ) from None
-        status = "connected, no reply in time" if reply is None else f"HTTP {reply.status_code}"
-        log.info("HTTP target: reachability check %s: %s", where, status)
+        # Any reply passes (a POST-only endpoint answers HEAD with 405): said so, so that a
+        # 4xx/5xx status here does not read as an error.
+        got = "connected, no reply in time" if reply is None else f"HTTP {reply.status_code}"
+        log.info(
+            "HTTP target: %s is reachable (%s: %s; any reply counts, the probe asks no question)",
+            public_url(url),
+            where,
+            got,
+        )
 
 
 def _describe_exc(exc: BaseException | None) -> str:

@@ -25,7 +25,9 @@ import math
 import os
 import platform
 import re
+import shlex
 import subprocess
+import sys
 import time
 import traceback
 import warnings
@@ -113,6 +115,16 @@ def _log_input_racing(dataset: Any, tags: dict[str, str], attempts: int = 4) -> 
                 raise
             log.info("dataset row written by a parallel job; retrying log_input (%d)", attempt)
             time.sleep(0.2 * attempt)
+
+
+def mlflow_command() -> str:
+    """How to start this environment's ``mlflow`` from any shell, venv active or not: the
+    absolute path of the ``mlflow`` script beside the running interpreter (the venv's
+    ``bin/``), else ``<python> -m mlflow`` (shell-quoted)."""
+    script = Path(sys.executable).parent / ("mlflow.exe" if os.name == "nt" else "mlflow")
+    if script.is_file():
+        return shlex.quote(str(script))
+    return f"{shlex.quote(sys.executable)} -m mlflow"
 
 
 class MlflowTracker:
@@ -617,7 +629,7 @@ class MlflowTracker:
         url = self.run_url()
         if url:
             return f"{where}: {url}"
-        return f"{where}; view it with: mlflow ui --backend-store-uri {self.uri}"
+        return f"{where}; view it with: {mlflow_command()} ui --backend-store-uri {self.uri}"
 
     # --- helpers -----------------------------------------------------------------------------
 

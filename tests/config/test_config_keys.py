@@ -75,6 +75,40 @@ def test_rag_exp_run_prints_our_line_alone(capsys: pytest.CaptureFixture[str]) -
     assert capsys.readouterr().err.splitlines() == [f"rag-exp run: error: {OURS}"]
 
 
+def test_a_misspelled_group_option_gets_did_you_mean(
+    compose_cfg: Callable[..., DictConfig],
+) -> None:
+    with pytest.raises(ConfigCompositionException) as info:
+        compose(config_name="config", overrides=["chunker=semantik"])
+    assert error_message(info.value) == (
+        "chunker=semantik: chunker has no option 'semantik'; did you mean 'semantic'? Its "
+        "options: fixed, none, semantic (an option of your own: ./conf/chunker/semantik.yaml)"
+    )
+
+
+def test_rag_exp_run_prints_no_search_path_for_a_missing_option(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["run", "chunker=zzz"]) == 1
+    err = capsys.readouterr().err
+    assert "no name of it is close" in err and "search path" not in err
+
+
+def test_a_value_of_the_wrong_type_says_what_the_key_takes(
+    compose_cfg: Callable[..., DictConfig],
+) -> None:
+    cases = {
+        "retriever.top_k=abc": "retriever.top_k=abc: retriever.top_k takes an integer, not "
+        "'abc' (default 5: e.g. retriever.top_k=5)",
+        "progress=maybe": "progress=maybe: progress takes true or false, not 'maybe' (default "
+        "true: e.g. progress=true)",
+    }
+    for override, line in cases.items():
+        with pytest.raises(ConfigCompositionException) as info:
+            compose(config_name="config", overrides=[override])
+        assert error_message(info.value) == line
+
+
 def test_a_key_under_an_unselected_group_says_to_select_it(
     compose_cfg: Callable[..., DictConfig],
 ) -> None:

@@ -339,9 +339,31 @@ def test_judge_check_logs_a_qualification_that_a_later_run_carries_and_warns(tmp
     assert quiet.data.tags["judge.qualification.kappa"] == "0.0000"
 
 
+def test_no_qualification_is_printed_for_a_real_judge_only(monkeypatch, capsys):
+    from rag_experiments.qualify import registry
+
+    class Tracker:
+        uri = "sqlite:///unused.db"
+        tags: dict[str, str] = {}
+
+        def set_tags(self, tags):
+            self.tags.update(tags)
+
+    monkeypatch.setattr(registry, "find_qualification", lambda uri, identity: None)
+    settings = type("S", (), {"min_kappa": 0.4, "require_qualified": False})()
+    identity = {"judge.provider": "fake", "judge.model": "fake-judge"}
+    tracker = Tracker()
+    assert registry.apply_qualification(settings, tracker, identity, scripted=True) is None
+    assert capsys.readouterr().out == "" and tracker.tags == {"judge.qualification": "none"}
+    identity = {"judge.provider": "embedded", "judge.model": "m.gguf"}
+    registry.apply_qualification(settings, tracker, identity)
+    assert capsys.readouterr().out.startswith("judge qualification: none for embedded/m.gguf;")
+
+
 @pytest.mark.slow
-def test_a_run_without_qualification_says_so_and_require_qualified_refuses(tmp_path):
+def test_a_run_without_qualification_says_so_and_require_qualified_refuses(tmp_path, capsys):
     run = _run(tmp_path)
+    assert "judge qualification" not in capsys.readouterr().out  # judge=fake: scripted
     assert run.data.tags["judge.qualification"] == "none"
     with pytest.raises(ConfigError, match="no qualification.*rag-exp judge-check"):
         _run(tmp_path, "judge.require_qualified=true")

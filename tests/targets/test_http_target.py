@@ -565,7 +565,10 @@ def test_live_url_without_health_url_passes_without_asking_a_question(caplog):
         resp = target.answer(_sample(1))
     assert resp.error is None and resp.response == "fine"
     assert srv.calls == {"question 1?": 1}
-    assert f"reachability check HEAD {srv.url}/ask: HTTP 501" in caplog.text
+    assert (
+        f"HTTP target: {srv.url}/ask is reachable (HEAD {srv.url}/ask: HTTP 501; any reply "
+        "counts, the probe asks no question)" in caplog.text
+    )
 
 
 def test_a_server_that_accepts_but_does_not_reply_passes_the_probe(caplog):
@@ -579,8 +582,8 @@ def test_a_server_that_accepts_but_does_not_reply_passes_the_probe(caplog):
             retry=replace(TARGET_RETRY, timeout_s=0.2, max_retries=0),
         )
         target.check()  # no error: a connection could be made
-    assert "reachability check HEAD" in caplog.text
-    assert "connected, no reply in time" in caplog.text
+    assert f"127.0.0.1:{port}/ask is reachable (HEAD" in caplog.text
+    assert "connected, no reply in time; any reply counts" in caplog.text
 
 
 def test_a_server_that_resets_accepted_connections_passes_the_probe(caplog):

@@ -30,7 +30,11 @@ from rag_experiments.common.redact import REDACTED
 from rag_experiments.errors import TrackingError
 from rag_experiments.lifecycle.sweep_callback import MlflowSweepCallback, announce_sweep_end
 from rag_experiments.tracking import client as client_mod
-from rag_experiments.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
+from rag_experiments.tracking.mlflow_tracker import (
+    MlflowTracker,
+    mlflow_command,
+    resolve_tracking_uri,
+)
 from rag_experiments.tracking.sweep import (
     PARENT_RUN_ID_FILE,
     close_sweep,
@@ -342,8 +346,20 @@ def test_describe_location_names_uri_experiment_and_run(uri: str) -> None:
     with _start(tracker) as run_id:
         pass
     text = tracker.describe_location()
-    assert run_id in text and uri in text and "'exp'" in text and "mlflow ui" in text
+    assert run_id in text and uri in text and "'exp'" in text
+    assert f"view it with: {mlflow_command()} ui --backend-store-uri {uri}" in text
     assert tracker.run_url() is None
+
+
+def test_mlflow_command_is_the_venv_s_absolute_script_or_python_m(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "bin").mkdir()
+    python = tmp_path / "bin" / "python"
+    monkeypatch.setattr(sys, "executable", str(python))
+    assert mlflow_command() == f"{python} -m mlflow"  # no script beside the interpreter
+    (tmp_path / "bin" / "mlflow").write_text("#!/bin/sh\n")
+    assert mlflow_command() == str(tmp_path / "bin" / "mlflow")  # runs without the venv active
 
 
 # --- sweeps ---------------------------------------------------------------------------------
