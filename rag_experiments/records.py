@@ -260,6 +260,14 @@ class RagResponse:
                 c if isinstance(c, Citation) else Citation(**c) for c in self.citations
             ]
 
+    @property
+    def unanswered(self) -> str | None:
+        """Why there is no answer to score, as the NaN reason of every answer metric:
+        ``target_error`` (the target failed), ``no_response`` (it returned none), else None."""
+        if self.error is not None:
+            return "target_error"
+        return "no_response" if self.no_response else None
+
 
 @dataclass(frozen=True)
 class MetricValue:

@@ -133,10 +133,8 @@ class AnswerJudge(JudgedMetric):
     def _score(
         self, sample: Sample, resp: RagResponse
     ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
-        if resp.error is not None:
-            return self._nan_all("target_error")
-        if resp.no_response:
-            return self._nan_all("no_response")
+        if resp.unanswered:
+            return self._nan_all(resp.unanswered)
         reference = sample.reference.strip()
         if not reference:
             return self._nan_all("no_reference")

@@ -299,10 +299,8 @@ class CitationAccuracy(ClaimMetric):
     def _score(
         self, sample: Sample, resp: RagResponse
     ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
-        if resp.error is not None:
-            return self._nan_all("target_error")
-        if resp.no_response:
-            return self._nan_all("no_response")
+        if resp.unanswered:
+            return self._nan_all(resp.unanswered)
         text = resp.response.strip()
         if text and is_refusal(MARKER.sub(" ", text), self.refusal_patterns):
             return self._nan_all("refusal")

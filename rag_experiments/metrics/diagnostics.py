@@ -185,10 +185,8 @@ class ClaimMetric(JudgedMetric):
     def _score(
         self, sample: Sample, resp: RagResponse
     ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
-        if resp.error is not None:
-            return self._nan_all("target_error")
-        if resp.no_response:
-            return self._nan_all("no_response")
+        if resp.unanswered:
+            return self._nan_all(resp.unanswered)
         needed = {t for c in self.columns for t in REQUIRES[c]}
         tables, usage, lines = self._tables(sample, resp, needed)
         values = claim_values(tables, self.columns)

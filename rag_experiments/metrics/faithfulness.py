@@ -119,10 +119,8 @@ class Faithfulness(JudgedMetric):
     ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
         if self.claim_layer:
             return self._from_claim_layer(sample, resp)
-        if resp.error is not None:
-            return self._nan_all("target_error")
-        if resp.no_response:
-            return self._nan_all("no_response")
+        if resp.unanswered:
+            return self._nan_all(resp.unanswered)
         if is_refusal(resp.response, self.refusal_patterns):
             return self._nan_all("refusal")
         if not resp.response.strip():

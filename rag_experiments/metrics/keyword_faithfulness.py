@@ -109,10 +109,8 @@ class KeywordFaithfulness(MetricBase):
         ]
 
     def _one(self, resp: RagResponse) -> MetricValue:
-        if resp.error is not None:
-            return MetricValue.nan("target_error")
-        if resp.no_response:
-            return MetricValue.nan("no_response")
+        if resp.unanswered:
+            return MetricValue.nan(resp.unanswered)
         if is_refusal(resp.response, self.refusal_patterns):
             return MetricValue.nan("refusal")
         words = content_words(resp.response, self._stop)

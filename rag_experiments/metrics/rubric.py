@@ -270,10 +270,8 @@ class RubricJudge(JudgedMetric):
     def _score(
         self, sample: Sample, resp: RagResponse
     ) -> tuple[dict[str, MetricValue], dict[str, Any]]:
-        if resp.error is not None:
-            return self._nan_all("target_error")
-        if resp.no_response:
-            return self._nan_all("no_response")
+        if resp.unanswered:
+            return self._nan_all(resp.unanswered)
         answer = resp.response.strip()
         if not answer:
             return self._nan_all("empty_answer")

@@ -164,10 +164,8 @@ class VerifierFaithfulness(JudgedRowMetric):
                 f"metric {self.name} needs a verifier: run it with verifier=local "
                 "verifier.path=<model folder> or verifier=tei verifier.url=<TEI server>"
             )
-        if resp.error is not None:
-            return self._nan_all("target_error")
-        if resp.no_response:
-            return self._nan_all("no_response")
+        if resp.unanswered:
+            return self._nan_all(resp.unanswered)
         if is_refusal(resp.response, self.refusal_patterns):
             return self._nan_all("refusal")
         claims = sentence_claims(resp.response)
