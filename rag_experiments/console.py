@@ -72,6 +72,17 @@ def summary_table(
     spec_of = {s.name: s for s in specs}
     retrieval = [n for n in names if not is_answer_metric(n)]
     answer = [n for n in names if is_answer_metric(n) and _unit_range(spec_of[n])]
+    # A column every row of which is NaN ``has_reference`` does not apply to this dataset
+    # (context_utilization, the reference-free form of context_precision, on a dataset where
+    # every question has a reference): a "—" row would read as a failure, so it is named below.
+    not_applicable = [
+        n
+        for n in answer
+        if values
+        and math.isnan(overall[n].mean)
+        and all(n in row and row[n].reason == NOT_APPLICABLE for row in values)
+    ]
+    answer = [n for n in answer if n not in not_applicable]
     grades = [n for n in names if is_answer_metric(n) and not _unit_range(spec_of[n])]
     shown_retrieval = [n for n in retrieval if n in key_metrics] or retrieval[:6]
     hidden = len(retrieval) - len(shown_retrieval)
@@ -91,6 +102,11 @@ def summary_table(
             _row(overall[n], labels[n], width, values, spec_of[n]) + _noise(n, run_metrics)
             for n in block
         )
+        if title == "answer" and not_applicable:
+            lines.append(
+                f"    ({', '.join(not_applicable)} not shown: scored only for questions without "
+                "a reference, and every question has one)"
+            )
         if title == "retrieval" and hidden:
             lines.append(
                 f"    (+ {hidden} more retrieval metrics, every cutoff and level: "
@@ -98,6 +114,12 @@ def summary_table(
             )
     lines.append("  " + LEGEND.format(ci=f"{CONFIDENCE * 100:.0f}"))
     return lines
+
+
+NOT_APPLICABLE = "has_reference"
+"""The NaN reason of a column that does not apply to a question because another column scores
+it (:mod:`~rag_experiments.metrics.context_precision`); a column with it on every row is not
+shown in the table."""
 
 
 def _unit_range(spec: MetricSpec) -> bool:

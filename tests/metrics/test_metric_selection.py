@@ -90,6 +90,34 @@ def test_console_table_says_why_a_metric_has_no_value_and_shows_a_range_other_th
     assert faith.index("—") + 1 == raw.index("1.00/5") + 6  # the mean column stays aligned
 
 
+def test_a_column_that_applies_to_no_question_is_named_not_shown() -> None:
+    # context_utilization scores questions without a reference; every question here has one
+    specs = [MetricSpec("context_precision"), MetricSpec("context_utilization")]
+    aggs = [
+        Aggregate("context_precision", "all", 0.5, 2, 0, 0.4, 0.6),
+        Aggregate("context_utilization", "all", math.nan, 0, 2),
+    ]
+    rows = [
+        {"context_precision": MetricValue(0.4), "context_utilization": NOT_APPLICABLE_NAN},
+        {"context_precision": MetricValue(0.6), "context_utilization": NOT_APPLICABLE_NAN},
+    ]
+    lines = summary_table(specs, aggs, values=rows)
+    assert [line.split()[0] for line in lines[1:3]] == ["answer", "context_precision"]
+    assert lines[3] == (
+        "    (context_utilization not shown: scored only for questions without a reference, "
+        "and every question has one)"
+    )
+    # one question without a reference: the column applies, its row is shown
+    rows[1] = {"context_precision": MetricValue.nan("no_reference")}
+    assert any(
+        line.split()[0] == "context_utilization"
+        for line in summary_table(specs, aggs, values=rows)[1:]
+    )
+
+
+NOT_APPLICABLE_NAN = MetricValue.nan("has_reference")
+
+
 def test_console_table_ends_a_repeated_metric_row_with_its_judge_noise() -> None:
     specs = [MetricSpec("faithfulness"), MetricSpec("context_recall")]
     aggs = [
