@@ -68,7 +68,7 @@ from rag_experiments.tracking.resilience import (
     bounded_http,
     check_server,
 )
-from rag_experiments.tracking.selection import check_mode, select_metrics
+from rag_experiments.tracking.selection import assessed_columns, check_mode, select_metrics
 
 log = logging.getLogger(__name__)
 
@@ -142,11 +142,14 @@ class MlflowTracker:
             with backoff meanwhile (:class:`~rag_experiments.tracking.resilience.Outage`).
             Past it :class:`~rag_experiments.tracking.resilience.TrackingUnavailableError` is
             raised and the run is left RUNNING, resumable. Unused for a sqlite store.
+        trace_assessments: Which values each trace carries as assessments: ``key`` (the key
+            metrics) or ``all`` (also every judged one;
+            :func:`~rag_experiments.tracking.selection.assessed_columns`).
 
 
     Raises:
         TrackingError: If ``uri`` is empty or in-memory, or ``retry_s`` negative.
-        ConfigError: An unknown ``metrics`` mode.
+        ConfigError: An unknown ``metrics`` or ``trace_assessments`` mode.
     """
 
     def __init__(
@@ -158,8 +161,11 @@ class MlflowTracker:
         traces: bool = True,
         metrics: str = "headline",
         retry_s: float = 120.0,
+        trace_assessments: str = "key",
     ) -> None:
         self.metrics_mode = check_mode(metrics)
+        assessed_columns([], trace_assessments)  # an unknown mode fails before the run opens
+        self.trace_assessments = trace_assessments
         self.uri = resolve_tracking_uri(uri)
         self.outage = Outage(self.uri, retry_s)
         """Retries logging calls through a server outage (shared by every call of the run)."""
@@ -590,6 +596,7 @@ class MlflowTracker:
                 result.specs,
                 audit=result.audit,
                 model=target_tags.get("llm.model"),
+                assessments=self.trace_assessments,
             )
         except TrackingUnavailableError:
             raise  # the server is gone: the run is left to be resumed, traces included
