@@ -97,14 +97,30 @@ def dropped_metrics(dataset: EvalDataset) -> dict[str, float]:
 
 
 def _default_run_name(cfg: DictConfig, dataset_name: str) -> str:
-    """``<dataset>-<chunker class>-<metrics>``, then the retriever and reranker when they are
+    """``<dataset>-<chunker option>-<metrics>``, then the retriever and reranker when they are
     not the default dense retriever and none (:func:`~rag_experiments.config.resolvers.
-    retrieval_suffix`): ``sample-SemanticChunker-retrieval-bm25``."""
+    retrieval_suffix`): ``sample-semantic-retrieval-bm25``. The chunker is named as the user
+    chose it (:func:`_chunker_choice`), as a sweep's child names are."""
     from rag_experiments.config.resolvers import retrieval_suffix
 
-    chunker = cfg.chunker._target_.rsplit(".", 1)[-1]
     suffix = retrieval_suffix(cfg.get("retriever"), cfg.get("reranker"))
-    return f"{dataset_name}-{chunker}-{cfg.metrics.name}{suffix}"
+    return f"{dataset_name}-{_chunker_choice(cfg)}-{cfg.metrics.name}{suffix}"
+
+
+def _chunker_choice(cfg: DictConfig) -> str:
+    """The chunker as chosen: Hydra's choice of group ``chunker`` (``chunker=semantic`` →
+    ``semantic``) in a Hydra job; else the bundled option that builds its ``_target_``
+    (:func:`~rag_experiments.config.choices.option_of`); else the class name (a user's own)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from rag_experiments.config.choices import option_of
+
+    if HydraConfig.initialized():
+        chosen = HydraConfig.get().runtime.choices.get("chunker")
+        if chosen:
+            return str(chosen)
+    target = str(cfg.chunker._target_)
+    return option_of("chunker", target) or target.rsplit(".", 1)[-1]
 
 
 def _hydra_job_dir() -> str | None:

@@ -21,6 +21,7 @@ import pytest
 from mlflow import MlflowClient
 
 from rag_experiments.locations import PROJECT_ROOT
+from rag_experiments.tracking.store import all_tags
 
 GUARD = textwrap.dedent(
     '''
@@ -172,7 +173,7 @@ def test_main_job_makes_no_outbound_connection(guarded_env, tmp_path):
     assert "samples 4, failed 0" in out.stdout, out.stdout[-2000:]
     client = MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
     (run,) = client.search_runs([client.get_experiment_by_name("rag-experiments").experiment_id])
-    metrics, tags = run.data.metrics, run.data.tags
+    metrics, tags = run.data.metrics, all_tags(client, run)  # identities: tags.json
     assert metrics["generator.llm_calls"] == 4 and metrics["judge.llm_calls"] > 0
     assert tags["generator.provider"] == "embedded" and tags["judge.provider"] == "embedded"
     assert (tmp_path / ".cache" / "llm.sqlite").is_file()

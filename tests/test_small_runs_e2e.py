@@ -16,6 +16,7 @@ from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from rag_experiments.cli import main
+from rag_experiments.tracking.store import all_tags
 from rag_experiments.tracking.sweep import PARENT_RUN_ID_FILE
 
 pytestmark = pytest.mark.slow
@@ -48,7 +49,7 @@ def test_compare_and_report_on_8_question_judged_runs_and_a_rerun(
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("rag-experiments").experiment_id
     children = client.search_runs([exp], f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent}'")
-    by_job = {Path(r.data.tags["job.dir"]).name: r.info.run_id for r in children}
+    by_job = {Path(all_tags(client, r)["job.dir"]).name: r.info.run_id for r in children}
     a, b = by_job["0"], by_job["1"]
     _rag_exp(tmp_path, "rerun", a, "--tracking-uri", uri)
     (rerun,) = client.search_runs([exp], f"tags.rerun_of = '{a}'")

@@ -18,6 +18,7 @@ from urllib.request import url2pathname
 
 import pandas as pd
 
+from rag_experiments.config.choices import option_of
 from rag_experiments.errors import TrackingError
 from rag_experiments.metrics.aggregate import Aggregate, to_metrics
 from rag_experiments.metrics.definitions import register_run_metrics
@@ -179,38 +180,7 @@ def typed_params(params: dict[str, str]) -> dict[str, str]:
     for key, value in params.items():
         if key.endswith(TARGET_SUFFIX):
             group = key.removesuffix(TARGET_SUFFIX)
-            out[group] = _option_of(group.rsplit(".", 1)[-1], value) or value.rsplit(".", 1)[-1]
+            out[group] = option_of(group.rsplit(".", 1)[-1], value) or value.rsplit(".", 1)[-1]
         else:
             out[key] = value
     return out
-
-
-def _option_of(group: str, target: str) -> str | None:
-    """The one bundled option of config group ``group`` whose schema builds ``target``."""
-    import dataclasses
-    import re
-
-    from rag_experiments.config.schema import SCHEMAS
-    from rag_experiments.locations import CONF_DIR
-
-    schemas = [
-        name
-        for name, cls in SCHEMAS.get(group, {}).items()
-        if any(f.name == "_target_" and f.default == target for f in dataclasses.fields(cls))
-    ]
-    if len(schemas) != 1:
-        return None
-    uses = re.compile(
-        rf"^\s*-\s*/schema/{re.escape(group)}/{re.escape(schemas[0])}@_here_\s*$", re.M
-    )
-    folder = CONF_DIR / group
-    options = (
-        sorted(p.stem for p in folder.glob("*.yaml") if uses.search(p.read_text(encoding="utf-8")))
-        if folder.is_dir()
-        else []
-    )
-    if len(options) > 1:  # e.g. retriever=dense and its alias default: the group's default
-        top = (CONF_DIR / "config.yaml").read_text(encoding="utf-8")
-        chosen = re.search(rf"^\s*-\s*{re.escape(group)}:\s*(\S+)\s*$", top, re.M)
-        options = [o for o in options if chosen and o == chosen.group(1)]
-    return options[0] if len(options) == 1 else None

@@ -214,7 +214,7 @@ def merge(parent_id: str, tracking_uri: str, overrides: list[str] | None = None)
         uri, experiment, run_name=f"{name}-merged", log_table=bool(cfg.tracking.log_table)
     )
     tags = {
-        **_common_tags(shards),
+        **_common_tags(store, shards),
         MERGED_FROM_TAG: ",".join(r.run_id for r in shards),
         TAGS.shard_count: str(n),
         TAGS.merge_parent: parent_id,
@@ -360,14 +360,16 @@ def _summed(shards: list[RunRecord]) -> dict[str, float]:
     return dict(out)
 
 
-def _common_tags(shards: list[RunRecord]) -> dict[str, str]:
-    """Tags with the same value on every shard, except MLflow's, the dataset's, the
-    environment's and errors (:data:`~rag_experiments.tracking.record.OWN_TAG_PREFIXES`)."""
-    first = shards[0].tags
+def _common_tags(store: RunStore, shards: list[RunRecord]) -> dict[str, str]:
+    """Tags with the same value on every shard (MLflow tags and those kept in ``tags.json``,
+    :meth:`~rag_experiments.tracking.store.RunStore.all_tags`), except MLflow's, the
+    dataset's, the environment's and errors
+    (:data:`~rag_experiments.tracking.record.OWN_TAG_PREFIXES`)."""
+    first, *rest = [store.all_tags(r) for r in shards]
     return {
         k: v
         for k, v in first.items()
-        if not k.startswith(OWN_TAG_PREFIXES) and all(r.tags.get(k) == v for r in shards[1:])
+        if not k.startswith(OWN_TAG_PREFIXES) and all(t.get(k) == v for t in rest)
     }
 
 

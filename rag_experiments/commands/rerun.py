@@ -163,10 +163,11 @@ def rerun(run_id: str, tracking_uri: str, overrides: list[str] | None = None) ->
     new = _latest_rerun(store, original.experiment_id, run_id)
     report = RerunReport(run_id, new.run_id)
     report.changed_metrics = _metric_diff(run_values(store, original), run_values(store, new))
+    was, now = store.all_tags(original), store.all_tags(new)  # identities: in tags.json
     report.changed_models = {
-        k: (v, new.tags.get(k, ""))
-        for k, v in original.tags.items()
-        if k.endswith(_IDENTITY_KEYS) and "." in k and new.tags.get(k, "") != v
+        k: (v, now.get(k, ""))
+        for k, v in was.items()
+        if k.endswith(_IDENTITY_KEYS) and "." in k and now.get(k, "") != v
     }
     report.model_calls = {
         k[: -len(".llm_calls")]: v - new.metrics.get(k.replace("llm_calls", "llm_cache_hits"), 0.0)

@@ -743,6 +743,11 @@ class TrackingConf(ComponentConf):
     logging calls are retried with backoff meanwhile); past it the run is left resumable
     (:mod:`rag_experiments.tracking.resilience`). A server down at the start fails the
     preflight in seconds instead."""
+    trace_assessments: str = "key"
+    """Which values each trace carries as assessments: ``key`` (the key metrics of the
+    console table, most important first) or ``all`` (also every LLM-judged metric); the
+    per-query table keeps every value (:func:`rag_experiments.tracking.selection.
+    assessed_columns`)."""
 
 
 # --- gate ------------------------------------------------------------------------------------

@@ -174,11 +174,11 @@ def job_checkpoint(
     if Path(value).is_dir():
         run_id = str(ResponseCheckpoint(value).read_meta()["run_id"])
         job_dir = Path(value)
-        run = _get_run(tracking_uri, run_id)
+        run, tags = _get_run(tracking_uri, run_id)
     else:
         run_id = value
-        run = _get_run(tracking_uri, run_id)
-        tagged = run.data.tags.get(JOB_DIR_TAG)
+        run, tags = _get_run(tracking_uri, run_id)
+        tagged = tags.get(JOB_DIR_TAG)
         if not tagged:
             raise ConfigError(
                 f"run {run_id} has no {JOB_DIR_TAG!r} tag (it was not started by `rag-exp run`, "
@@ -193,17 +193,19 @@ def job_checkpoint(
     return JobCheckpoint(
         ResponseCheckpoint(job_dir),
         run_id,
-        run.data.tags.get("dataset.digest"),
-        run.data.tags.get(ERROR_TAG),
+        tags.get("dataset.digest"),
+        tags.get(ERROR_TAG),
         dict(run.data.params),
     )
 
 
-def _get_run(tracking_uri: str, run_id: str) -> Any:
-    from rag_experiments.tracking.store import get_run, open_store
+def _get_run(tracking_uri: str, run_id: str) -> tuple[Any, dict[str, str]]:
+    """MLflow's run ``run_id`` and every tag of ours on it (``job.dir`` is kept in the run's
+    ``tags.json``; a run logged before has it as an MLflow tag)."""
+    from rag_experiments.tracking.store import all_tags, get_run, open_store
 
-    return get_run(
-        open_store(tracking_uri),
-        run_id,
-        where="tracking.uri (resume=<id> looks in the configured tracking store)",
+    client = open_store(tracking_uri)
+    run = get_run(
+        client, run_id, where="tracking.uri (resume=<id> looks in the configured tracking store)"
     )
+    return run, all_tags(client, run)

@@ -116,6 +116,16 @@ def qualification_params(identity: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
+def _judge_identity(tags: Mapping[str, str], params: Mapping[str, str]) -> dict[str, str]:
+    """The judge a judge-check run qualified: its params ``qualified_judge.<provider|model|
+    digest>`` (:func:`qualification_params`; its ``judge.*`` tags are kept in ``tags.json``
+    since issue 41), else, for a run logged before those params, its ``judge.*`` tags."""
+    return {
+        k: params.get(f"qualified_judge.{k.split('.', 1)[1]}", tags.get(k)) or ""
+        for k in IDENTITY_TAGS
+    }
+
+
 def find_qualification(uri: str, identity: Mapping[str, str]) -> Qualification | None:
     """The newest FINISHED ``judges`` run for this judge identity and the current
     faithfulness prompt, or None (also when the experiment does not exist).
@@ -139,7 +149,7 @@ def find_qualification(uri: str, identity: Mapping[str, str]) -> Qualification |
     want_prompt = PROMPT_IDS[QUALIFYING_PROBE]
     for run in runs:
         tags, params, metrics = run.data.tags, run.data.params, run.data.metrics
-        if any(tags.get(k) != identity.get(k) for k in IDENTITY_TAGS):
+        if _judge_identity(tags, params) != {k: identity.get(k) or "" for k in IDENTITY_TAGS}:
             continue
         if params.get(f"prompt.{QUALIFYING_PROBE}") != want_prompt:
             continue

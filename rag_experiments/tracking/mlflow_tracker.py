@@ -63,6 +63,7 @@ from rag_experiments.tracking.names import (
     sanitize_metric_names,
 )
 from rag_experiments.tracking.params import flatten_params, redact_yaml
+from rag_experiments.tracking.record import ARTIFACTS, is_visible_tag
 from rag_experiments.tracking.resilience import (
     MIN_REQUEST_TIMEOUT_S,
     Outage,
@@ -70,7 +71,7 @@ from rag_experiments.tracking.resilience import (
     bounded_http,
     check_server,
 )
-from rag_experiments.tracking.selection import check_mode, select_metrics
+from rag_experiments.tracking.selection import assessed_columns, check_mode, select_metrics
 
 log = logging.getLogger(__name__)
 
@@ -154,11 +155,14 @@ class MlflowTracker:
             with backoff meanwhile (:class:`~rag_experiments.tracking.resilience.Outage`).
             Past it :class:`~rag_experiments.tracking.resilience.TrackingUnavailableError` is
             raised and the run is left RUNNING, resumable. Unused for a sqlite store.
+        trace_assessments: Which values each trace carries as assessments: ``key`` (the key
+            metrics) or ``all`` (also every judged one;
+            :func:`~rag_experiments.tracking.selection.assessed_columns`).
 
 
     Raises:
         TrackingError: If ``uri`` is empty or in-memory, or ``retry_s`` negative.
-        ConfigError: An unknown ``metrics`` mode.
+        ConfigError: An unknown ``metrics`` or ``trace_assessments`` mode.
     """
 
     def __init__(
@@ -170,8 +174,11 @@ class MlflowTracker:
         traces: bool = True,
         metrics: str = "headline",
         retry_s: float = 120.0,
+        trace_assessments: str = "key",
     ) -> None:
         self.metrics_mode = check_mode(metrics)
+        assessed_columns([], trace_assessments)  # an unknown mode fails before the run opens
+        self.trace_assessments = trace_assessments
         self.uri = resolve_tracking_uri(uri)
         self.outage = Outage(self.uri, retry_s)
         """Retries logging calls through a server outage (shared by every call of the run)."""
@@ -188,6 +195,9 @@ class MlflowTracker:
         """Latest value of every metric key in the run (read back when resuming), so a value
         logged again unchanged is not added to the metric's history twice."""
         self._tables: list[dict[str, str]] = []
+        self._kept_tags: dict[str, str] = {}
+        """The run's tags kept in the artifact ``tags.json`` rather than as MLflow tags
+        (:data:`~rag_experiments.tracking.record.VISIBLE_TAGS`)."""
         self._client_obj: mlflow.MlflowClient | None = None
 
     # --- run lifecycle -----------------------------------------------------------------------
@@ -244,12 +254,14 @@ class MlflowTracker:
         start_tags = {MLFLOW_PARENT_RUN_ID: parent_run_id} if parent_run_id else None
         self._logged = {}
         self._tables = []
+        self._kept_tags = {}
         try:
             if run_id is not None:
                 active = self.outage.call(
                     "the resumed run", mlflow.start_run, run_id=run_id, tags=start_tags
                 )
                 self._logged = dict(active.data.metrics)
+                self._kept_tags = _read_kept_tags(client, run_id)
             else:
                 active = self.outage.call(
                     "a new run",
@@ -293,13 +305,11 @@ class MlflowTracker:
     ) -> None:
         """Log params, tags and ``config.yaml`` at the start of a run."""
         flat = flatten_params(params)
-        all_tags = _sanitised_tags(tags)
         run_id = self._require_run()
         try:
             for batch in _batches([Param(k, v) for k, v in flat.items()]):
                 self.outage.call("params", client.log_batch, run_id, params=batch)
-            for batch in _batches([RunTag(k, v) for k, v in all_tags.items()]):
-                self.outage.call("tags", client.log_batch, run_id, tags=batch)
+            self._write_tags(client, _sanitised_tags(tags))
         except MlflowException as e:
             raise TrackingError(
                 f"MLflow refused the params/tags of run {self.run_id}: {e.message}. When "
@@ -365,10 +375,26 @@ class MlflowTracker:
         Raises:
             TrackingError: Outside a run, or when two keys collide once sanitised.
         """
+        self._require_run()
+        self._write_tags(self._client(), _sanitised_tags(tags))
+
+    def _write_tags(self, client: mlflow.MlflowClient, tags: Mapping[str, str]) -> None:
+        """Log ``tags`` (keys and values ready): those of
+        :data:`~rag_experiments.tracking.record.VISIBLE_TAGS` as MLflow tags, the others into
+        the artifact ``tags.json`` (rewritten with every kept tag of the run)."""
         run_id = self._require_run()
-        client = self._client()
-        for batch in _batches([RunTag(k, v) for k, v in _sanitised_tags(tags).items()]):
+        shown = {k: v for k, v in tags.items() if is_visible_tag(k)}
+        kept = {k: v for k, v in tags.items() if not is_visible_tag(k)}
+        for batch in _batches([RunTag(k, v) for k, v in shown.items()]):
             self.outage.call("tags", client.log_batch, run_id, tags=batch)
+        if kept:
+            self._kept_tags.update(kept)
+            self._log_kept_tags(client)
+
+    def _log_kept_tags(self, client: mlflow.MlflowClient) -> None:
+        """Rewrite ``tags.json`` with the run's kept tags, sorted by key."""
+        data = dict(sorted(self._kept_tags.items()))
+        self.outage.call(ARTIFACTS.tags, client.log_dict, self._require_run(), data, ARTIFACTS.tags)
 
     def delete_tag(self, key: str) -> None:
         """Delete tag ``key`` of the active run (nothing when it is not set).
@@ -378,6 +404,8 @@ class MlflowTracker:
         """
         run_id = self._require_run()
         client = self._client()
+        if self._kept_tags.pop(key, None) is not None:
+            self._log_kept_tags(client)
         try:
             if key in self.outage.call("tags", client.get_run, run_id).data.tags:
                 self.outage.call("tags", client.delete_tag, run_id, key)
@@ -566,8 +594,8 @@ class MlflowTracker:
         input_tags = {"dataset.digest": digest[:MAX_INPUT_TAG_VALUE_SIZE]}
         self.outage.call("the dataset input", _log_input_racing, dataset, input_tags)
         tags = {"dataset.name": name, "dataset.digest": digest, "dataset.source": source}
-        batch = [RunTag(k, hash_suffixed(v, MAX_TAG_VAL_LENGTH)) for k, v in tags.items()]
-        self.outage.call("tags", self._client().log_batch, run_id, tags=batch)
+        cut = {k: hash_suffixed(v, MAX_TAG_VAL_LENGTH) for k, v in tags.items()}
+        self._write_tags(self._client(), cut)
 
     def log_traces(self, result: Any, target_tags: Mapping[str, str]) -> None:
         """Log one trace per question of ``result`` into the run's experiment, linked to the
@@ -602,6 +630,7 @@ class MlflowTracker:
                 result.specs,
                 audit=result.audit,
                 model=target_tags.get("llm.model"),
+                assessments=self.trace_assessments,
             )
         except TrackingUnavailableError:
             raise  # the server is gone: the run is left to be resumed, traces included
@@ -670,6 +699,13 @@ def _no_url_print() -> Iterator[None]:
             os.environ.pop(name, None)
         else:
             os.environ[name] = before
+
+
+def _read_kept_tags(client: mlflow.MlflowClient, run_id: str) -> dict[str, str]:
+    """The kept tags (``tags.json``) of a run being resumed; empty when it has none."""
+    from rag_experiments.tracking.store import kept_tags
+
+    return kept_tags(client, run_id)
 
 
 ENVIRONMENT_ARTIFACT = "environment.json"

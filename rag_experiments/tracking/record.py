@@ -99,6 +99,61 @@ class Tags:
 TAGS = Tags()
 """The run tag keys (:class:`Tags`)."""
 
+VISIBLE_TAGS = frozenset(
+    {
+        # what the run evaluated, as people filter and search runs in MLflow's UI
+        TAGS.dataset_name,
+        TAGS.dataset_digest,
+        "target",
+        "chunker",
+        "embedder",
+        "retriever",
+        "reranker",
+        "llm.model",
+        "judge.model",
+        TAGS.metrics_backend,
+        "prompt.answer",
+        # how it went
+        TAGS.error,
+        TAGS.objective_error,
+        TAGS.dataset_dropped,
+        "traces.error",
+        "judge.qualification",
+        # what kind of run it is (set only on such runs)
+        TAGS.rerun_of,
+        TAGS.merged_from,
+        TAGS.merge_parent,
+        TAGS.compare_run_a,
+        TAGS.compare_run_b,
+        TAGS.compare_forced,
+        TAGS.sweep_report,
+        TAGS.sweep_params,
+        TAGS.sweep_failed_children,
+        TAGS.sweep_dir,
+        TAGS.dataset_report,
+        "resumed",
+        "resumed_after_error",
+        TAGS.shard_count,
+        "rag_eval.marker",  # pytest_plugin.RUN_TAG: searched for with a tag filter
+        "judge_check.data",  # a judge-check run's labeled pairs (qualify/registry.py)
+    }
+)
+"""Our tag keys kept as MLflow tags (with MLflow's own ``mlflow.*``): what people filter and
+search runs on in the UI, the run's status, and the kinds of runs (found by a tag filter). A
+plain evaluation run shows 11 of them (``dataset.name``, ``dataset.digest``, ``target``,
+``chunker``, ``embedder``, ``retriever``, ``llm.model``, ``judge.model``, ``metrics.backend``,
+``prompt.answer``, ``judge.qualification``), a failed one adds ``error``. Every other tag the
+tracker is given (model providers and digests, cache modes, the index collection, ``job.dir``,
+``dataset.source``, ``dataset.questions_digest`` …) goes into the artifact
+:attr:`Artifacts.tags`; readers read both (:meth:`~rag_experiments.tracking.store.RunStore.
+all_tags`), so a run logged before the split (every tag an MLflow tag) reads the same."""
+
+
+def is_visible_tag(key: str) -> bool:
+    """True for a tag key kept as an MLflow tag: MLflow's own or one of :data:`VISIBLE_TAGS`."""
+    return key.startswith("mlflow.") or key in VISIBLE_TAGS
+
+
 MODEL_IDENTITY_SUFFIXES = (".provider", ".model", ".digest")
 """Tags ``<role>.provider`` / ``.model`` / ``.digest`` of a model the run called (the target's
 ``describe()``, the judge's identity); ``rerun`` compares them and ``merge`` keeps them."""
@@ -208,6 +263,10 @@ class Artifacts:
     metric_specs: str = "metric_specs.json"
     """The metric columns in output order with direction, range, description (the runner);
     read by ``merge``, ``compare``, ``report`` and ``gate``."""
+    tags: str = "tags.json"
+    """The run's tags kept off its MLflow page (every tag not in :data:`VISIBLE_TAGS`), as
+    ``{key: value}`` (the tracker); read with the run's tags by ``rerun``, ``merge``,
+    ``resume=``, ``gate`` and judge qualification (``RunStore.all_tags``)."""
     metric_names: str = "metric_names.json"
     """Canonical name → MLflow key of every logged metric (the tracker)."""
     config: str = "config.yaml"

@@ -1,4 +1,6 @@
-"""Which of a run's summary values become MLflow metrics (``tracking.metrics``).
+"""Which of a run's summary values become MLflow metrics (``tracking.metrics``), and which
+per-question values become trace assessments (``tracking.trace_assessments``,
+:func:`assessed_columns`).
 
 A run computes far more values than a reader compares across runs: with the custom suite,
 about 60 metric columns × (mean, CI low, CI high, n_valid) × (all questions + every question
@@ -141,3 +143,41 @@ def _headline_first(
 
     ranked = sorted(enumerate(values), key=rank)
     return {name: values[name] for _, name in ranked}
+
+
+ASSESSMENT_MODES = ("key", "all")
+"""Values of ``tracking.trace_assessments``: which columns become trace assessments."""
+
+
+def assessed_columns(specs: Sequence[MetricSpec], mode: str = "key") -> list[str]:
+    """The columns that become trace assessments.
+
+    ``key`` (the default): the key metrics (a spec with a
+    :attr:`~rag_experiments.records.MetricSpec.key`, the console's headline), most important
+    first, so MLflow's Traces tab shows the few values the run is compared on. ``all``: those
+    and every LLM-judged column (a spec with a :attr:`~rag_experiments.records.MetricSpec.
+    source`), in ``specs`` order after them. Neither holds a grade on its own scale (a spec
+    whose range is not [0, 1], e.g. ``answer_judge.accuracy_raw`` 1–5): its 0–1 column is the
+    same verdict with the same rationale, and a raw ``1`` reads as a perfect score.
+
+    Args:
+        specs: The run's metric columns, in output order.
+        mode: One of :data:`ASSESSMENT_MODES`.
+
+    Returns:
+        Column names.
+
+    Raises:
+        ConfigError: ``mode`` is not one of :data:`ASSESSMENT_MODES`.
+    """
+    if mode not in ASSESSMENT_MODES:
+        raise ConfigError(
+            f"tracking.trace_assessments={mode!r} is not one of {', '.join(ASSESSMENT_MODES)}: "
+            "key assesses each trace on the key metrics, all also on every judged metric"
+        )
+    unit = [s for s in specs if s.low == 0.0 and s.high == 1.0]
+    keyed = sorted((s for s in unit if s.key is not None), key=lambda s: s.key or 0)
+    names = [s.name for s in keyed]
+    if mode == "all":
+        names += [s.name for s in unit if s.key is None and s.source is not None]
+    return names

@@ -19,6 +19,7 @@ record` and the tracking server's preflight (:mod:`rag_experiments.tracking.resi
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -141,6 +142,12 @@ class RunStore:
             TrackingError: No such run in the store (the message names the store).
         """
         return self._record(get_run(self._client, run_id, where=self.where))
+
+    def all_tags(self, run: RunRecord) -> dict[str, str]:
+        """Every tag of ours on ``run``: its MLflow tags and those it keeps in ``tags.json``
+        (:data:`~rag_experiments.tracking.record.VISIBLE_TAGS`; a run logged before that
+        split has only MLflow tags, read as they are). One artifact read per call."""
+        return {**kept_tags(self._client, run.run_id), **run.tags}
 
     def resolve_run_id(self, ref: str) -> str:
         """The full id of the run ``ref`` names: ``ref`` itself when it is a run of the store,
@@ -437,6 +444,25 @@ def get_run(client: mlflow.MlflowClient, run_id: str, *, where: str = "--trackin
             f"run {run_id!r} not found at {client.tracking_uri}: {exc.message}. Check the run id "
             f"and {where}"
         ) from exc
+
+
+def kept_tags(client: mlflow.MlflowClient, run_id: str) -> dict[str, str]:
+    """The tags run ``run_id`` keeps in its artifact ``tags.json`` rather than as MLflow tags
+    (:data:`~rag_experiments.tracking.record.VISIBLE_TAGS`): ``{key: value}``, empty for a
+    run without that artifact (logged before the split, or not by the tracker) or with an
+    unreadable one."""
+    try:
+        with quiet_downloads():
+            local = client.download_artifacts(run_id, ARTIFACTS.tags)
+        data = json.loads(Path(local).read_text(encoding="utf-8"))
+    except (MlflowException, OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def all_tags(client: mlflow.MlflowClient, run: Run) -> dict[str, str]:
+    """Every tag of ours on MLflow's ``run`` (:meth:`RunStore.all_tags` for a raw client)."""
+    return {**kept_tags(client, run.info.run_id), **run.data.tags}
 
 
 def read_table(client: mlflow.MlflowClient, run_id: str, name: str = PER_QUERY) -> pd.DataFrame:

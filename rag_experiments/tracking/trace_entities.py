@@ -150,7 +150,7 @@ def question_trace(
             recorded ``generation_ms``).
         question_key: The question's key in :func:`~rag_experiments.tracking.trace_shape.
             trace_id_for` (default ``sample.id``).
-        assessed: :func:`~rag_experiments.tracking.trace_shape.assessed_columns` of ``specs``
+        assessed: :func:`~rag_experiments.tracking.selection.assessed_columns` of ``specs``
             (computed when None).
 
     Returns:

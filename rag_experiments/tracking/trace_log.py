@@ -96,6 +96,7 @@ def log_traces(
     *,
     audit: Sequence[Mapping[str, Any]] = (),
     model: str | None = None,
+    assessments: str = "key",
 ) -> TraceLogStats:
     """Write one trace per question into ``experiment_id``, linked to ``run_id``, replacing
     the traces of the same (run, question) already in the store (see the module docstring:
@@ -108,9 +109,12 @@ def log_traces(
         samples: The questions, in row order.
         responses: One response per sample.
         values: One ``{column: MetricValue}`` per sample.
-        specs: The metric columns (the judged and key ones become feedback).
+        specs: The metric columns (the key ones, or with ``assessments="all"`` also the judged
+            ones, become feedback).
         audit: ``judge_audit.jsonl`` rows (matched to samples by ``id``).
         model: The generator's model id, for the LLM spans.
+        assessments: ``key`` or ``all`` (:func:`~rag_experiments.tracking.selection.
+            assessed_columns`).
 
     Returns:
         The counts and the wall time.
@@ -134,7 +138,7 @@ def log_traces(
     now_ns = time.time_ns()
     n_spans = n_assessments = 0
     rows = list(zip(samples, responses, values, keys, strict=True))
-    assessed = assessed_columns(specs)
+    assessed = assessed_columns(specs, assessments)
     try:
         for first in range(0, len(rows), TRACES_PER_TRANSACTION):  # built and written in chunks
             chunk: list[TraceParts] = []

@@ -20,11 +20,14 @@ its run (trace metadata ``mlflow.sourceRun``):
   flagged value, source = ``LLM_JUDGE`` with the judge's model id for judged columns, ``CODE``
   (``rag-experiments``) for the others.
 
-**Which values become assessments.** A trace carries the columns of the LLM-judged metrics
-(both backends: a spec with a :attr:`~rag_experiments.records.MetricSpec.source`) and the key
-metrics (a spec with a :attr:`~rag_experiments.records.MetricSpec.key`, e.g. ``nDCG@10``,
-``keyword_coverage``) the run computed; every other column stays in the run's per-query table,
-which keeps all of them. Of those values:
+**Which values become assessments** (``tracking.trace_assessments``, :func:`assessed_columns`).
+By default (``key``) a trace carries the key metrics the run computed (a spec with a
+:attr:`~rag_experiments.records.MetricSpec.key`, e.g. ``nDCG@10``, ``faithfulness``,
+``answer_judge.accuracy``), most important first: the headline of the console table; ``all``
+adds every LLM-judged column (both backends: a spec with a
+:attr:`~rag_experiments.records.MetricSpec.source`). A grade on its own scale (``*_raw``, 1–5)
+is never one. Every other column stays in the run's per-query table, which keeps all of them.
+Of those values:
 
 * a number is a feedback with that value;
 * a NaN that says something **failed** — the target (``target_error``), the judge (a reason of
@@ -71,6 +74,7 @@ from mlflow.tracing.utils import (
 
 from rag_experiments.llm.errors import JUDGE_ERROR_REASONS
 from rag_experiments.records import ColumnSource, MetricSpec, MetricValue, RagResponse, Sample
+from rag_experiments.tracking.selection import assessed_columns
 
 CODE_SOURCE_ID = "rag-experiments"
 """Source id of assessments computed by code (retrieval metrics, keyword metrics, refusal)."""
@@ -125,20 +129,6 @@ def trace_id_for(run_id: str, question_key: str) -> str:
         The trace id.
     """
     return generate_mlflow_trace_id_from_otel_trace_id(otel_trace_id_for(run_id, question_key))
-
-
-def assessed_columns(specs: Sequence[MetricSpec]) -> list[str]:
-    """The columns that become trace assessments: LLM-judged ones (a spec with a
-    :attr:`~rag_experiments.records.MetricSpec.source`) and the key metrics (a spec with a
-    :attr:`~rag_experiments.records.MetricSpec.key`).
-
-    Args:
-        specs: The run's metric columns, in output order.
-
-    Returns:
-        Column names in ``specs`` order.
-    """
-    return [s.name for s in specs if s.key is not None or s.source is not None]
 
 
 def assessment_source(source: ColumnSource | None) -> tuple[str, str]:

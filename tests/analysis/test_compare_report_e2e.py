@@ -23,6 +23,7 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
+from rag_experiments.tracking.store import all_tags
 from rag_experiments.tracking.sweep import PARENT_RUN_ID_FILE
 from tests.review.test_review_e2e import browser  # noqa: F401  (Debian's Chromium via Playwright)
 
@@ -76,7 +77,7 @@ def test_sweep_compare_and_report_with_the_readme_commands(
     client = MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
     exp = client.get_experiment_by_name("rag-experiments").experiment_id
     children = client.search_runs([exp], f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent}'")
-    by_job = {Path(r.data.tags["job.dir"]).name: r for r in children}
+    by_job = {Path(all_tags(client, r)["job.dir"]).name: r for r in children}
     child0, child1 = by_job["0"], by_job["1"]
     assert (child0.data.params["chunker.size"], child1.data.params["chunker.size"]) == (
         "128",

@@ -90,7 +90,7 @@ def test_rerun_keeps_the_original_name_unless_given_one(
     run_id, uri = _first_run(compose_cfg, tmp_path, "retriever=bm25")
     client = mlflow.MlflowClient(uri)
     name = client.get_run(run_id).info.run_name
-    assert name == "small-SemanticChunker-retrieval-bm25"
+    assert name == "small-semantic-retrieval-bm25"
     client.set_tag(run_id, "mlflow.runName", "named-by-an-older-version")
     same = client.get_run(rerun(run_id, uri).new_run_id)
     assert same.info.run_name == "named-by-an-older-version"

@@ -26,7 +26,7 @@ from rag_experiments.data.base import EvalDataset
 from rag_experiments.data.shard import select_shard, shard_of
 from rag_experiments.errors import ConfigError
 from rag_experiments.records import Sample
-from rag_experiments.tracking.store import RunStore, read_table
+from rag_experiments.tracking.store import RunStore, all_tags, read_table
 from tests.lifecycle.test_sweep import RUN_TIMEOUT_S
 
 FAST = ["llm=fake", "embedder=hash", "metrics=retrieval", "progress=false"]
@@ -164,8 +164,9 @@ def test_merged_shards_equal_the_unsharded_run(tmp_path: Path) -> None:
     assert any(r.data.metrics["nDCG_at_10"] != expected["nDCG_at_10"] for r in by_index)
 
     # the same dataset input and per-query table, in the same order
-    for tag in ("dataset.digest", "dataset.name", "dataset.source"):
-        assert merged.data.tags[tag] == whole.data.tags[tag]
+    merged_tags, whole_tags = all_tags(client, merged), all_tags(client, whole)
+    for tag in ("dataset.digest", "dataset.name", "dataset.source"):  # source: in tags.json
+        assert merged_tags[tag] == whole_tags[tag]
     (inp,) = merged.inputs.dataset_inputs
     assert inp.dataset.digest == whole.data.tags["dataset.digest"][:36]
     a = read_table(client, whole.info.run_id).drop(columns="latency_ms")
@@ -229,8 +230,8 @@ def test_merge_keeps_judge_noise_questions_digest_and_ppi(
                 "faithfulness.ppi_n_labels", "answer_judge.accuracy.flip_rate"):  # fmt: skip
         assert got[key] == pytest.approx(want[key], rel=1e-12), key
     assert _comparable(got) == _comparable(want)
-    tag = "dataset.questions_digest"
-    assert merged.data.tags[tag] == whole.data.tags[tag]
+    tag = "dataset.questions_digest"  # kept in tags.json
+    assert all_tags(client, merged)[tag] == all_tags(client, whole)[tag]
     a = read_table(client, whole.info.run_id)
     b = read_table(client, merged.info.run_id)
     for col in ("faithfulness.sd", "faithfulness.flip"):

@@ -24,6 +24,7 @@ from rag_experiments.lifecycle.checkpoint import CheckpointedTarget, ResponseChe
 from rag_experiments.llm.factory import ModelSession
 from rag_experiments.locations import PROJECT_ROOT
 from rag_experiments.records import RagResponse, Sample
+from rag_experiments.tracking.store import all_tags
 
 SAMPLE = PROJECT_ROOT / "datasets" / "sample"
 N_QUESTIONS = 8
@@ -108,7 +109,7 @@ def test_kill_9_then_resume_answers_every_sample_exactly_once(tmp_path: Path) ->
     (run,) = client.search_runs([client.get_run(run_id).info.experiment_id])
     assert run.info.run_id == run_id and run.info.status == "FINISHED"  # same run, no new one
     assert run.data.tags["resumed"] == "true"
-    assert run.data.tags["job.dir"] == str(job_dir.resolve())
+    assert all_tags(client, run)["job.dir"] == str(job_dir.resolve())
     assert run.data.metrics["n_samples"] == N_QUESTIONS and run.data.metrics["n_failed"] == 0
     # only the missing questions were answered: the resumed attempt reused the others ...
     resumed = f"Resuming: {answered_before} of {N_QUESTIONS} questions already answered"

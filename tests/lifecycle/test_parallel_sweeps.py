@@ -16,6 +16,7 @@ from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from rag_experiments.config.resolvers import unique_dir
+from rag_experiments.tracking.store import all_tags
 from rag_experiments.tracking.sweep import PARENT_RUN_ID_FILE
 from tests.lifecycle.test_sweep import RUN_TIMEOUT_S
 
@@ -108,7 +109,7 @@ def test_two_sweeps_started_together_on_a_fresh_store_stay_apart(tmp_path: Path)
         assert sorted(c.data.params["retriever.top_k"] for c in mine) == ["1", "3"]
         counts = set()
         for child in mine:
-            job_dir = Path(child.data.tags["job.dir"])
+            job_dir = Path(all_tags(client, child)["job.dir"])
             assert job_dir.parent == sweep.resolve()
             counts.add(_check_job_dir(job_dir, child.info.run_id))
         assert len(counts) == 1  # both jobs answered the same questions
@@ -124,6 +125,7 @@ def test_two_single_runs_started_together_get_their_own_folders(tmp_path: Path) 
     (exp,) = [e for e in client.search_experiments() if e.name == "rag-experiments"]
     runs = client.search_runs([exp.experiment_id])
     assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
-    assert {Path(r.data.tags["job.dir"]) for r in runs} == {d.resolve() for d in job_dirs}
-    for run in runs:
-        _check_job_dir(Path(run.data.tags["job.dir"]), run.info.run_id)
+    dirs = {r.info.run_id: Path(all_tags(client, r)["job.dir"]) for r in runs}
+    assert set(dirs.values()) == {d.resolve() for d in job_dirs}
+    for run_id, job_dir in dirs.items():
+        _check_job_dir(job_dir, run_id)

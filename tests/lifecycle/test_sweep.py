@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow
 RUN_TIMEOUT_S = 300
 """A 4-job sweep takes ~15 s on 2 cores; the margin is for a loaded CI machine."""
 
-DEFAULT_RUN_NAME = "sample-SemanticChunker-retrieval"
+DEFAULT_RUN_NAME = "sample-semantic-retrieval"
 """``<dataset.name>-<chunker class>-<metrics.name>`` for the overrides below."""
 
 BUILT = re.compile(r"Built vector index (\S+): embedded (\d+) chunks in [\d.]+ s")

@@ -25,6 +25,7 @@ from rag_experiments.llm.fake import FakeChat
 from rag_experiments.llm.ollama import OllamaChat
 from rag_experiments.llm.usage import UsageMeter
 from rag_experiments.runner import evaluate
+from rag_experiments.tracking.store import all_tags
 
 
 class Answer(BaseModel):
@@ -276,11 +277,12 @@ def test_main_job_with_ollama_logs_usage_identity_and_reruns_from_cache(compose_
     assert second.metrics["generator.llm_cache_hits"] == n
     assert second.metrics["generator.llm_cache_hit_rate"] == 1.0
     assert second.metrics["generator.prompt_tokens"] == 0  # nothing was processed
-    assert first.tags["generator.provider"] == "ollama"
-    assert first.tags["generator.digest"] == "a" * 64
-    assert first.tags["generator.base_url"] == server.url
-    assert first.tags["generator.num_ctx"] == "4096"
-    assert first.tags["generator.cache_mode"] == "read_write"
+    tags = all_tags(client, runs["first"])  # the generator's identity: in tags.json
+    assert tags["generator.provider"] == "ollama"
+    assert tags["generator.digest"] == "a" * 64
+    assert tags["generator.base_url"] == server.url
+    assert tags["generator.num_ctx"] == "4096"
+    assert tags["generator.cache_mode"] == "read_write"
     assert Path(cfg.paths.llm_cache).is_file()
 
 

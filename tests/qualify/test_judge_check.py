@@ -33,6 +33,7 @@ from rag_experiments.qualify.pairs import (
 )
 from rag_experiments.qualify.stats import _closed_forms, binary_agreement
 from rag_experiments.text.normalize import word_tokens
+from rag_experiments.tracking.store import all_tags
 
 ALWAYS_SUPPORTED = {
     "FaithfulnessOutput": {"claims": [{"claim": "The answer.", "context": 1}]},
@@ -271,6 +272,12 @@ def _judge_check_cfg(tmp_path: Path, *overrides: str):
     )
 
 
+def _all_tags(tmp_path: Path, run) -> dict[str, str]:
+    """Every tag of ``run`` of :func:`_run`'s store (``judge.qualification.*`` details are
+    kept in its ``tags.json``)."""
+    return all_tags(MlflowClient(f"sqlite:///{tmp_path}/mlruns.db"), run)
+
+
 def _run(tmp_path: Path, *overrides: str):
     """A cheap `rag-exp run` with the fake judge on one sample question; its MLflow run."""
     from rag_experiments.job import run_job
@@ -326,7 +333,7 @@ def test_judge_check_logs_a_qualification_that_a_later_run_carries_and_warns(tmp
     capsys.readouterr()
     run = _run(tmp_path)
     out = capsys.readouterr().out
-    tags = run.data.tags
+    tags = _all_tags(tmp_path, run)
     assert tags["judge.qualification.run_id"] == run_id
     assert tags["judge.qualification.kappa"] == "0.0000"
     assert tags["judge.qualification.warning"] == "below_min_kappa"
@@ -335,8 +342,8 @@ def test_judge_check_logs_a_qualification_that_a_later_run_carries_and_warns(tmp
     with pytest.raises(ConfigError, match="require_qualified=true refuses"):
         _run(tmp_path, "judge.require_qualified=true")
     quiet = _run(tmp_path, "judge.min_kappa=-1")  # 0 ≥ -1: qualified, no warning
-    assert "judge.qualification.warning" not in quiet.data.tags
-    assert quiet.data.tags["judge.qualification.kappa"] == "0.0000"
+    assert "judge.qualification.warning" not in _all_tags(tmp_path, quiet)
+    assert _all_tags(tmp_path, quiet)["judge.qualification.kappa"] == "0.0000"
 
 
 def test_no_qualification_is_printed_for_a_real_judge_only(monkeypatch, capsys):
@@ -425,4 +432,4 @@ def test_embedded_judge_check_n20(tmp_path):
     assert faith["n"] + faith["n_failed"] == 20
     client = MlflowClient(f"sqlite:///{tmp_path}/m.db")
     (run,) = client.search_runs([client.get_experiment_by_name("judges").experiment_id])
-    assert run.data.tags["judge.provider"] == "embedded"
+    assert all_tags(client, run)["judge.provider"] == "embedded"

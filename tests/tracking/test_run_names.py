@@ -37,9 +37,9 @@ def test_default_and_preset_names_carry_a_non_default_retrieval(
     compose_cfg: Callable[..., DictConfig],
 ) -> None:
     metrics = "metrics=retrieval"
-    assert _default_run_name(compose_cfg(metrics), "sample") == "sample-SemanticChunker-retrieval"
+    assert _default_run_name(compose_cfg(metrics), "sample") == "sample-semantic-retrieval"
     named = _default_run_name(compose_cfg(metrics, "retriever=hybrid", "reranker=fake"), "sample")
-    assert named == "sample-SemanticChunker-retrieval-hybrid-rerank-fake"
+    assert named == "sample-semantic-retrieval-hybrid-rerank-fake"
     names = {
         choice: compose_cfg("experiment=scifact", *choice).run_name
         for choice in [(), ("retriever=dense",), ("retriever=bm25",), ("reranker=http",)]
@@ -52,3 +52,18 @@ def test_default_and_preset_names_carry_a_non_default_retrieval(
     }
     mine = compose_cfg("experiment=scifact", "retriever=bm25", "run_name=mine")
     assert mine.run_name == "mine"  # a name given on the command line is kept as given
+
+
+@pytest.mark.parametrize(
+    ("chunker", "name"),
+    [
+        ("rag_experiments.chunking.semantic.SemanticChunker", "sample-semantic-custom"),
+        ("my_pkg.MyChunker", "sample-MyChunker-custom"),  # a user's class: no bundled option
+    ],
+)
+def test_the_default_name_says_the_chunker_option_as_typed(chunker: str, name: str) -> None:
+    """Issue 41 (4): the default name was ``sample-SemanticChunker-custom`` (the class)."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"chunker": {"_target_": chunker}, "metrics": {"name": "custom"}})
+    assert _default_run_name(cfg, "sample") == name

@@ -14,7 +14,7 @@ from mlflow import MlflowClient
 from mlflow.entities import AssessmentSourceType
 from omegaconf import DictConfig
 
-from rag_experiments.errors import TrackingError
+from rag_experiments.errors import ConfigError, TrackingError
 from rag_experiments.job import run_job
 from rag_experiments.metrics.audit import RATIONALE_KEY
 from rag_experiments.metrics.keys import KEY_METRICS
@@ -55,9 +55,13 @@ def test_run_logs_a_trace_per_question_with_retriever_span_and_judged_assessment
     metric_columns = [c for c in table.columns if f"{c}.reason" in table.columns]
     judged_columns = {c for c in metric_columns if c.split(".")[0] in judged}
     assert "answer_judge.accuracy" in judged_columns
-    assessed = judged_columns | (set(KEY_METRICS) & set(metric_columns))
-    assert {"nDCG@10", "keyword_faithfulness"} <= assessed and "MAP@10" in metric_columns
-    assert len(assessed) < len(metric_columns) / 2  # not one feedback per column any more
+    # tracking.trace_assessments=key (the default): the key metrics only, no judged column
+    # that is not one and no grade on its own scale (answer_judge.accuracy_raw 1-5)
+    assessed = set(KEY_METRICS) & set(metric_columns)
+    assert {"nDCG@10", "keyword_faithfulness", "answer_judge.accuracy"} <= assessed
+    assert "MAP@10" in metric_columns and "answer_judge.accuracy_raw" in metric_columns
+    assert not {"answer_judge.completeness", "context_utilization"} & assessed
+    assert len(assessed) < len(metric_columns) / 4  # not one feedback per column any more
     shown_as_error = 0
     for trace in traces:
         row = table.loc[trace.info.client_request_id]
@@ -99,7 +103,8 @@ def test_run_logs_a_trace_per_question_with_retriever_span_and_judged_assessment
             else:
                 assert fb.value == pytest.approx(float(row[name]))
                 assert fb.error is None
-        for name in judged_columns - set(not_applicable):
+        assert list(feedback) == [m for m in KEY_METRICS if m in feedback]  # headline first
+        for name in (judged_columns & assessed) - set(not_applicable):
             assert feedback[name].source.source_type == AssessmentSourceType.LLM_JUDGE
             assert feedback[name].source.source_id == "fake-judge"
             assert feedback[name].rationale  # the judge's verdicts
@@ -122,15 +127,19 @@ def test_run_logs_a_trace_per_question_with_retriever_span_and_judged_assessment
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["key", "all"])
 def test_metrics_both_traces_carry_both_backends_values_with_rationales(
-    compose_cfg: Callable[..., DictConfig], tmp_path: Path
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path, mode: str
 ) -> None:
     """Issue 27 (1): ``metrics=both`` logged no trace at all (DeepEval's audit records are
-    not the custom backend's); now both write the same record shape."""
+    not the custom backend's); now both write the same record shape. Issue 41 (3): by default
+    (``key``) a trace carries the key metrics only (``deepeval.context_relevancy`` has no key:
+    not on the trace); ``tracking.trace_assessments=all`` adds every judged column."""
     v5 = ",".join(["{verdict:yes,reason:r}"] * 3 + ["{verdict:no,reason:why-not}"] * 2)
     run_job(
         compose_cfg(
             "metrics=both", "judge=fake", "llm=fake", "embedder=hash", "max_samples=4",
+            f"tracking.trace_assessments={mode}",
             "+judge.responses.Truths={truths:[t]}",
             "+judge.responses.Claims={claims:[a,b,c,d,e]}",
             "+judge.responses.Statements={statements:[a,b,c,d,e]}",
@@ -148,11 +157,20 @@ def test_metrics_both_traces_carry_both_backends_values_with_rationales(
     assert len(traces) == len(table) == 4
     deepeval = [c for c in table.columns if c.startswith("deepeval.") and "." not in c[9:]]
     assert "deepeval.faithfulness" in deepeval and "deepeval.context_relevancy" in deepeval
+    # DeepEval's key columns (declared keys 70, 80, 90, 100: tests/tracking/test_headline.py)
+    keys = {f"deepeval.{m}" for m in ("faithfulness", "answer_relevancy", "context_precision")}
+    keys.add("deepeval.context_recall")
+    assessed = deepeval if mode == "all" else [c for c in deepeval if c in keys]
+    assert len(assessed) == (len(deepeval) if mode == "all" else 4)
+    assert ("deepeval.context_relevancy" in assessed) == (mode == "all")
     checked = 0
     for trace in traces:
         row = table.loc[trace.info.client_request_id]
         feedback = {a.name: a for a in trace.info.assessments if a.feedback is not None}
-        for name in [*deepeval, "faithfulness", "context_precision"]:
+        assert not any(name.endswith("_raw") for name in feedback)  # grades 1-5: never
+        if mode == "key":  # judged, not key metrics
+            assert not {"answer_judge.completeness", "deepeval.context_relevancy"} & set(feedback)
+        for name in [*assessed, "faithfulness", "context_precision"]:
             if isinstance(row[name], float) and math.isnan(row[name]):
                 assert name not in feedback or feedback[name].error is not None
                 continue
@@ -165,7 +183,7 @@ def test_metrics_both_traces_carry_both_backends_values_with_rationales(
             assert feedback["deepeval.faithfulness"].rationale.splitlines() == [
                 "✓ a (r)", "✓ b (r)", "✓ c (r)", "✗ d (why-not)", "✗ e (why-not)",
             ]  # fmt: skip
-    assert checked >= 4 * len(deepeval)
+    assert checked >= 4 * len(assessed)
 
 
 @pytest.mark.slow
@@ -191,8 +209,10 @@ def _rows() -> tuple[list[Sample], list[RagResponse], list[dict], list[MetricSpe
         ),
         RagResponse(error="timeout", error_message="no answer in 30 s", latency_ms=30000.0),
     ]
-    specs = [  # a judged column, a key metric (priority 0), a column computed by code
-        MetricSpec("faithfulness", source=ColumnSource("judge-x", "faithfulness", RATIONALE_KEY)),
+    specs = [  # a judged key metric, a key metric (priority 0), a column computed by code
+        MetricSpec(
+            "faithfulness", key=70, source=ColumnSource("judge-x", "faithfulness", RATIONALE_KEY)
+        ),
         MetricSpec("nDCG@10", key=0),
         MetricSpec("MAP@10"),
     ]
@@ -205,6 +225,27 @@ def _rows() -> tuple[list[Sample], list[RagResponse], list[dict], list[MetricSpe
         },
     ]
     return samples, responses, values, specs
+
+
+def test_assessed_columns_are_the_key_metrics_first_or_all_judged_without_raw_grades() -> None:
+    """Issue 41 (3): a trace carried every judged column (19 on ``make run``), the raw 1-5
+    grade among them; by default it carries the key metrics, most important first."""
+    judge = ColumnSource("judge-x", "answer_judge", RATIONALE_KEY)
+    specs = [
+        MetricSpec("Hit@1"),  # code, no key: never
+        MetricSpec("faithfulness", key=70, source=judge),
+        MetricSpec("answer_judge.completeness", source=judge),  # judged, no key
+        MetricSpec("answer_judge.completeness_raw", low=1.0, high=5.0, source=judge),
+        MetricSpec("nDCG@10", key=10),
+    ]
+    assert trace_shape.assessed_columns(specs) == ["nDCG@10", "faithfulness"]
+    assert trace_shape.assessed_columns(specs, "all") == [
+        "nDCG@10",
+        "faithfulness",
+        "answer_judge.completeness",
+    ]
+    with pytest.raises(ConfigError, match="trace_assessments='every' is not one of key, all"):
+        trace_shape.assessed_columns(specs, "every")
 
 
 AUDIT = [{"id": "a", "faithfulness": {"claims": [{"claim": "c"}], "rationale": ["✓ c (ctx 1)"]}}]

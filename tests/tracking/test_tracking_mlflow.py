@@ -35,6 +35,7 @@ from rag_experiments.tracking.mlflow_tracker import (
     mlflow_command,
     resolve_tracking_uri,
 )
+from rag_experiments.tracking.store import all_tags
 from rag_experiments.tracking.sweep import (
     PARENT_RUN_ID_FILE,
     close_sweep,
@@ -126,8 +127,9 @@ def test_params_tags_and_config_are_logged_redacted(uri: str, tmp_path: Path) ->
     assert p["llm.prompt"].endswith(f"…[sha256:{digest}]")
     t = run.data.tags
     assert t["dataset.name"] == "demo"
-    assert t["auth_token"] == REDACTED
-    assert t["nDCG_at_10"] == "x"
+    assert "auth_token" not in t  # not a visible tag: in tags.json, redacted there too
+    kept = json.loads(_text(uri, run_id, "tags.json"))
+    assert kept == {"auth_token": REDACTED, "nDCG_at_10": "x"}
     assert not any(k.startswith(("version.", "git.")) for k in t)  # environment.json holds them
     env = json.loads(_text(uri, run_id, "environment.json"))
     assert env["version.mlflow"] == mlflow.__version__
@@ -329,9 +331,11 @@ def test_log_dataset_records_our_digest(uri: str, source: str) -> None:
     tracker = MlflowTracker(uri, "exp")
     with _start(tracker) as run_id:
         tracker.log_dataset("sample", digest, source, rows)
-    run = MlflowClient(uri).get_run(run_id)
+    client = MlflowClient(uri)
+    run = client.get_run(run_id)
     assert run.data.tags["dataset.digest"] == digest
-    assert run.data.tags["dataset.source"] == source
+    assert "dataset.source" not in run.data.tags  # kept in tags.json (issue 41)
+    assert all_tags(client, run)["dataset.source"] == source
     (inp,) = run.inputs.dataset_inputs
     assert inp.dataset.name == "sample"
     assert inp.dataset.digest == digest[:36]

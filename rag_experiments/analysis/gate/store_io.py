@@ -6,6 +6,7 @@ the opaque :data:`Store` these functions take and return."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 import pandas as pd
@@ -51,12 +52,14 @@ def open_existing_store(uri: str) -> Store:
 
 
 def read_run(store: Store, run_id: str) -> RunFacts:
-    """The run ``run_id`` of ``store``.
+    """The run ``run_id`` of ``store``, its tags with those kept in ``tags.json``
+    (``dataset.questions_digest``; :meth:`~rag_experiments.tracking.store.RunStore.all_tags`).
 
     Raises:
         TrackingError: No such run in the store (the message names the store).
     """
-    return store.get_run(run_id)
+    run = store.get_run(run_id)
+    return dataclasses.replace(run, tags=store.all_tags(run))
 
 
 def read_metric_specs(store: Store, run_id: str) -> list[MetricInfo]:
