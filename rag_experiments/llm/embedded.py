@@ -89,8 +89,8 @@ class EmbeddedChat(ChatModelBase, TakesRetry):
             cores, llama.cpp's default for generation). llama.cpp's own default evaluates
             prompts on every core; the main job runs the generator and the judge, two models,
             at once, so that oversubscribes the cores and its OpenMP threads spin against each
-            other (``bench/embedded_main_job.py``: prompt evaluation 3x slower on 2 loaded
-            cores).
+            other (docs/benchmarks.md#embedded-main-job: one model alone evaluated prompts
+            2.3x slower with 2 threads than with 1 on 2 loaded cores).
         max_tokens: Default completion limit in tokens.
         temperature: Default sampling temperature (0 = greedy, deterministic).
         seed: Sampling seed.
