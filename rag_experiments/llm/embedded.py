@@ -12,6 +12,7 @@ import hashlib
 import importlib.resources
 import importlib.util
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -84,7 +85,12 @@ class EmbeddedChat(ChatModelBase, TakesRetry):
     Args:
         model_path: A local ``.gguf`` file; None = the bundled SmolLM2-135M-Instruct.
         n_ctx: Context window in tokens.
-        n_threads: CPU threads (None = llama.cpp's default).
+        n_threads: CPU threads of prompt evaluation and of generation alike (None = half the
+            cores, llama.cpp's default for generation). llama.cpp's own default evaluates
+            prompts on every core; the main job runs the generator and the judge, two models,
+            at once, so that oversubscribes the cores and its OpenMP threads spin against each
+            other (docs/benchmarks.md#embedded-main-job: one model alone evaluated prompts
+            2.3x slower with 2 threads than with 1 on 2 loaded cores).
         max_tokens: Default completion limit in tokens.
         temperature: Default sampling temperature (0 = greedy, deterministic).
         seed: Sampling seed.
@@ -155,6 +161,7 @@ class EmbeddedChat(ChatModelBase, TakesRetry):
                 model_path=str(self.model_path),
                 n_ctx=self.n_ctx,
                 n_threads=self.n_threads,
+                n_threads_batch=self.n_threads or max(os.cpu_count() or 1, 2) // 2,
                 seed=self.seed,
                 verbose=False,
             )

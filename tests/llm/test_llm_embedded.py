@@ -83,3 +83,21 @@ def test_embedded_model_times_out():
     with pytest.raises(LLMTimeoutError) as info:
         chat.complete([{"role": "user", "content": "Write a long story about rivers."}])
     assert info.value.reason == "timeout"
+
+
+@pytest.mark.parametrize(
+    ("n_threads", "cores", "expected"), [(3, 8, 3), (None, 8, 4), (None, 2, 1)]
+)
+def test_embedded_model_evaluates_prompts_on_its_own_threads(
+    tmp_path, monkeypatch, n_threads, cores, expected
+):
+    """The generator and the judge run at once: each evaluates prompts on its n_threads (None:
+    half the cores), not on llama.cpp's default of every core."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    seen: dict = {}
+    monkeypatch.setattr(llama_cpp, "Llama", lambda **kw: seen.update(kw) or object())
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    EmbeddedChat(model_path=str(gguf), n_threads=n_threads)._load()
+    assert seen["n_threads"] == n_threads and seen["n_threads_batch"] == expected
