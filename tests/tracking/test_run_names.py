@@ -61,9 +61,14 @@ def test_default_and_preset_names_carry_a_non_default_retrieval(
         ("my_pkg.MyChunker", "sample-MyChunker-custom"),  # a user's class: no bundled option
     ],
 )
-def test_the_default_name_says_the_chunker_option_as_typed(chunker: str, name: str) -> None:
-    """Issue 41 (4): the default name was ``sample-SemanticChunker-custom`` (the class)."""
+def test_the_default_name_says_the_chunker_option_as_typed(
+    chunker: str, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41 (4): the default name was ``sample-SemanticChunker-custom`` (the class). Outside
+    a Hydra job (an earlier test in this process may have left Hydra's config set)."""
+    from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
+    monkeypatch.setattr(HydraConfig, "initialized", staticmethod(lambda: False))
     cfg = OmegaConf.create({"chunker": {"_target_": chunker}, "metrics": {"name": "custom"}})
     assert _default_run_name(cfg, "sample") == name
