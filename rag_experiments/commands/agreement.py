@@ -40,7 +40,7 @@ def agreement_command(argv: list[str]) -> int:
         prog="rag-exp agreement",
         description=(
             "Raw agreement and Cohen's kappa between people and the judge, per metric: from a "
-            "filled grade sheet, or from a run graded with `rag-exp review --run` (each grader "
+            "filled grade sheet, or from a run graded in the browser with `rag-exp review` (each grader "
             "with the judge and each pair of graders); logged to the original run."
         ),
     )
