@@ -40,8 +40,8 @@ def agreement_command(argv: list[str]) -> int:
         prog="rag-exp agreement",
         description=(
             "Raw agreement and Cohen's kappa between people and the judge, per metric: from a "
-            "filled grade sheet, or from a run graded in the browser with `rag-exp review` (each grader "
-            "with the judge and each pair of graders); logged to the original run."
+            "filled grade sheet, or from a run graded in the browser with `rag-exp review` (each "
+            "grader with the judge and each pair of graders); logged to the original run."
         ),
     )
     parser.add_argument("filled", help="a filled grade sheet (.csv) or a graded run's id")
