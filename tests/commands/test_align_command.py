@@ -4,7 +4,8 @@ example-copying fake judge, "no evidence of improvement" on the constant one, an
 set that loads as ``metrics.suite.faithfulness.examples``.
 
 The labels (by construction, a pattern examples can fix): every answer whose first retrieved
-document is one of five of the twelve policies is unfaithful (0), the others faithful (1).
+document is one of five of the twelve policies is unfaithful (0), the others faithful (1); rows
+answered from a distractor document (one quoting several policies) are left unlabeled.
 With ``llm=fake`` an answer is the first sentence of its first passage, so answers drawn from
 the same policy share their words and the example-copying judge grades them alike.
 """
@@ -29,6 +30,16 @@ UNFAITHFUL_DOCS = {
     "change-management",
     "data-retention",
 }
+
+
+DISTRACTORS = {
+    "committee-minutes",
+    "field-station-notices",
+    "it-access-policy-2019",
+    "staff-newsletter",
+}
+"""The sample's distractor documents (they quote several policies): rows answered from one are
+left unlabeled, so the labels follow the policies alone."""
 
 
 def test_a_labels_file_needs_the_run_whose_answers_were_labeled(tmp_path: Path) -> None:
@@ -64,7 +75,10 @@ def test_align_on_a_logged_run_gains_with_a_judge_that_reads_examples(tmp_path: 
     rows = RunStore(f"sqlite:///{tmp_path}/mlruns.db").read_rows(run.info.run_id)
     with (tmp_path / "labels.jsonl").open("w", encoding="utf-8") as f:
         for r in rows:
-            value = 0.0 if (r.retrieved_doc_ids or ["-"])[0] in UNFAITHFUL_DOCS else 1.0
+            first = (r.retrieved_doc_ids or ["-"])[0]
+            if first in DISTRACTORS:
+                continue
+            value = 0.0 if first in UNFAITHFUL_DOCS else 1.0
             f.write(json.dumps({"id": r.id, "metric": "faithfulness", "value": value}) + "\n")
     common = ["align", "labels.jsonl", "--run", run.info.run_id, "--metric", "faithfulness"]
     copying = "judge._target_=rag_experiments.fakes.example_judge.ExampleCopyingChat"

@@ -106,7 +106,7 @@ def test_sweep_nests_jobs_under_one_parent_and_reuses_indexes(
     parent = top[0]
     assert (sweep_dir / PARENT_RUN_ID_FILE).read_text().strip() == parent.info.run_id
     assert parent.info.status == "FINISHED"
-    assert parent.info.run_name == sweep_dir.name
+    assert parent.info.run_name == "sweep chunker.size=256,512 × retriever.top_k=3,5"  # as typed
     assert parent.data.metrics["sweep.children.total"] == 4.0
     assert parent.data.metrics["sweep.children.finished"] == 4.0
     assert parent.data.metrics["sweep.children.failed"] == 0.0
