@@ -131,6 +131,8 @@ def test_upload_generate_edit_reject_approve_save_reload_and_run(
     page.keyboard.press("a")
     page.wait_for_selector(".card[data-status=pending]", state="detached")
     assert _statuses(page) == ["approved", "rejected", "approved", "approved"]
+    # the counters follow the statuses once the last save is answered (a loaded machine: later)
+    page.wait_for_selector("#st-approved:text-is('3')", timeout=10_000)
     assert page.inner_text("#st-approved") == "3"
 
     if os.environ.get("RAG_EXP_SCREENSHOT"):
