@@ -174,17 +174,7 @@ def review_command(argv: list[str], stop: threading.Event | None = None) -> int:
         f"rag-exp review: open {url}  (workspace {workspace.root}; saves to {out}); Ctrl-C to stop",
         flush=True,
     )
-    stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
-    try:
-        while not stop.wait(0.5):
-            pass
-    finally:
-        server.stop()
-        print(f"rag-exp review: stopped; the workspace {workspace.root} is kept", flush=True)
-    return 0
+    return _wait(server, stop, f"the workspace {workspace.root} is kept")
 
 
 def _serve_grading(opts: argparse.Namespace, stop: threading.Event | None) -> int:
@@ -219,6 +209,8 @@ def _serve_grading(opts: argparse.Namespace, stop: threading.Event | None) -> in
 
 
 def _wait(server: ReviewServer, stop: threading.Event | None, kept: str) -> int:
+    """Serve until ``stop`` is set (Ctrl-C or SIGTERM in the main thread), then stop the server
+    and say what is ``kept``."""
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
