@@ -44,12 +44,11 @@ from typing import Any, ClassVar
 from rag_experiments.errors import ConfigError, LLMError
 from rag_experiments.metrics.audit import RATIONALE_KEY, USAGE_KEYS
 from rag_experiments.metrics.definitions import (
-    RAGAS,
     JudgeProbe,
     MetricDeclaration,
     MetricDefinition,
-    three_way,
 )
+from rag_experiments.metrics.faithfulness import Faithfulness
 from rag_experiments.metrics.judge import has_context
 from rag_experiments.metrics.refusal import compile_patterns, is_refusal
 from rag_experiments.metrics.scheduler import JudgedRowMetric
@@ -89,16 +88,7 @@ class VerifierFaithfulness(JudgedRowMetric):
     shows_contexts = True
     declaration = MetricDeclaration(
         outputs=(
-            MetricDefinition(
-                "faithfulness",
-                True,
-                0.0,
-                1.0,
-                "claims of the response supported by a retrieved context / claims of the response",
-                f"{RAGAS}; DeepEval FaithfulnessMetric",
-                key=70,
-                labels=three_way("unfaithful", "partial", "faithful"),
-            ),
+            Faithfulness.declaration.outputs[0],  # the same definition: one column, two scorers
             MetricDefinition(
                 "faithfulness_prob",
                 True,
